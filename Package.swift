@@ -1,0 +1,20 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "URLTaskManager",
+    platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9)],
+    products: [
+        .library(name: "URLTaskManager", targets: ["URLTaskManager"]),
+        .library(name: "LoopbackServer", targets: ["LoopbackServer"]),
+        .executable(name: "Examples", targets: ["Examples"]),
+    ],
+    targets: [
+        .target(name: "URLTaskManager"),
+        .target(name: "LoopbackServer"),
+        .executableTarget(name: "Examples", dependencies: ["URLTaskManager", "LoopbackServer"]),
+        .testTarget(name: "URLTaskManagerTests", dependencies: ["URLTaskManager", "LoopbackServer"]),
+        .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

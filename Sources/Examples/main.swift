@@ -1,0 +1,1 @@
+print("Examples: coming with the loopback server")

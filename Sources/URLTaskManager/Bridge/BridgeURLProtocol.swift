@@ -1,0 +1,58 @@
+/// The `URLProtocol` subclass a manager puts first in its session's `protocolClasses`.
+///
+/// It holds no logic: `startLoading` hands the request to the manager's ``Pipeline`` with a
+/// ``ProtocolSink`` to answer through, and `stopLoading` cancels that work. Both run on the
+/// session's serial work queue, which must never block, so the pipeline does everything on
+/// its own threads.
+final class BridgeURLProtocol<Slot: BridgeSlot>: URLProtocol {
+    private var handle: PipelineTaskHandle?
+    private var sink: ProtocolSink?
+    private var native: URLProtocol?
+
+    override class func canInit(with request: URLRequest) -> Bool {
+        // Only this manager's session lists this class, so every request it is asked about is
+        // one of ours.
+        guard let scheme = request.url?.scheme?.lowercased() else { return false }
+        return scheme == "http" || scheme == "https"
+    }
+
+    override class func canonicalRequest(for request: URLRequest) -> URLRequest { request }
+
+    override func startLoading() {
+        guard let client else { return }
+        guard let task else {
+            client.urlProtocol(self, didFailWithError: URLError(.unsupportedURL))
+            return
+        }
+        let facts = Platform.facts(for: task, request: request)
+        if facts.isDownload, let nativeClass = Platform.nativeHTTPProtocol {
+            // See Platform.swift: only the native protocol can complete a download task.
+            let native = nativeClass.init(task: task, cachedResponse: cachedResponse, client: client)
+            self.native = native
+            native.startLoading()
+            return
+        }
+        let sink = ProtocolSink(urlProtocol: self, client: client, facts: facts)
+        self.sink = sink
+        guard let pipeline = BridgeRegistry.shared.pipeline(for: Slot.number) else {
+            sink.fail(URLTaskError.managerInvalidated)
+            return
+        }
+        if facts.bodyMissing {
+            sink.fail(URLTaskError.uploadBodyUnavailable)
+            return
+        }
+        handle = pipeline.start(request: request, body: facts.body, sink: sink)
+    }
+
+    override func stopLoading() {
+        if let native {
+            native.stopLoading()
+            return
+        }
+        // The session reports the cancellation itself right after this call; from now on the
+        // sink drops anything the pipeline still sends.
+        sink?.close()
+        handle?.cancel()
+    }
+}

@@ -1,0 +1,143 @@
+// The one place where URLTaskManager forks by platform.
+//
+// swift-corelibs-foundation (Linux, Windows) hides several things a custom URLProtocol needs
+// behind internal API. Each is recovered here by reflection, and each has a safe fallback
+// that is taken when the reflection finds nothing (a future toolchain that changed its
+// internals): the bridge then buffers a body instead of streaming it, or fails a task with
+// a typed error instead of sending an empty body. `PlatformPinTests` pin every fact below
+// against the toolchain in use, so the day one changes, a test says which.
+
+#if canImport(FoundationNetworking)
+@_exported import FoundationNetworking
+#endif
+@_exported import Foundation
+import Dispatch
+
+/// How the outer session wants a task's body handed over.
+enum BodyDelivery: Sendable, Equatable {
+    /// The task reports each chunk to a delegate: forward chunks as they arrive.
+    case stream
+    /// The task has a completion handler (or is `async data(for:)`): corelibs keeps only the
+    /// LAST `didLoad` chunk for those, so the whole body must arrive in one call.
+    case buffer
+}
+
+/// Where a task's request body lives when the bridge sees the task.
+enum RequestBodySource: @unchecked Sendable {  // InputStream is not Sendable; it is read by one owner at a time.
+    case none
+    case data(Data)
+    case file(URL)
+    case stream(InputStream)
+}
+
+/// What the bridge learns about the outer task it is loading.
+struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; the struct is immutable.
+    var delivery: BodyDelivery
+    /// The serial queue the outer session uses for this task. Every `URLProtocolClient` call is
+    /// made on it: corelibs reads its task registry from the client callbacks without a lock,
+    /// and a call from another thread races with the session adding or removing tasks.
+    var workQueue: DispatchQueue?
+    /// The request body as the outer session holds it.
+    var body: RequestBodySource
+    /// `true` when the body should have been found but was not (an upload task whose body the
+    /// toolchain hides): the task must fail rather than go out empty.
+    var bodyMissing: Bool
+    /// A download task: corelibs cannot complete one through a custom protocol (it reads a
+    /// temporary file URL only its own protocol can set), so it is handed to the native one.
+    var isDownload: Bool
+}
+
+enum Platform {
+    /// Inspects `task` from inside `startLoading`, which runs on the session's work queue (the
+    /// only place the session's task registry may be read).
+    static func facts(for task: URLSessionTask, request: URLRequest) -> OuterTaskFacts {
+        let isDownload = task is URLSessionDownloadTask
+        #if canImport(FoundationNetworking)
+        let session = Reflection.unwrapOptional(Reflection.child(task, "session"))
+        let workQueue = Reflection.child(task, "workQueue") as? DispatchQueue
+        let delivery = session.map { behaviourDelivery(session: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
+        var body = requestBody(request)
+        var missing = false
+        if case .none = body, task is URLSessionUploadTask {
+            if let known = Reflection.unwrapOptional(Reflection.child(task, "knownBody")) {
+                body = uploadBody(fromKnownBody: known)
+            }
+            missing = { if case .none = body { return true } else { return false } }()
+        }
+        return OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
+        #else
+        // Apple platforms append chunks correctly for every task kind and allow client calls
+        // from any thread.
+        let body = requestBody(request)
+        let missing = task is URLSessionUploadTask && { if case .none = body { return true } else { return false } }()
+        return OuterTaskFacts(delivery: .stream, workQueue: nil, body: body, bodyMissing: missing, isDownload: isDownload)
+        #endif
+    }
+
+    /// The protocol class URLSession itself uses for HTTP, to which download tasks are handed.
+    static let nativeHTTPProtocol: URLProtocol.Type? = {
+        let classes = URLSessionConfiguration.default.protocolClasses ?? []
+        return classes.lazy.compactMap { $0 as? URLProtocol.Type }.first { $0.canInit(with: URLRequest(url: URL(string: "http://127.0.0.1/")!)) }
+    }()
+
+    private static func requestBody(_ request: URLRequest) -> RequestBodySource {
+        if let data = request.httpBody { return .data(data) }
+        if let stream = request.httpBodyStream { return .stream(stream) }
+        return .none
+    }
+
+    #if canImport(FoundationNetworking)
+    /// Reads `session.taskRegistry.behaviours[taskIdentifier]` and maps its case name.
+    private static func behaviourDelivery(session: Any, taskIdentifier: Int) -> BodyDelivery {
+        guard let registry = Reflection.child(session, "taskRegistry"),
+              let behaviours = Reflection.child(registry, "behaviours") as? [Int: Any],
+              let behaviour = behaviours[taskIdentifier]
+        else { return .buffer }
+        let name = Mirror(reflecting: behaviour).children.first?.label ?? String(describing: behaviour)
+        if name == "callDelegate" {
+            // Without a task delegate on the session, corelibs drops chunks anyway; streaming
+            // costs nothing and keeps memory flat.
+            return .stream
+        }
+        return .buffer
+    }
+
+    /// Maps corelibs' internal `URLSessionTask._Body` (`none`, `data(DispatchData)`,
+    /// `file(URL)`, `stream(InputStream)`).
+    private static func uploadBody(fromKnownBody known: Any) -> RequestBodySource {
+        let mirror = Mirror(reflecting: known)
+        guard let payload = mirror.children.first else { return .none }
+        switch payload.label {
+        case "data":
+            if let data = payload.value as? DispatchData { return .data(Data(data)) }
+            if let data = payload.value as? Data { return .data(data) }
+        case "file":
+            if let url = payload.value as? URL { return .file(url) }
+        case "stream":
+            if let stream = payload.value as? InputStream { return .stream(stream) }
+        default:
+            break
+        }
+        return .none
+    }
+    #endif
+}
+
+/// Minimal `Mirror` helpers for reading a stored property by name through a class hierarchy.
+enum Reflection {
+    static func child(_ value: Any, _ label: String) -> Any? {
+        var mirror: Mirror? = Mirror(reflecting: value)
+        while let current = mirror {
+            if let match = current.children.first(where: { $0.label == label }) { return match.value }
+            mirror = current.superclassMirror
+        }
+        return nil
+    }
+
+    static func unwrapOptional(_ value: Any?) -> Any? {
+        guard let value else { return nil }
+        let mirror = Mirror(reflecting: value)
+        guard mirror.displayStyle == .optional else { return value }
+        return mirror.children.first.map { unwrapOptional($0.value) } ?? nil
+    }
+}

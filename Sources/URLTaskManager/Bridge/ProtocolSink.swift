@@ -1,0 +1,90 @@
+/// The only object that talks to a `URLProtocolClient`.
+///
+/// The pipeline reports a task's outcome here from any thread. The sink replays it to the
+/// client on the outer session's work queue (see ``OuterTaskFacts/workQueue``), in order,
+/// and makes sure the client hears at most one terminal event and nothing at all after
+/// `stopLoading` (corelibs completes a cancelled task itself and crashes if it later hears
+/// about a task it has forgotten). Bodies are streamed chunk by chunk to delegate-driven
+/// tasks and handed over in one piece to tasks with a completion handler.
+final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`; the client is only called on `queue`.
+    private enum State {
+        case open(buffer: Data?)
+        case closed
+    }
+
+    private let lock = NSLock()
+    private var state: State
+    private var urlProtocol: URLProtocol?
+    private let client: any URLProtocolClient
+    private let queue: DispatchQueue
+
+    init(urlProtocol: URLProtocol, client: any URLProtocolClient, facts: OuterTaskFacts) {
+        self.urlProtocol = urlProtocol
+        self.client = client
+        self.queue = facts.workQueue ?? DispatchQueue(label: "URLTaskManager.ProtocolSink")
+        self.state = .open(buffer: facts.delivery == .buffer ? Data() : nil)
+    }
+
+    func receive(response: URLResponse) {
+        queue.async {
+            guard let urlProtocol = self.openProtocol() else { return }
+            self.client.urlProtocol(urlProtocol, didReceive: response, cacheStoragePolicy: .notAllowed)
+        }
+    }
+
+    func receive(data: Data) {
+        let buffered: Bool = lock.withLock {
+            guard case .open(var buffer?) = state else { return false }
+            state = .open(buffer: nil)  // keep the append unique, not a copy
+            buffer.append(data)
+            state = .open(buffer: buffer)
+            return true
+        }
+        if buffered { return }
+        queue.async {
+            guard let urlProtocol = self.openProtocol() else { return }
+            self.client.urlProtocol(urlProtocol, didLoad: data)
+        }
+    }
+
+    func finish() {
+        queue.async {
+            guard let (urlProtocol, buffer) = self.takeForCompletion() else { return }
+            if let buffer, !buffer.isEmpty {
+                self.client.urlProtocol(urlProtocol, didLoad: buffer)
+            }
+            self.client.urlProtocolDidFinishLoading(urlProtocol)
+        }
+    }
+
+    func fail(_ error: any Error) {
+        queue.async {
+            guard let (urlProtocol, _) = self.takeForCompletion() else { return }
+            self.client.urlProtocol(urlProtocol, didFailWithError: error)
+        }
+    }
+
+    /// Called from `stopLoading`, on the work queue: everything still queued is dropped.
+    func close() {
+        lock.withLock {
+            state = .closed
+            urlProtocol = nil
+        }
+    }
+
+    private func openProtocol() -> URLProtocol? {
+        lock.withLock {
+            guard case .open = state else { return nil }
+            return urlProtocol
+        }
+    }
+
+    private func takeForCompletion() -> (URLProtocol, Data?)? {
+        lock.withLock {
+            guard case .open(let buffer) = state, let urlProtocol else { return nil }
+            state = .closed
+            self.urlProtocol = nil
+            return (urlProtocol, buffer)
+        }
+    }
+}

@@ -1,0 +1,33 @@
+/// A step every task passes before it is sent, and again before each resend.
+///
+/// Interceptors run in the order given to the manager. Each one may rewrite
+/// ``URLTask/request`` in place (add a header, sign it) and then says what happens next with an
+/// ``InterceptCommand``. Interceptors are `async`: one may await a token, a clock or an actor.
+///
+/// ```swift
+/// struct RequestID: URLTaskInterceptor {
+///     func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+///         task.request.setValue(UUID().uuidString, forHTTPHeaderField: "X-Request-ID")
+///         return .execute
+///     }
+/// }
+/// ```
+///
+/// Throwing fails only this task, with ``URLTaskError/interceptorFailed(interceptor:underlying:)``
+/// naming this interceptor's type; other tasks are unaffected.
+public protocol URLTaskInterceptor: Sendable {
+    /// Inspects and rewrites one task, and decides its fate.
+    func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand
+}
+
+/// What an interceptor knows besides the task itself.
+public struct InterceptContext: Sendable {
+    /// How many tasks this interceptor holds right now, not counting the one being intercepted.
+    /// A batching interceptor compares it with its batch size.
+    public let currentBatchCount: Int
+
+    /// Creates a context; the manager makes these, tests of interceptors may too.
+    public init(currentBatchCount: Int) {
+        self.currentBatchCount = currentBatchCount
+    }
+}

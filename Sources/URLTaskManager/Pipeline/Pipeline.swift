@@ -1,0 +1,84 @@
+/// Everything one manager runs: its interceptors, their batches, and the transport.
+///
+/// The bridge calls ``start(request:body:sink:)`` for each outer task; the pipeline creates a
+/// ``TaskRun`` and counts it until it completes, so that ``finishAndInvalidate()`` can release
+/// the inner session once the last task is done.
+final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are guarded by `lock`; the rest is immutable.
+    private enum Invalidation {
+        case none
+        case whenIdle
+        case done
+    }
+
+    let interceptors: [any URLTaskInterceptor]
+    let batches: [BatchStorage]
+    let options: URLTaskManager.Options
+    private(set) var transport: Transport!
+
+    private let lock = NSLock()
+    private var activeTasks = 0
+    private var invalidation = Invalidation.none
+    private var nextID: UInt64 = 0
+
+    init(interceptors: [any URLTaskInterceptor], configuration: URLSessionConfiguration, options: URLTaskManager.Options) {
+        self.interceptors = interceptors
+        self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
+        self.options = options
+        self.transport = Transport(configuration: configuration, onInvalidated: {})
+    }
+
+    /// Called by the bridge on the outer session's work queue: returns at once.
+    func start(request: URLRequest, body: RequestBodySource, sink: ProtocolSink) -> any PipelineTaskHandle {
+        let id: URLTask.ID = lock.withLock {
+            activeTasks += 1
+            nextID += 1
+            return URLTask.ID(rawValue: nextID)
+        }
+        let run = TaskRun(id: id, request: request, body: TransportBody(body), sink: sink, pipeline: self)
+        // The work queue must not block, and creating the inner task syncs onto it.
+        DispatchQueue.global().async { run.start() }
+        return run
+    }
+
+    func taskEnded() {
+        let invalidate: Bool = lock.withLock {
+            activeTasks -= 1
+            guard activeTasks == 0, case .whenIdle = invalidation else { return false }
+            invalidation = .done
+            return true
+        }
+        if invalidate { transport.session.finishTasksAndInvalidate() }
+    }
+
+    /// Lets running tasks finish, then releases the inner session.
+    func finishAndInvalidate() {
+        let now: Bool = lock.withLock {
+            guard case .none = invalidation else { return false }
+            if activeTasks == 0 {
+                invalidation = .done
+                return true
+            }
+            invalidation = .whenIdle
+            return false
+        }
+        if now { transport.session.finishTasksAndInvalidate() }
+    }
+
+    /// Cancels everything now.
+    func invalidateAndCancel() {
+        lock.withLock { invalidation = .done }
+        for batch in batches { batch.release() }
+        transport.session.invalidateAndCancel()
+    }
+}
+
+extension TransportBody {
+    init(_ source: RequestBodySource) {
+        switch source {
+        case .none: self = .none
+        case .data(let data): self = .data(data)
+        case .file(let url): self = .file(url)
+        case .stream(let stream): self = .stream(stream)
+        }
+    }
+}

@@ -1,0 +1,110 @@
+/// Receives one inner task's events.
+protocol TransportEvents: AnyObject, Sendable {
+    func transportDidReceive(response: URLResponse)
+    func transportDidReceive(data: Data)
+    func transportDidComplete(error: (any Error)?)
+}
+
+/// The inner `URLSession` that does the real HTTP.
+///
+/// Built from a copy of the caller's configuration without the bridge, so timeouts, cookies,
+/// cache policy, additional headers and proxies behave as in a plain session. Redirects are
+/// followed here (corelibs cannot take a redirect from a custom protocol); on a redirect to
+/// another origin the `Authorization` header is dropped so a credential never follows a
+/// request to a host it was not issued for.
+final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // `routes` is guarded by `lock`; `session` is set once in init.
+    private let lock = NSLock()
+    private var routes: [Int: any TransportEvents] = [:]
+    private(set) var session: URLSession!
+    private let invalidated: @Sendable () -> Void
+
+    init(configuration: URLSessionConfiguration, onInvalidated: @escaping @Sendable () -> Void) {
+        self.invalidated = onInvalidated
+        super.init()
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        queue.name = "URLTaskManager.Transport"
+        session = URLSession(configuration: configuration, delegate: self, delegateQueue: queue)
+    }
+
+    /// Starts `request`. Must not be called on the outer session's work queue (corelibs
+    /// creates and resumes tasks with a `sync` onto it).
+    func start(_ request: URLRequest, body: TransportBody, events: any TransportEvents) -> URLSessionTask {
+        var request = request
+        let task: URLSessionTask
+        switch body {
+        case .none:
+            request.httpBody = nil
+            request.httpBodyStream = nil
+            task = session.dataTask(with: request)
+        case .data(let data):
+            request.httpBodyStream = nil
+            request.httpBody = data
+            task = session.dataTask(with: request)
+        case .stream(let stream):
+            request.httpBody = nil
+            request.httpBodyStream = stream
+            task = session.dataTask(with: request)
+        case .file(let url):
+            request.httpBody = nil
+            request.httpBodyStream = nil
+            task = session.uploadTask(with: request, fromFile: url)
+        }
+        lock.withLock { routes[task.taskIdentifier] = events }
+        task.resume()
+        return task
+    }
+
+    private func events(for task: URLSessionTask) -> (any TransportEvents)? {
+        lock.withLock { routes[task.taskIdentifier] }
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
+        events(for: dataTask)?.transportDidReceive(response: response)
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        events(for: dataTask)?.transportDidReceive(data: data)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        let events = lock.withLock { routes.removeValue(forKey: task.taskIdentifier) }
+        events?.transportDidComplete(error: error)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
+        var request = request
+        if let from = response.url, let to = request.url, !Self.sameOrigin(from, to) {
+            request.setValue(nil, forHTTPHeaderField: "Authorization")
+        }
+        completionHandler(request)
+    }
+
+    func urlSession(_ session: URLSession, didBecomeInvalidWithError error: (any Error)?) {
+        invalidated()
+    }
+
+    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
+        a.scheme?.lowercased() == b.scheme?.lowercased()
+            && a.host?.lowercased() == b.host?.lowercased()
+            && effectivePort(a) == effectivePort(b)
+    }
+
+    private static func effectivePort(_ url: URL) -> Int? {
+        if let port = url.port { return port }
+        switch url.scheme?.lowercased() {
+        case "http": return 80
+        case "https": return 443
+        default: return nil
+        }
+    }
+}
+
+/// A request body in the form the transport sends it.
+enum TransportBody: @unchecked Sendable {  // an InputStream is handed to exactly one inner task.
+    case none
+    case data(Data)
+    case file(URL)
+    case stream(InputStream)
+}

@@ -1,0 +1,59 @@
+/// One request on its way through a manager: what interceptors rewrite and reactors judge.
+///
+/// A `URLTask` is created when the caller's task starts and lives until the caller has its
+/// answer. It is sent at least once and again each time a reactor requeues it (after a token
+/// refresh, a retry); every send runs the interceptors again on ``request``, which starts each
+/// time from ``originalRequest`` so a stale header from an earlier attempt never survives.
+public struct URLTask: Sendable, Identifiable {
+    /// A process-wide unique, stable identifier: the same across every attempt of the task.
+    public struct ID: Hashable, Sendable, CustomStringConvertible {
+        let rawValue: UInt64
+        public var description: String { "URLTask#\(rawValue)" }
+    }
+
+    /// Stable across attempts; use it to correlate logs or a request id header.
+    public let id: ID
+    /// The request as the next interceptor should see it. Interceptors change it in place.
+    public var request: URLRequest
+    /// The request exactly as the caller made it (its body is not included: the manager keeps
+    /// the body itself so it can replay it).
+    public let originalRequest: URLRequest
+    /// 1 on the first send, plus one per requeue.
+    public internal(set) var attempt: Int
+    /// Typed values interceptors leave for later stages (for example which credential version
+    /// was applied), reset on every attempt.
+    public var values: URLTaskValues
+
+    init(id: ID, originalRequest: URLRequest, attempt: Int) {
+        self.id = id
+        self.request = originalRequest
+        self.originalRequest = originalRequest
+        self.attempt = attempt
+        self.values = URLTaskValues()
+    }
+}
+
+/// A key for a value an interceptor stores on a ``URLTask``; the key's type is the name.
+///
+/// ```swift
+/// enum AppliedTokenVersion: URLTaskValueKey { typealias Value = Int }
+/// task.values[AppliedTokenVersion.self] = 3
+/// ```
+public protocol URLTaskValueKey {
+    /// The type of the stored value.
+    associatedtype Value: Sendable
+}
+
+/// Typed storage on a ``URLTask``, keyed by ``URLTaskValueKey`` types.
+public struct URLTaskValues: Sendable {
+    private var storage: [ObjectIdentifier: any Sendable] = [:]
+
+    /// Creates empty storage.
+    public init() {}
+
+    /// The value stored for `key`, or `nil`.
+    public subscript<Key: URLTaskValueKey>(key: Key.Type) -> Key.Value? {
+        get { storage[ObjectIdentifier(key)] as? Key.Value }
+        set { storage[ObjectIdentifier(key)] = newValue }
+    }
+}

@@ -1,0 +1,80 @@
+/// Hands out a `URLSession` whose every task passes through your interceptors.
+///
+/// Replace `URLSession(configuration: configuration)` with
+/// `URLTaskManager(configuration: configuration).session` and keep using every URLSession API
+/// you already use: async `data(for:)`, completion handlers, delegates, uploads, downloads.
+/// Each task made from ``session`` runs through the interceptor chain before it is sent and is
+/// then sent by an inner session built from the same configuration; the caller receives one
+/// ordinary response or error, exactly once.
+///
+/// ```swift
+/// let manager = URLTaskManager(interceptors: [HeaderInterceptor(["User-Agent": "MyApp/1.0"])])
+/// let (data, response) = try await manager.session.data(from: url)
+/// ```
+///
+/// Keep the manager alive while its session is used: when it is deallocated it lets running
+/// tasks finish, then releases both sessions, and tasks started afterwards fail with
+/// ``URLTaskError/managerInvalidated``. Several managers can live side by side; each routes
+/// only its own tasks.
+public final class URLTaskManager: Sendable {
+    /// The session to use in place of your own. Its delegate (if you passed one) receives the
+    /// usual callbacks.
+    public let session: URLSession
+    /// The manager's own settings.
+    public let options: Options
+
+    let pipeline: Pipeline
+    private let slot: Int
+
+    /// Creates a manager and its session.
+    ///
+    /// - Parameters:
+    ///   - interceptors: Run in order on every task before it is sent, and again before
+    ///     every resend.
+    ///   - configuration: The configuration you would have given `URLSession`. It is copied,
+    ///     never mutated; the real HTTP honours its timeouts, cookies, cache and headers.
+    ///   - delegate: The delegate you would have given `URLSession`.
+    ///   - delegateQueue: The queue for `delegate`'s callbacks, as for `URLSession`.
+    ///   - options: The manager's own settings.
+    public init(
+        interceptors: [any URLTaskInterceptor] = [],
+        configuration: URLSessionConfiguration = .default,
+        delegate: (any URLSessionDelegate)? = nil,
+        delegateQueue: OperationQueue? = nil,
+        options: Options = .default
+    ) {
+        self.options = options
+        let inner = configuration.copy() as! URLSessionConfiguration
+        let pipeline = Pipeline(interceptors: interceptors, configuration: inner, options: options)
+        self.pipeline = pipeline
+        let slot = BridgeRegistry.shared.register(pipeline)
+        self.slot = slot
+
+        let outer = configuration.copy() as! URLSessionConfiguration
+        outer.protocolClasses = [BridgeSlots.protocolClass(for: slot)] + (configuration.protocolClasses ?? [])
+        // The inner session caches and sets cookies; doing it twice would duplicate them.
+        outer.urlCache = nil
+        outer.httpShouldSetCookies = false
+        outer.httpCookieStorage = nil
+        self.session = URLSession(configuration: outer, delegate: delegate, delegateQueue: delegateQueue)
+    }
+
+    deinit {
+        BridgeRegistry.shared.unregister(slot)
+        session.finishTasksAndInvalidate()
+        pipeline.finishAndInvalidate()
+    }
+
+    /// Cancels every task (held ones complete with `cancelled`) and releases both sessions.
+    public func invalidateAndCancel() {
+        session.invalidateAndCancel()
+        pipeline.invalidateAndCancel()
+    }
+
+    /// Lets running tasks finish, then releases both sessions. New tasks are refused by the
+    /// session, as with `URLSession.finishTasksAndInvalidate()`.
+    public func finishTasksAndInvalidate() {
+        session.finishTasksAndInvalidate()
+        pipeline.finishAndInvalidate()
+    }
+}
