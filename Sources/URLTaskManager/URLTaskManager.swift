@@ -31,6 +31,8 @@ public final class URLTaskManager: Sendable {
     /// - Parameters:
     ///   - interceptors: Run in order on every task before it is sent, and again before
     ///     every resend.
+    ///   - reactors: Asked in order about every response and transport error; the first that
+    ///     wants it may run shared work (a token refresh) and send the task again.
     ///   - configuration: The configuration you would have given `URLSession`. It is copied,
     ///     never mutated; the real HTTP honours its timeouts, cookies, cache and headers.
     ///   - delegate: The delegate you would have given `URLSession`.
@@ -38,6 +40,7 @@ public final class URLTaskManager: Sendable {
     ///   - options: The manager's own settings.
     public init(
         interceptors: [any URLTaskInterceptor] = [],
+        reactors: [any URLTaskReactor] = [],
         configuration: URLSessionConfiguration = .default,
         delegate: (any URLSessionDelegate)? = nil,
         delegateQueue: OperationQueue? = nil,
@@ -45,7 +48,7 @@ public final class URLTaskManager: Sendable {
     ) {
         self.options = options
         let inner = configuration.copy() as! URLSessionConfiguration
-        let pipeline = Pipeline(interceptors: interceptors, configuration: inner, options: options)
+        let pipeline = Pipeline(interceptors: interceptors, reactors: reactors, configuration: inner, options: options)
         self.pipeline = pipeline
         let slot = BridgeRegistry.shared.register(pipeline)
         self.slot = slot
@@ -63,6 +66,22 @@ public final class URLTaskManager: Sendable {
         BridgeRegistry.shared.unregister(slot)
         session.finishTasksAndInvalidate()
         pipeline.finishAndInvalidate()
+    }
+
+    /// Releases every task held by every interceptor's batch now.
+    public func flush() {
+        pipeline.flush()
+    }
+
+    /// Releases the tasks held by the interceptor at `index` in the `interceptors` array.
+    public func flush(interceptorAt index: Int) {
+        precondition(pipeline.interceptors.indices.contains(index), "No interceptor at index \(index)")
+        pipeline.flush(interceptorAt: index)
+    }
+
+    /// The number of tasks the interceptor at `index` holds right now.
+    public func heldTaskCount(interceptorAt index: Int) -> Int {
+        pipeline.batches[index].count
     }
 
     /// Cancels every task (held ones complete with `cancelled`) and releases both sessions.

@@ -22,4 +22,56 @@ final class SmokeTests: XCTestCase {
         let (file, _) = try await manager.session.download(for: URLRequest(url: server.url("/hello")))
         XCTAssertEqual(try String(contentsOf: file, encoding: .utf8), "hello")
     }
+
+    final class Token: @unchecked Sendable {
+        let lock = NSLock(); var value = "old"; var refreshes = 0
+        func get() -> String { lock.withLock { value } }
+    }
+    struct Refresh: URLTaskReactor {
+        let token: Token
+        var configuration: URLTaskReactorConfiguration { .authentication }
+        func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool { outcome.statusCode == 401 }
+        func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
+            token.lock.withLock { token.value = "new"; token.refreshes += 1 }
+        }
+    }
+
+    func testInterceptorsAndRefresh() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route(nil, "/api") { req in
+            req.headers["authorization"] == "Bearer new" ? .text("ok") : .status(401)
+        }
+        let token = Token()
+        let manager = URLTaskManager(
+            interceptors: [HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(token.get())" }])],
+            reactors: [Refresh(token: token)]
+        )
+        let results = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<50 {
+                group.addTask {
+                    let (_, r) = try await manager.session.data(from: server.url("/api"))
+                    return (r as! HTTPURLResponse).statusCode
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        XCTAssertEqual(results, Array(repeating: 200, count: 50))
+        XCTAssertEqual(token.refreshes, 1)
+        print("requests seen", server.requestCount(path: "/api"))
+    }
+
+    func testBatchReleasesOnTenth() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route(nil, "/b") { _ in .text("ok") }
+        let manager = URLTaskManager(interceptors: [BatchInterceptor(size: 10)])
+        let results = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<10 {
+                group.addTask { let (_, r) = try await manager.session.data(from: server.url("/b")); return (r as! HTTPURLResponse).statusCode }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        XCTAssertEqual(results.count, 10)
+    }
 }

@@ -41,6 +41,11 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
         }
     }
 
+    /// Empties the batch without releasing it (the manager is going away).
+    func removeAll() -> [TaskRun] {
+        lock.withLock { takeAll(machine.releaseAll()) }
+    }
+
     private func timerFired(generation: Int) {
         let runs = lock.withLock { takeAll(machine.timerFired(generation: generation)) }
         for run in runs { run.batchReleased(index: interceptorIndex) }

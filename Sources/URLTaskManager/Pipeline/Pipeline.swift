@@ -12,6 +12,7 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
 
     let interceptors: [any URLTaskInterceptor]
     let batches: [BatchStorage]
+    let reactors: [ReactorStorage]
     let options: URLTaskManager.Options
     private(set) var transport: Transport!
 
@@ -20,8 +21,9 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
     private var invalidation = Invalidation.none
     private var nextID: UInt64 = 0
 
-    init(interceptors: [any URLTaskInterceptor], configuration: URLSessionConfiguration, options: URLTaskManager.Options) {
+    init(interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], configuration: URLSessionConfiguration, options: URLTaskManager.Options) {
         self.interceptors = interceptors
+        self.reactors = reactors.enumerated().map { ReactorStorage(index: $0.offset, reactor: $0.element) }
         self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
         self.options = options
         self.transport = Transport(configuration: configuration, onInvalidated: {})
@@ -64,11 +66,29 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
         if now { transport.session.finishTasksAndInvalidate() }
     }
 
-    /// Cancels everything now.
+    /// Cancels everything now: held tasks complete with `cancelled`, never sent.
     func invalidateAndCancel() {
         lock.withLock { invalidation = .done }
-        for batch in batches { batch.release() }
+        for batch in batches {
+            for run in batch.removeAll() { run.failUnsent(URLError(.cancelled)) }
+        }
         transport.session.invalidateAndCancel()
+    }
+
+    /// Whether the inner session still accepts tasks. Creating a task on an invalidated
+    /// session is a crash in corelibs, so a task that reaches the network after this fails
+    /// with ``URLTaskError/managerInvalidated`` instead.
+    var acceptsNewTransfers: Bool {
+        lock.withLock { if case .done = invalidation { false } else { true } }
+    }
+
+    /// Releases held tasks: every batch, or the one of interceptor `index`.
+    func flush(interceptorAt index: Int? = nil) {
+        if let index {
+            batches[index].release()
+        } else {
+            for batch in batches { batch.release() }
+        }
     }
 }
 

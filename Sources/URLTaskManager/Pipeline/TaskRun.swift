@@ -1,14 +1,20 @@
 /// Runs one task: its ``TaskStateMachine`` under a lock, and the actions it returns.
 ///
 /// Every event takes the lock only for the transition; the returned action is performed with
-/// the lock released, so no interceptor, transport call or client callback ever runs under it.
+/// the lock released, so no interceptor, reactor, transport call or client callback ever runs
+/// under it.
 final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable {  // mutable state is guarded by `lock`.
     let id: URLTask.ID
     private let lock = NSLock()
     private var machine: TaskStateMachine
     private var task: URLTask
     private var innerTask: URLSessionTask?
+    private var running: Task<Void, Never>?
+    private var hold: (index: Int, generation: Int)?
     private var holdGeneration = 0
+    /// The version of each reactor the current attempt was sent under.
+    private var sentUnder: [Int]
+    private var bodyUsed = false
     private let body: TransportBody
     private let sink: ProtocolSink
     private let pipeline: Pipeline
@@ -19,7 +25,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         self.body = body
         self.sink = sink
         self.pipeline = pipeline
-        self.machine = TaskStateMachine(interceptorCount: pipeline.interceptors.count)
+        self.sentUnder = Array(repeating: 0, count: pipeline.reactors.count)
+        self.machine = TaskStateMachine(
+            interceptorCount: pipeline.interceptors.count,
+            reactors: pipeline.reactors.map { ($0.name, $0.configuration.maximumReactionsPerTask) }
+        )
     }
 
     // MARK: Events
@@ -38,18 +48,37 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         perform(lock.withLock { machine.released(index: index) })
     }
 
-    /// Fails the task if it has not been sent yet (hold timeout, manager invalidated).
+    /// A reactor whose gate held this task finished successfully: check the gates again.
+    func gateOpened() {
+        checkGates()
+    }
+
+    /// Fails the task if it has not been sent yet (hold timeout, invalidation, a failed run).
     func failUnsent(_ error: any Error) {
         let (action, heldIndex): (TaskStateMachine.Action, Int?) = lock.withLock {
-            let held = heldIndexLocked
-            return (machine.fail(error), held)
+            let held = hold?.index
+            let action = machine.fail(error)
+            return (action, held)
         }
         if case .fail = action, let heldIndex { pipeline.batches[heldIndex].remove(self) }
         perform(action)
     }
 
+    func reactionFinished(reactor index: Int, outcome: ReactorStorage.Outcome) {
+        let configuration = pipeline.reactors[index].configuration
+        let result: TaskStateMachine.ReactionResult
+        switch outcome {
+        case .succeeded:
+            result = configuration.requeue ? .requeue(reintercept: configuration.reintercept) : .deliver
+        case .failed(let error):
+            result = .fail(error)
+        }
+        perform(lock.withLock { machine.reactionFinished(reactor: index, result: result) })
+    }
+
     func transportDidReceive(response: URLResponse) {
-        perform(lock.withLock { machine.transportReceived(response: response) })
+        let reactor = (response as? HTTPURLResponse).flatMap { chooseReactor(for: .response($0)) }
+        perform(lock.withLock { machine.transportReceived(response: response, reactor: reactor) })
     }
 
     func transportDidReceive(data: Data) {
@@ -57,27 +86,34 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     func transportDidComplete(error: (any Error)?) {
+        let awaitingHead = lock.withLock { machine.isAwaitingResponseHead }
+        let reactor = (error != nil && awaitingHead) ? chooseReactor(for: .failure(error!)) : nil
         perform(lock.withLock {
             innerTask = nil
-            return machine.transportCompleted(error: error)
+            return machine.transportCompleted(error: error, reactor: reactor)
         })
     }
 
     // MARK: Actions
 
-    private var heldIndexLocked: Int? { currentHold?.index }
-    private var currentHold: (index: Int, generation: Int)?
-
     private func perform(_ action: TaskStateMachine.Action) {
         switch action {
         case .none:
             return
+        case .checkGates:
+            lock.withLock {
+                if task.attempt != machine.attempt {
+                    // A requeue starts the interceptors again from the caller's request.
+                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt)
+                }
+            }
+            checkGates()
         case .runInterceptor(let index):
             runInterceptor(index)
         case .hold(let index, let maximumWait):
             let generation = lock.withLock {
                 holdGeneration += 1
-                currentHold = (index, holdGeneration)
+                hold = (index, holdGeneration)
                 return holdGeneration
             }
             pipeline.batches[index].hold(self, maximumWait: maximumWait)
@@ -85,11 +121,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .releaseBatch(let index):
             lock.withLock {
                 holdGeneration += 1
-                currentHold = (index, holdGeneration)
+                hold = (index, holdGeneration)
             }
             pipeline.batches[index].release(with: self)
-        case .send:
-            send()
+        case .send(let attempt):
+            send(attempt: attempt)
         case .forwardResponse(let response):
             sink.receive(response: response)
         case .forwardData(let data):
@@ -105,23 +141,40 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .fail(let error):
             sink.fail(error)
             pipeline.taskEnded()
+        case .react(let index, let outcome, let body):
+            react(index, outcome: outcome, body: body)
         case .cancelTransport:
-            let inner = lock.withLock { innerTask }
-            inner?.cancel()
+            lock.withLock { innerTask }?.cancel()
             pipeline.taskEnded()
         case .leaveBatch(let index):
             pipeline.batches[index].remove(self)
             pipeline.taskEnded()
+        case .leaveReactor(let index):
+            lock.withLock { running }?.cancel()
+            pipeline.reactors[index].remove(self)
+            pipeline.taskEnded()
+        case .abandon:
+            lock.withLock { running }?.cancel()
+            pipeline.taskEnded()
         }
     }
 
+    private func checkGates() {
+        let request = lock.withLock { task.originalRequest }
+        for reactor in pipeline.reactors where reactor.gate(self, request: request) {
+            perform(lock.withLock { machine.waitingAtGate(reactor: reactor.index) })
+            return
+        }
+        perform(lock.withLock { machine.gateOpened() })
+    }
+
     private func runInterceptor(_ index: Int) {
-        lock.withLock { currentHold = nil }
+        lock.withLock { hold = nil }
         let interceptor = pipeline.interceptors[index]
         let name = String(describing: type(of: interceptor))
         let context = InterceptContext(currentBatchCount: pipeline.batches[index].count)
         var snapshot = lock.withLock { task }
-        Task {
+        let work = Task {
             let action: TaskStateMachine.Action
             do {
                 let command = try await interceptor.intercept(&snapshot, context: context)
@@ -134,6 +187,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             }
             perform(action)
         }
+        lock.withLock { running = work }
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
@@ -141,18 +195,74 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         let interceptor = String(describing: type(of: pipeline.interceptors[index]))
         DispatchQueue.global().asyncAfter(deadline: .now() + limit.dispatchInterval) { [weak self] in
             guard let self else { return }
-            let stillHeld = self.lock.withLock { self.currentHold.map { $0 == (index, generation) } ?? false }
+            let stillHeld = self.lock.withLock { self.hold.map { $0 == (index, generation) } ?? false }
             guard stillHeld else { return }
             self.failUnsent(URLTaskError.holdTimedOut(interceptor: interceptor, after: limit))
         }
     }
 
-    private func send() {
-        let request = lock.withLock { task.request }
+    private func chooseReactor(for outcome: URLTaskOutcome) -> Int? {
+        guard !pipeline.reactors.isEmpty else { return nil }
+        let snapshot = lock.withLock { task }
+        for reactor in pipeline.reactors where !reactor.configuration.exempts(snapshot.originalRequest) {
+            if reactor.reactor.shouldReact(to: outcome, of: snapshot) { return reactor.index }
+        }
+        return nil
+    }
+
+    private func react(_ index: Int, outcome: URLTaskOutcome, body: Data) {
+        let reactor = pipeline.reactors[index]
+        let (snapshot, version) = lock.withLock { (task, sentUnder[index]) }
+        switch reactor.configuration.sharing {
+        case .singleFlight:
+            reactor.need(self, sentUnder: version, outcome: outcome, body: body, task: snapshot)
+        case .perTask:
+            let work = Task {
+                let result: ReactorStorage.Outcome
+                do {
+                    try await withDeadline(reactor.configuration.timeout) {
+                        try await reactor.reactor.react(to: outcome, body: body, of: snapshot)
+                    }
+                    result = .succeeded
+                } catch let error as ReactorDeadlineExceeded {
+                    result = .failed(URLTaskError.reactorTimedOut(reactor: reactor.name, after: error.limit))
+                } catch {
+                    result = .failed(URLTaskError.reactorFailed(reactor: reactor.name, underlying: error))
+                }
+                reactionFinished(reactor: index, outcome: result)
+            }
+            lock.withLock { running = work }
+        }
+    }
+
+    private func send(attempt: Int) {
+        let original = lock.withLock { task.originalRequest }
+        // A holding reactor that started while this task was being intercepted: its headers
+        // may be stale. Wait, then intercept again.
+        for reactor in pipeline.reactors where reactor.gate(self, request: original) {
+            perform(lock.withLock { machine.sendGated(reactor: reactor.index) })
+            return
+        }
+        let (request, replay): (URLRequest, Bool) = lock.withLock {
+            task.attempt = attempt
+            defer { bodyUsed = true }
+            return (task.request, bodyUsed)
+        }
         if let problem = HeaderValidation.firstProblem(in: request) {
             perform(lock.withLock { machine.failSending(problem) })
             return
         }
+        if replay, case .stream = body {
+            let error = URLTaskError.bodyNotReplayable(reason: "a stream body was already sent once and was not kept")
+            perform(lock.withLock { machine.failSending(error) })
+            return
+        }
+        guard pipeline.acceptsNewTransfers else {
+            perform(lock.withLock { machine.failSending(URLTaskError.managerInvalidated) })
+            return
+        }
+        let versions = pipeline.reactors.map(\.version)
+        lock.withLock { sentUnder = versions }
         let inner = pipeline.transport.start(request, body: body, events: self)
         let cancelled = lock.withLock {
             innerTask = inner

@@ -1,54 +1,97 @@
 /// The lifecycle of one task through the pipeline, without I/O.
 ///
 /// ```
-///  created ──start──> intercepting(0) ──execute──> intercepting(1) ... ──> sending ──head──> receiving ──end──> completed
-///                         │  hold                                           │ error             │ error
-///                         v                                                 v                   v
-///                       held(k) ──release──> intercepting(k+1)           completed           completed
+///  created ─start─> [gated] ─> intercepting(0) ─execute─> ... intercepting(n-1) ─> sending
+///                                   │ hold                                           │ head
+///                                   v                                   ┌────────────┴─────────────┐
+///                                held(k) ─release─> intercepting(k+1)   v                          v
+///                                                                   receiving ─end─> completed   collecting(reactor r)
+///                                                                                                  │ end
+///                                                                                                  v
+///                                   intercepting(0) or sending  <─requeue─  reacting(r) ─fail─> completed
 /// ```
 /// Any state but `completed` can be cancelled (the caller cancelled: the session reports it)
-/// or failed (hold timeout, invalidation). Each event returns the one action the storage
-/// performs once its lock is released. Events that arrive after completion return `.none`,
-/// which is what makes "completes exactly once" hold whatever the interleaving.
+/// or failed before sending (hold timeout, invalidation, a failed reactor run it was gated
+/// on). Each event returns the one action the storage performs once its lock is released.
+/// Events that arrive in a state that does not expect them return `.none`, which is what
+/// makes "completes exactly once" hold whatever the interleaving.
 struct TaskStateMachine {
+    /// What a reactor decided about a task whose outcome it took.
+    enum ReactionResult {
+        /// The work succeeded (or had already been done): send the task again.
+        case requeue(reintercept: Bool)
+        /// The work succeeded and the reactor does not requeue: give the caller what arrived.
+        case deliver
+        /// The work failed: fail the task with this error.
+        case fail(any Error)
+    }
+
     enum Action {
         case none
+        /// Wait at the gates of the reactors that hold new tasks; resumes with `gateOpened`.
+        case checkGates
         /// Run interceptor `index` on the task.
         case runInterceptor(index: Int)
         /// Put the task in interceptor `index`'s batch.
         case hold(index: Int, maximumWait: Duration?)
         /// Release interceptor `index`'s batch; this task then continues at `index + 1`.
         case releaseBatch(index: Int)
-        /// Send the task's current request.
-        case send
+        /// Send the task's current request (attempt `attempt`).
+        case send(attempt: Int)
         case forwardResponse(URLResponse)
         case forwardData(Data)
         /// Complete successfully.
         case finish
-        /// Answer locally: response, body, then finish.
-        case respond(HTTPURLResponse, Data)
+        /// Answer with a complete response: response, body, then finish.
+        case respond(URLResponse, Data)
         /// Complete with `error`.
         case fail(any Error)
+        /// Hand the task to reactor `reactor` with what it received.
+        case react(reactor: Int, outcome: URLTaskOutcome, body: Data)
         /// The caller cancelled: stop the transport (the session reports the cancellation).
         case cancelTransport
         /// The caller cancelled while held: take it out of batch `index`.
         case leaveBatch(index: Int)
+        /// The caller cancelled while waiting on reactor `reactor` (its run or its gate).
+        case leaveReactor(reactor: Int)
+        /// The caller cancelled before anything was sent: stop the running interceptor, if any.
+        case abandon
     }
 
     private enum State {
         case created
+        case gated(gate: Int?)
         case intercepting(index: Int)
         case held(index: Int)
         case sending
         case receiving
+        case collecting(reactor: Int, response: HTTPURLResponse, body: Data)
+        case reacting(reactor: Int, response: HTTPURLResponse?, body: Data)
         case completed
     }
 
+    /// Bodies collected for reactors are kept up to this size.
+    static let reactionBodyLimit = 1 << 20
+
     private var state: State = .created
     private let interceptorCount: Int
+    private let reactors: [(name: String, maximumReactions: Int)]
+    private var reactions: [Int]
+    private(set) var attempt = 1
 
-    init(interceptorCount: Int) {
+    /// - Parameters:
+    ///   - interceptorCount: The length of the interceptor chain.
+    ///   - reactors: Each reactor's name (for errors) and how often one task may trigger it.
+    init(interceptorCount: Int, reactors: [(name: String, maximumReactions: Int)] = []) {
         self.interceptorCount = interceptorCount
+        self.reactors = reactors
+        self.reactions = Array(repeating: 0, count: reactors.count)
+    }
+
+    /// Whether a transport error now would be the task's outcome (no head has arrived).
+    var isAwaitingResponseHead: Bool {
+        if case .sending = state { return true }
+        return false
     }
 
     var isCompleted: Bool {
@@ -58,6 +101,20 @@ struct TaskStateMachine {
 
     mutating func start() -> Action {
         guard case .created = state else { return .none }
+        state = .gated(gate: nil)
+        return .checkGates
+    }
+
+    /// The gates were checked and the task waits at reactor `reactor`'s gate.
+    mutating func waitingAtGate(reactor: Int) -> Action {
+        guard case .gated = state else { return .none }
+        state = .gated(gate: reactor)
+        return .none
+    }
+
+    /// No gate holds the task (any more).
+    mutating func gateOpened() -> Action {
+        guard case .gated = state else { return .none }
         return advance(to: 0)
     }
 
@@ -70,7 +127,7 @@ struct TaskStateMachine {
             state = .held(index: index)
             return .hold(index: index, maximumWait: maximumWait)
         case .release:
-            // The batch continues first, then this task; both at `index + 1`.
+            // The batch and this task continue together, at `index + 1`.
             state = .held(index: index)
             return .releaseBatch(index: index)
         case .fail(let error):
@@ -95,33 +152,92 @@ struct TaskStateMachine {
         return advance(to: index + 1)
     }
 
-    mutating func transportReceived(response: URLResponse) -> Action {
+    /// A holding reactor started while the task was on its way to the network: its headers
+    /// may be stale, so it waits and then runs the interceptors again.
+    mutating func sendGated(reactor: Int) -> Action {
         guard case .sending = state else { return .none }
+        state = .gated(gate: reactor)
+        return .none
+    }
+
+    /// The request could not be sent (an invalid header, the manager is gone).
+    mutating func failSending(_ error: any Error) -> Action {
+        guard case .sending = state else { return .none }
+        state = .completed
+        return .fail(error)
+    }
+
+    /// The response head arrived. `reactor` is the first reactor that wants it, if any.
+    mutating func transportReceived(response: URLResponse, reactor: Int?) -> Action {
+        guard case .sending = state else { return .none }
+        if let reactor, let http = response as? HTTPURLResponse {
+            state = .collecting(reactor: reactor, response: http, body: Data())
+            return .none
+        }
         state = .receiving
         return .forwardResponse(response)
     }
 
     mutating func transportReceived(data: Data) -> Action {
-        guard case .receiving = state else { return .none }
-        return .forwardData(data)
-    }
-
-    mutating func transportCompleted(error: (any Error)?) -> Action {
         switch state {
-        case .sending, .receiving:
-            state = .completed
-            if let error { return .fail(error) }
-            return .finish
-        case .created, .intercepting, .held, .completed:
+        case .receiving:
+            return .forwardData(data)
+        case .collecting(let reactor, let response, var body):
+            state = .completed  // keep `body` uniquely referenced while appending
+            if body.count < Self.reactionBodyLimit {
+                body.append(data.prefix(Self.reactionBodyLimit - body.count))
+            }
+            state = .collecting(reactor: reactor, response: response, body: body)
+            return .none
+        default:
             return .none
         }
     }
 
-    /// The request could not be sent (an invalid header): fail before anything goes out.
-    mutating func failSending(_ error: any Error) -> Action {
-        guard case .sending = state else { return .none }
-        state = .completed
-        return .fail(error)
+    /// The transport finished. `reactor` is the first reactor that wants a transport error.
+    mutating func transportCompleted(error: (any Error)?, reactor: Int?) -> Action {
+        switch state {
+        case .sending:
+            if let error, let reactor {
+                return beginReaction(reactor: reactor, outcome: .failure(error), response: nil, body: Data())
+            }
+            state = .completed
+            if let error { return .fail(error) }
+            return .finish
+        case .receiving:
+            state = .completed
+            if let error { return .fail(error) }
+            return .finish
+        case .collecting(let reactor, let response, let body):
+            if let error {
+                // The body of the response to react to was cut: react to the failure.
+                return beginReaction(reactor: reactor, outcome: .failure(error), response: nil, body: Data())
+            }
+            return beginReaction(reactor: reactor, outcome: .response(response), response: response, body: body)
+        case .created, .gated, .intercepting, .held, .reacting, .completed:
+            return .none
+        }
+    }
+
+    mutating func reactionFinished(reactor: Int, result: ReactionResult) -> Action {
+        guard case .reacting(let current, let response, let body) = state, current == reactor else { return .none }
+        switch result {
+        case .requeue(let reintercept):
+            attempt += 1
+            if reintercept {
+                state = .gated(gate: nil)
+                return .checkGates
+            }
+            state = .sending
+            return .send(attempt: attempt)
+        case .deliver:
+            state = .completed
+            if let response { return .respond(response, body) }
+            return .fail(URLError(.unknown))
+        case .fail(let error):
+            state = .completed
+            return .fail(error)
+        }
     }
 
     /// The caller cancelled (`stopLoading`). The session reports the error itself.
@@ -130,28 +246,44 @@ struct TaskStateMachine {
         switch previous {
         case .completed:
             return .none
-        case .created, .intercepting:
+        case .created, .intercepting, .gated(gate: nil):
             state = .completed
-            return .none
+            return .abandon
+        case .gated(let gate?):
+            state = .completed
+            return .leaveReactor(reactor: gate)
         case .held(let index):
             state = .completed
             return .leaveBatch(index: index)
-        case .sending, .receiving:
+        case .sending, .receiving, .collecting:
             state = .completed
             return .cancelTransport
+        case .reacting(let reactor, _, _):
+            state = .completed
+            return .leaveReactor(reactor: reactor)
         }
     }
 
-    /// The manager fails the task (hold timeout, invalidation) before it was sent; a task
-    /// already on the network finishes on its own.
+    /// The manager fails the task before it was sent (hold timeout, invalidation, a failed
+    /// run it was gated on); a task already on the network finishes on its own.
     mutating func fail(_ error: any Error) -> Action {
         switch state {
-        case .created, .intercepting, .held:
+        case .created, .gated, .intercepting, .held:
             state = .completed
             return .fail(error)
-        case .sending, .receiving, .completed:
+        case .sending, .receiving, .collecting, .reacting, .completed:
             return .none
         }
+    }
+
+    private mutating func beginReaction(reactor: Int, outcome: URLTaskOutcome, response: HTTPURLResponse?, body: Data) -> Action {
+        reactions[reactor] += 1
+        if reactions[reactor] > reactors[reactor].maximumReactions {
+            state = .completed
+            return .fail(URLTaskError.tooManyAttempts(reactor: reactors[reactor].name, attempts: attempt))
+        }
+        state = .reacting(reactor: reactor, response: response, body: body)
+        return .react(reactor: reactor, outcome: outcome, body: body)
     }
 
     private mutating func advance(to index: Int) -> Action {
@@ -160,6 +292,6 @@ struct TaskStateMachine {
             return .runInterceptor(index: index)
         }
         state = .sending
-        return .send
+        return .send(attempt: attempt)
     }
 }

@@ -1,0 +1,102 @@
+/// The single-flight lifecycle of one reactor, without I/O.
+///
+/// ```
+///  idle(version v) ──task needs it──> running(run r, waiters) ──success──> idle(version v+1)
+///        ^                               │  more tasks join; new tasks gate     │
+///        └──────────────failure──────────┘  (waiters and gated tasks all fail)  │
+/// ```
+/// `version` counts successful runs. A task records the version it was sent under; if it
+/// needs the reactor after a newer version exists, the work it needs has already been done
+/// and it is requeued at once (the "late 401").
+struct ReactorStateMachine {
+    typealias TaskID = URLTask.ID
+
+    enum NeedAction: Equatable {
+        /// Start run `run`; this task waits on it.
+        case startRun(run: Int)
+        /// A run is already going; this task waits on it.
+        case wait(run: Int)
+        /// A run finished after this task was sent: requeue without running again.
+        case requeueNow
+        /// The loop guard tripped: fail this task.
+        case refuseLoop(runs: Int)
+    }
+
+    /// What a finished run means for the tasks it leaves behind.
+    struct RunEnd: Equatable {
+        /// Tasks that triggered or joined the run.
+        var waiters: [TaskID]
+        /// Tasks held at the gate (not sent yet).
+        var gated: [TaskID]
+    }
+
+    private enum State {
+        case idle
+        case running(run: Int, waiters: [TaskID], gated: [TaskID])
+    }
+
+    private var state: State = .idle
+    private(set) var version = 0
+    private var runCount = 0
+    private var runStarts: [ContinuousClock.Instant] = []
+    private let loopGuard: URLTaskReactorConfiguration.LoopGuard?
+
+    init(loopGuard: URLTaskReactorConfiguration.LoopGuard?) {
+        self.loopGuard = loopGuard
+    }
+
+    var isRunning: Bool {
+        if case .running = state { return true }
+        return false
+    }
+
+    var runningRun: Int? {
+        if case .running(let run, _, _) = state { return run }
+        return nil
+    }
+
+    mutating func taskNeedsReaction(_ id: TaskID, sentUnder: Int, now: ContinuousClock.Instant) -> NeedAction {
+        switch state {
+        case .running(let run, var waiters, let gated):
+            waiters.append(id)
+            state = .running(run: run, waiters: waiters, gated: gated)
+            return .wait(run: run)
+        case .idle:
+            if sentUnder < version { return .requeueNow }
+            if let loopGuard {
+                runStarts.removeAll { $0.duration(to: now) > loopGuard.window }
+                if runStarts.count >= loopGuard.maximumRuns { return .refuseLoop(runs: runStarts.count) }
+            }
+            runStarts.append(now)
+            runCount += 1
+            state = .running(run: runCount, waiters: [id], gated: [])
+            return .startRun(run: runCount)
+        }
+    }
+
+    /// A task is about to be intercepted or sent. Returns `true` if it must wait for the
+    /// running work (it is then recorded as gated).
+    mutating func gate(_ id: TaskID) -> Bool {
+        guard case .running(let run, let waiters, var gated) = state else { return false }
+        gated.append(id)
+        state = .running(run: run, waiters: waiters, gated: gated)
+        return true
+    }
+
+    mutating func runFinished(run: Int, succeeded: Bool) -> RunEnd? {
+        guard case .running(let current, let waiters, let gated) = state, current == run else { return nil }
+        state = .idle
+        if succeeded { version += 1 }
+        return RunEnd(waiters: waiters, gated: gated)
+    }
+
+    /// A waiting or gated task was cancelled. Returns whether it was found.
+    mutating func remove(_ id: TaskID) -> Bool {
+        guard case .running(let run, var waiters, var gated) = state else { return false }
+        let before = waiters.count + gated.count
+        waiters.removeAll { $0 == id }
+        gated.removeAll { $0 == id }
+        state = .running(run: run, waiters: waiters, gated: gated)
+        return waiters.count + gated.count != before
+    }
+}

@@ -1,0 +1,114 @@
+/// Runs one single-flight reactor: its ``ReactorStateMachine`` under a lock, the work in a
+/// Swift task with its timeout, and the hand-back to every task that waited.
+final class ReactorStorage: @unchecked Sendable {  // `machine` and `runs` are guarded by `lock`.
+    enum Outcome {
+        case succeeded
+        case failed(any Error)
+    }
+
+    let index: Int
+    let reactor: any URLTaskReactor
+    let configuration: URLTaskReactorConfiguration
+    let name: String
+    private let lock = NSLock()
+    private var machine: ReactorStateMachine
+    private var members: [URLTask.ID: TaskRun] = [:]
+
+    init(index: Int, reactor: any URLTaskReactor) {
+        self.index = index
+        self.reactor = reactor
+        self.configuration = reactor.configuration
+        self.name = String(describing: type(of: reactor))
+        self.machine = ReactorStateMachine(loopGuard: configuration.loopGuard)
+    }
+
+    /// The number of successful runs so far: the "credential version" a task is sent under.
+    var version: Int { lock.withLock { machine.version } }
+
+    /// Holds `run` if this reactor's work is running and it gates new tasks. Returns `true`
+    /// if the task must wait; it is resumed by ``TaskRun/gateOpened()`` or failed with the
+    /// run's error.
+    func gate(_ run: TaskRun, request: URLRequest) -> Bool {
+        guard configuration.holdsNewTasks, !configuration.exempts(request) else { return false }
+        return lock.withLock {
+            guard machine.gate(run.id) else { return false }
+            members[run.id] = run
+            return true
+        }
+    }
+
+    /// `run` needs this reactor. Starts, joins, or skips the work.
+    func need(_ run: TaskRun, sentUnder: Int, outcome: URLTaskOutcome, body: Data, task: URLTask) {
+        let action = lock.withLock {
+            let action = machine.taskNeedsReaction(run.id, sentUnder: sentUnder, now: .now)
+            switch action {
+            case .startRun, .wait: members[run.id] = run
+            case .requeueNow, .refuseLoop: break
+            }
+            return action
+        }
+        switch action {
+        case .wait:
+            return
+        case .requeueNow:
+            run.reactionFinished(reactor: index, outcome: .succeeded)
+        case .refuseLoop(let runs):
+            let window = configuration.loopGuard?.window ?? .zero
+            run.reactionFinished(reactor: index, outcome: .failed(URLTaskError.reactionLoop(reactor: name, runs: runs, window: window)))
+        case .startRun(let number):
+            Task { await self.execute(run: number, outcome: outcome, body: body, task: task) }
+        }
+    }
+
+    func remove(_ run: TaskRun) {
+        lock.withLock {
+            if machine.remove(run.id) { members[run.id] = nil }
+        }
+    }
+
+    private func execute(run number: Int, outcome: URLTaskOutcome, body: Data, task: URLTask) async {
+        let result: Outcome
+        do {
+            try await withDeadline(configuration.timeout) {
+                try await self.reactor.react(to: outcome, body: body, of: task)
+            }
+            result = .succeeded
+        } catch let error as ReactorDeadlineExceeded {
+            result = .failed(URLTaskError.reactorTimedOut(reactor: name, after: error.limit))
+        } catch {
+            result = .failed(URLTaskError.reactorFailed(reactor: name, underlying: error))
+        }
+        let (waiters, gated): ([TaskRun], [TaskRun]) = lock.withLock {
+            guard let end = machine.runFinished(run: number, succeeded: { if case .succeeded = result { true } else { false } }()) else { return ([], []) }
+            let waiters = end.waiters.compactMap { members.removeValue(forKey: $0) }
+            let gated = end.gated.compactMap { members.removeValue(forKey: $0) }
+            return (waiters, gated)
+        }
+        for run in waiters { run.reactionFinished(reactor: index, outcome: result) }
+        for run in gated {
+            switch result {
+            case .succeeded: run.gateOpened()
+            case .failed(let error): run.failUnsent(error)
+            }
+        }
+    }
+}
+
+struct ReactorDeadlineExceeded: Error {
+    let limit: Duration
+}
+
+/// Runs `work`, throwing ``ReactorDeadlineExceeded`` (and cancelling the work) if it takes
+/// longer than `limit`.
+func withDeadline(_ limit: Duration?, _ work: @escaping @Sendable () async throws -> Void) async throws {
+    guard let limit else { return try await work() }
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await work() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            throw ReactorDeadlineExceeded(limit: limit)
+        }
+        defer { group.cancelAll() }
+        try await group.next()
+    }
+}

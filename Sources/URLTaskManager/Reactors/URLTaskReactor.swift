@@ -1,0 +1,162 @@
+/// Looks at how a task ended and may run shared work before the task is sent again.
+///
+/// A reactor is the "after" half of the pipeline. When a task's response head arrives (or
+/// its transport fails), the manager asks each reactor in order ``shouldReact(to:of:)``; the
+/// first that says yes takes the task. Its response is then not shown to the caller: the body
+/// is collected, and ``react(to:body:of:)`` runs. With ``URLTaskReactorConfiguration/Sharing/singleFlight``
+/// (the default, and what a token refresh wants) the work runs ONCE for every task that needs
+/// it while it runs: a hundred 401s wait on one refresh. When it succeeds the waiting tasks
+/// are requeued through the interceptors (which now apply the fresh token); when it throws,
+/// every one of them fails with ``URLTaskError/reactorFailed(reactor:underlying:)``.
+///
+/// ```swift
+/// struct RefreshOn401: URLTaskReactor {
+///     let tokens: TokenStore
+///     var configuration: URLTaskReactorConfiguration { .authentication }
+///     func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+///         outcome.statusCode == 401
+///     }
+///     func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
+///         try await tokens.refresh()
+///     }
+/// }
+/// ```
+///
+/// **Late failures.** A task sent with the old token may fail after a refresh already
+/// succeeded. The manager remembers which run of each reactor a task was sent under (what
+/// Alamofire calls the credential version); such a task is requeued at once, without running
+/// the work again.
+///
+/// **The reactor's own requests.** ``react(to:body:of:)`` may use any session. A plain
+/// `URLSession` is simplest for a token endpoint. If the work uses the manager's own session,
+/// list its requests in ``URLTaskReactorConfiguration/exempts``: with
+/// ``URLTaskReactorConfiguration/holdsNewTasks`` they would otherwise wait for the very work
+/// that sent them (the run would end in ``URLTaskError/reactorTimedOut(reactor:after:)``), and
+/// a 401 from the token endpoint would join the run it belongs to.
+public protocol URLTaskReactor: Sendable {
+    /// How the manager runs this reactor. Defaults to ``URLTaskReactorConfiguration/default``.
+    var configuration: URLTaskReactorConfiguration { get }
+
+    /// Whether this outcome needs this reactor. Called for every response head and transport
+    /// error, so keep it cheap and synchronous.
+    func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool
+
+    /// The work: refresh a token, wait out a back-off, reset a connection. Throwing fails
+    /// every task waiting on this run.
+    ///
+    /// - Parameters:
+    ///   - outcome: What the task that started this run received.
+    ///   - body: That response's body (up to 1 MiB), empty for transport errors.
+    ///   - task: The task that started this run.
+    func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws
+}
+
+extension URLTaskReactor {
+    public var configuration: URLTaskReactorConfiguration { .default }
+}
+
+/// How one send of a task ended, as reactors see it.
+public enum URLTaskOutcome: Sendable {
+    /// The server answered; the body follows.
+    case response(HTTPURLResponse)
+    /// The transport failed (connection refused, timed out, ...).
+    case failure(any Error)
+
+    /// The response's status code, or `nil` for a transport failure.
+    public var statusCode: Int? {
+        if case .response(let response) = self { return response.statusCode }
+        return nil
+    }
+
+    /// The `URLError` code of a transport failure, or `nil`.
+    public var urlErrorCode: URLError.Code? {
+        if case .failure(let error) = self { return (error as? URLError)?.code }
+        return nil
+    }
+}
+
+/// How the manager runs one reactor.
+public struct URLTaskReactorConfiguration: Sendable {
+    /// Whether tasks share one run of the work.
+    public enum Sharing: Sendable {
+        /// One run at a time for every task that needs it (token refresh).
+        case singleFlight
+        /// Each task runs the work on its own (a retry's back-off delay).
+        case perTask
+    }
+
+    /// Guards against a reactor that keeps running (a refresh whose token is always refused).
+    public struct LoopGuard: Sendable {
+        /// Runs allowed within `window`.
+        public var maximumRuns: Int
+        /// The sliding window.
+        public var window: Duration
+
+        /// Allows `maximumRuns` runs within `window`.
+        public init(maximumRuns: Int, window: Duration) {
+            self.maximumRuns = maximumRuns
+            self.window = window
+        }
+    }
+
+    /// Whether tasks share one run of the work.
+    public var sharing: Sharing
+    /// Send affected tasks again after the work succeeds. When `false`, each caller receives
+    /// the response that triggered the reaction once the work is done.
+    public var requeue: Bool
+    /// Run the interceptors again on a requeued task (so it carries fresh headers). When
+    /// `false` the task is resent with the request it had.
+    public var reintercept: Bool
+    /// While the work runs, hold tasks that have not been sent yet so none goes out with
+    /// state the work is about to replace (a stale token).
+    public var holdsNewTasks: Bool
+    /// The longest the work may run; then every waiting task fails with
+    /// ``URLTaskError/reactorTimedOut(reactor:after:)``. `nil` for no limit.
+    public var timeout: Duration?
+    /// How many times one task may trigger this reactor before it fails with
+    /// ``URLTaskError/tooManyAttempts(reactor:attempts:)``.
+    public var maximumReactionsPerTask: Int
+    /// Runs allowed per window before the reactor fails with ``URLTaskError/reactionLoop(reactor:runs:window:)``.
+    public var loopGuard: LoopGuard?
+    /// Requests this reactor neither holds nor reacts to: the requests its own work sends
+    /// through the manager's session (a token endpoint).
+    public var exempts: @Sendable (URLRequest) -> Bool
+
+    /// Creates a configuration; the defaults are those of ``default``.
+    public init(
+        sharing: Sharing = .singleFlight,
+        requeue: Bool = true,
+        reintercept: Bool = true,
+        holdsNewTasks: Bool = false,
+        timeout: Duration? = .seconds(60),
+        maximumReactionsPerTask: Int = 3,
+        loopGuard: LoopGuard? = LoopGuard(maximumRuns: 10, window: .seconds(10)),
+        exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
+    ) {
+        self.exempts = exempts
+        self.sharing = sharing
+        self.requeue = requeue
+        self.reintercept = reintercept
+        self.holdsNewTasks = holdsNewTasks
+        self.timeout = timeout
+        self.maximumReactionsPerTask = maximumReactionsPerTask
+        self.loopGuard = loopGuard
+    }
+
+    /// Single flight, requeue through the interceptors, no gate.
+    public static var `default`: Self { Self() }
+
+    /// For credential refresh: single flight, holds new tasks while refreshing, at most two
+    /// reactions per task (a token refused twice in a row is not a stale token), at most 3
+    /// refreshes in 10 seconds.
+    public static var authentication: Self {
+        Self(holdsNewTasks: true, timeout: .seconds(30), maximumReactionsPerTask: 2,
+             loopGuard: LoopGuard(maximumRuns: 3, window: .seconds(10)))
+    }
+
+    /// For retries: each task waits on its own, no gate, no loop guard (the policy limits
+    /// attempts itself).
+    public static var retry: Self {
+        Self(sharing: .perTask, timeout: nil, maximumReactionsPerTask: .max, loopGuard: nil)
+    }
+}
