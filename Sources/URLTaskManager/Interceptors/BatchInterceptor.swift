@@ -30,6 +30,9 @@ public struct BatchInterceptor: URLTaskInterceptor {
         self.matches = matches
     }
 
+    /// Always `true`: the count decision needs every earlier hold to be visible.
+    public var interceptsOneAtATime: Bool { true }
+
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard matches(task.request) else { return .execute }
         if let size, context.currentBatchCount + 1 >= size { return .release }

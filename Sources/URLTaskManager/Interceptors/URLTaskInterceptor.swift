@@ -18,6 +18,16 @@
 public protocol URLTaskInterceptor: Sendable {
     /// Inspects and rewrites one task, and decides its fate.
     func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand
+
+    /// Whether the manager runs this interceptor on one task at a time. Interceptors that
+    /// decide from ``InterceptContext/currentBatchCount`` need it: two tasks intercepted at the
+    /// same moment would otherwise both see the same count, and a batch of 10 could end up
+    /// holding 10 tasks without any of them releasing it. Defaults to `false` (concurrent).
+    var interceptsOneAtATime: Bool { get }
+}
+
+extension URLTaskInterceptor {
+    public var interceptsOneAtATime: Bool { false }
 }
 
 /// What an interceptor knows besides the task itself.

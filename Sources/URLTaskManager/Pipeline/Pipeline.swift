@@ -12,6 +12,8 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
 
     let interceptors: [any URLTaskInterceptor]
     let batches: [BatchStorage]
+    /// One per interceptor that intercepts one task at a time, `nil` for the others.
+    let serialGates: [SerialGate?]
     let reactors: [ReactorStorage]
     let options: URLTaskManager.Options
     private(set) var transport: Transport!
@@ -25,6 +27,7 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
         self.interceptors = interceptors
         self.reactors = reactors.enumerated().map { ReactorStorage(index: $0.offset, reactor: $0.element) }
         self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
+        self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }
         self.options = options
         self.transport = Transport(configuration: configuration, onInvalidated: {})
     }

@@ -172,9 +172,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         lock.withLock { hold = nil }
         let interceptor = pipeline.interceptors[index]
         let name = String(describing: type(of: interceptor))
-        let context = InterceptContext(currentBatchCount: pipeline.batches[index].count)
+        let serialGate = pipeline.serialGates[index]
         var snapshot = lock.withLock { task }
         let work = Task {
+            await serialGate?.acquire()
+            // Released only after the command took effect (a hold is in the batch), so the
+            // next call's count includes it.
+            defer { serialGate?.release() }
+            let context = InterceptContext(currentBatchCount: pipeline.batches[index].count)
             let action: TaskStateMachine.Action
             do {
                 let command = try await interceptor.intercept(&snapshot, context: context)

@@ -1,0 +1,44 @@
+import Foundation
+import LoopbackServer
+import URLTaskManager
+
+extension Scenario {
+    static let headerEnrichment = Scenario(name: "headers", summary: "Interceptors add a user agent, a request id and Authorization") { transcript in
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route(nil, "/echo") { request in
+            let seen = ["user-agent", "x-request-id", "authorization"].map { "\($0)=\(request.headers[$0] ?? "-")" }
+            return .text(seen.joined(separator: " "))
+        }
+
+        let counter = RequestCounter()
+        let manager = URLTaskManager(interceptors: [
+            HeaderInterceptor([
+                "User-Agent": .fixed("ExampleApp/1.0"),
+                "X-Request-ID": .computed { _ in "req-\(counter.next())" },
+                "Authorization": .computed { _ in "Bearer user-token" },
+            ]),
+        ])
+
+        for _ in 1...2 {
+            let (data, _) = try await manager.session.data(from: server.url("/echo"))
+            transcript.server(String(decoding: data, as: UTF8.self))
+        }
+        let ids = server.requests(path: "/echo").compactMap { $0.headers["x-request-id"] }
+        try transcript.check(ids == ["req-1", "req-2"], "request ids were \(ids)")
+        try transcript.check(server.requests(path: "/echo").allSatisfy { $0.headers["authorization"] == "Bearer user-token" }, "Authorization missing")
+        transcript.conclude("2 requests, each with its own request id")
+    }
+}
+
+final class RequestCounter: @unchecked Sendable {  // `value` is guarded by `lock`.
+    private let lock = NSLock()
+    private var value = 0
+
+    func next() -> Int {
+        lock.withLock {
+            value += 1
+            return value
+        }
+    }
+}

@@ -1,0 +1,29 @@
+import Foundation
+import LoopbackServer
+import URLTaskManager
+
+extension Scenario {
+    /// The README's quick start, compiled and run as written.
+    static let quickStart = Scenario(name: "quick-start", summary: "The README quick start, as written") { transcript in
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route(nil, "/me") { request in
+            .text("hello, \(request.headers["x-client"] ?? "stranger")")
+        }
+        let url = server.url("/me")
+
+        // README quick start: begin
+        let manager = URLTaskManager(
+            interceptors: [HeaderInterceptor(["X-Client": "quick-start"])],
+            configuration: .default
+        )
+        let (data, response) = try await manager.session.data(from: url)
+        print(String(decoding: data, as: UTF8.self), (response as? HTTPURLResponse)?.statusCode ?? 0)
+        // README quick start: end
+
+        let body = String(decoding: data, as: UTF8.self)
+        transcript.server("saw X-Client: \(server.requests(path: "/me").first?.headers["x-client"] ?? "-")")
+        try transcript.check(body == "hello, quick-start", "unexpected body \(body)")
+        transcript.conclude("header reached the server, 200")
+    }
+}
