@@ -1,0 +1,19 @@
+extension LoopbackServer {
+    /// Knobs for a server, fixed at creation so every connection thread sees the same values.
+    public struct Configuration: Sendable {
+        /// How many body bytes each `RecordedRequest.body` keeps (the length and SHA-256 always cover
+        /// the whole body). Default 16 MiB.
+        public var bodyRecordLimit: Int
+        /// The largest request head (request line plus headers) accepted before answering 400. Default 64 KiB.
+        public var maxHeadBytes: Int
+        /// The `listen` backlog, large so bursts of hundreds of connections are not refused. Default 1024.
+        public var listenBacklog: Int
+
+        /// The defaults described on each property.
+        public init(bodyRecordLimit: Int = 16 << 20, maxHeadBytes: Int = 64 << 10, listenBacklog: Int = 1024) {
+            self.bodyRecordLimit = bodyRecordLimit
+            self.maxHeadBytes = maxHeadBytes
+            self.listenBacklog = listenBacklog
+        }
+    }
+}
