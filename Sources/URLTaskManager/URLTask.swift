@@ -8,7 +8,8 @@ public struct URLTask: Sendable, Identifiable {
     /// A process-wide unique, stable identifier: the same across every attempt of the task.
     public struct ID: Hashable, Sendable, CustomStringConvertible {
         let rawValue: UInt64
-        public var description: String { "URLTask#\(rawValue)" }
+        /// The number alone, ready for a header value or a log line.
+        public var description: String { String(rawValue) }
     }
 
     /// Stable across attempts; use it to correlate logs or a request id header.
