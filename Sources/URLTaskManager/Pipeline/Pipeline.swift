@@ -33,7 +33,7 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
     }
 
     /// Called by the bridge on the outer session's work queue: returns at once.
-    func start(request: URLRequest, body: RequestBodySource, sink: ProtocolSink) -> any PipelineTaskHandle {
+    func start(request: URLRequest, body: RequestBodySource, sink: any TaskSink) -> any PipelineTaskHandle {
         let id: URLTask.ID = lock.withLock {
             activeTasks += 1
             nextID += 1

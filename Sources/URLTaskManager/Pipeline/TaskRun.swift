@@ -16,10 +16,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private var sentUnder: [Int]
     private var bodyUsed = false
     private let body: TransportBody
-    private let sink: ProtocolSink
+    private let sink: any TaskSink
     private let pipeline: Pipeline
 
-    init(id: URLTask.ID, request: URLRequest, body: TransportBody, sink: ProtocolSink, pipeline: Pipeline) {
+    init(id: URLTask.ID, request: URLRequest, body: TransportBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
         self.task = URLTask(id: id, originalRequest: request, attempt: 1)
         self.body = body

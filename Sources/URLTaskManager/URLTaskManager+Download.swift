@@ -1,0 +1,51 @@
+extension URLTaskManager {
+    /// Downloads `request` to a temporary file, through the interceptors and reactors.
+    ///
+    /// `manager.session.download(for:)` works too, but on Linux a download task cannot pass
+    /// through a custom `URLProtocol` (corelibs completes it only from its own protocol), so
+    /// there it skips the interceptors and reactors: no token, no refresh. This method runs the
+    /// same pipeline as every other task and streams the body to disk as it arrives, so memory
+    /// stays flat for large files. The file is yours: move it before the next launch.
+    ///
+    /// Cancelling the calling task cancels the download with `URLError.cancelled`.
+    public func download(for request: URLRequest) async throws -> (URL, URLResponse) {
+        let (location, file) = try FileDownloadSink.makeFile()
+        let handle = HandleBox()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let sink = FileDownloadSink(location: location, file: file, continuation: continuation)
+                let body: RequestBodySource = request.httpBody.map { .data($0) } ?? request.httpBodyStream.map { .stream($0) } ?? .none
+                handle.set(pipeline.start(request: request, body: body, sink: sink), sink: sink)
+            }
+        } onCancel: {
+            handle.cancel()
+        }
+    }
+}
+
+/// Lets the cancellation handler reach a download that may not have started yet.
+private final class HandleBox: @unchecked Sendable {  // all state is guarded by `lock`.
+    private let lock = NSLock()
+    private var handle: (any PipelineTaskHandle)?
+    private var sink: FileDownloadSink?
+    private var cancelled = false
+
+    func set(_ handle: any PipelineTaskHandle, sink: FileDownloadSink) {
+        let cancelNow: Bool = lock.withLock {
+            self.handle = handle
+            self.sink = sink
+            return cancelled
+        }
+        if cancelNow { cancel() }
+    }
+
+    func cancel() {
+        let (handle, sink): ((any PipelineTaskHandle)?, FileDownloadSink?) = lock.withLock {
+            cancelled = true
+            return (self.handle, self.sink)
+        }
+        // Unlike the session, nobody else reports the cancellation here.
+        sink?.fail(URLError(.cancelled))
+        handle?.cancel()
+    }
+}
