@@ -13,6 +13,7 @@ let package = Package(
         .target(name: "URLTaskManager"),
         .target(name: "LoopbackServer"),
         .executableTarget(name: "Examples", dependencies: ["URLTaskManager", "LoopbackServer"]),
+        .executableTarget(name: "Benchmarks", dependencies: ["URLTaskManager", "LoopbackServer"]),
         .testTarget(name: "URLTaskManagerTests", dependencies: ["URLTaskManager", "LoopbackServer"]),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
     ],

@@ -6,12 +6,23 @@ extension URLTaskManager {
         /// run while a task is held, so without this a forgotten batch would hang its callers.
         public var maximumHoldTime: Duration
 
+        /// The largest `httpBodyStream` body kept so the task can be sent again.
+        ///
+        /// A stream can be read only once, but a reactor may resend the task (after a token
+        /// refresh, a retry). When the manager has reactors, a stream body up to this size is
+        /// read into memory before the first send (off URLSession's queues) and replayed byte
+        /// for byte on every resend. A larger stream is sent once as it is, streamed; if it must
+        /// be resent the task fails with ``URLTaskError/bodyNotReplayable(reason:)`` rather than
+        /// send an empty or partial body. `Data` and file bodies are always replayable.
+        public var maximumReplayableBodySize: Int
+
         /// Creates options; every parameter has a sensible default.
-        public init(maximumHoldTime: Duration = .seconds(60)) {
+        public init(maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20) {
             self.maximumHoldTime = maximumHoldTime
+            self.maximumReplayableBodySize = maximumReplayableBodySize
         }
 
-        /// The defaults: hold at most 60 seconds.
+        /// The defaults: hold at most 60 seconds, replay stream bodies up to 8 MiB.
         public static var `default`: Options { Options() }
     }
 }

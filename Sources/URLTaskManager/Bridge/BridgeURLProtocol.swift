@@ -42,6 +42,17 @@ final class BridgeURLProtocol<Slot: BridgeSlot>: URLProtocol {
             sink.fail(URLTaskError.uploadBodyUnavailable)
             return
         }
+        if facts.bodyFromDelegate {
+            // The delegate may answer later, from any thread; a cancel before then wins.
+            let deferred = DeferredTaskHandle()
+            handle = deferred
+            let request = self.request
+            Platform.requestBodyStream(for: task) { stream in
+                let body: RequestBodySource = stream.map { .stream($0) } ?? .none
+                deferred.start { pipeline.start(request: request, body: body, sink: sink) }
+            }
+            return
+        }
         handle = pipeline.start(request: request, body: facts.body, sink: sink)
     }
 

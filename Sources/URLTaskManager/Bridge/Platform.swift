@@ -42,6 +42,9 @@ struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; t
     /// `true` when the body should have been found but was not (an upload task whose body the
     /// toolchain hides): the task must fail rather than go out empty.
     var bodyMissing: Bool
+    /// An upload task made with `uploadTask(withStreamedRequest:)`: like corelibs, the bridge
+    /// asks the session delegate for the body (``Platform/requestBodyStream(for:completion:)``).
+    var bodyFromDelegate = false
     /// A download task: corelibs cannot complete one through a custom protocol (it reads a
     /// temporary file URL only its own protocol can set), so it is handed to the native one.
     var isDownload: Bool
@@ -58,13 +61,21 @@ enum Platform {
         let delivery = session.map { behaviourDelivery(session: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
         var body = requestBody(request)
         var missing = false
+        var fromDelegate = false
         if case .none = body, task is URLSessionUploadTask {
-            if let known = Reflection.unwrapOptional(Reflection.child(task, "knownBody")) {
-                body = uploadBody(fromKnownBody: known)
+            if let field = Reflection.child(task, "knownBody") {
+                if let known = Reflection.unwrapOptional(field) {
+                    body = uploadBody(fromKnownBody: known)
+                } else {
+                    // `knownBody` is nil only for `uploadTask(withStreamedRequest:)`.
+                    fromDelegate = true
+                }
             }
-            missing = { if case .none = body { return true } else { return false } }()
+            missing = !fromDelegate && { if case .none = body { return true } else { return false } }()
         }
-        return OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
+        var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
+        facts.bodyFromDelegate = fromDelegate
+        return facts
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls
         // from any thread.
@@ -72,6 +83,24 @@ enum Platform {
         let missing = task is URLSessionUploadTask && { if case .none = body { return true } else { return false } }()
         return OuterTaskFacts(delivery: .stream, workQueue: nil, body: body, bodyMissing: missing, isDownload: isDownload)
         #endif
+    }
+
+    /// Asks the outer session's delegate for the body of a `uploadTask(withStreamedRequest:)`
+    /// task, as corelibs' own protocol does (`URLSessionTask.getBody`): its
+    /// `urlSession(_:task:needNewBodyStream:)`, called right here (on the work queue, like
+    /// corelibs). `nil` (no delegate, or the delegate gave no stream) means an empty body, as
+    /// with a plain session.
+    static func requestBodyStream(for task: URLSessionTask, completion: @escaping @Sendable (InputStream?) -> Void) {
+        #if canImport(FoundationNetworking)
+        let session = Reflection.unwrapOptional(Reflection.child(task, "session")) as? URLSession
+        #else
+        let session: URLSession? = nil
+        #endif
+        guard let session, let delegate = session.delegate as? URLSessionTaskDelegate else {
+            completion(nil)
+            return
+        }
+        delegate.urlSession(session, task: task, needNewBodyStream: completion)
     }
 
     /// The protocol class URLSession itself uses for HTTP, to which download tasks are handed.

@@ -11,18 +11,28 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
 
     var count: Int { lock.withLock { machine.count } }
 
-    func hold(_ run: TaskRun, maximumWait: Duration?) {
+    /// The count an interceptor about to decide is told, and the flush count it decides under.
+    var snapshot: (count: Int, flushes: Int) { lock.withLock { (machine.count, machine.flushes) } }
+
+    /// - Parameter flushesSeen: The flush count of the ``snapshot`` the task's interceptor decided on.
+    func hold(_ run: TaskRun, maximumWait: Duration?, flushesSeen: Int? = nil) {
         let deadline = maximumWait.map { ContinuousClock.now.advanced(by: $0) }
         let action = lock.withLock {
-            members[run.id] = run
-            return machine.hold(run.id, deadline: deadline)
+            let action = machine.hold(run.id, deadline: deadline, flushesSeen: flushesSeen)
+            if action != .releaseNow { members[run.id] = run }
+            return action
         }
-        if case .armTimer(let deadline, let generation) = action {
+        switch action {
+        case .none:
+            break
+        case .armTimer(let deadline, let generation):
             let delay = ContinuousClock.now.duration(to: deadline)
             let nanoseconds = max(0, delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000)
             DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds))) { [weak self] in
                 self?.timerFired(generation: generation)
             }
+        case .releaseNow:
+            run.batchReleased(index: interceptorIndex)
         }
     }
 
@@ -32,6 +42,12 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
             if let extra { members[extra.id] = extra; _ = machine.hold(extra.id, deadline: nil) }
             return takeAll(machine.releaseAll())
         }
+        for run in runs { run.batchReleased(index: interceptorIndex) }
+    }
+
+    /// Releases every held task, and every task deciding to hold right now (`flush()`).
+    func flush() {
+        let runs = lock.withLock { takeAll(machine.flush()) }
         for run in runs { run.batchReleased(index: interceptorIndex) }
     }
 

@@ -88,9 +88,9 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
     /// Releases held tasks: every batch, or the one of interceptor `index`.
     func flush(interceptorAt index: Int? = nil) {
         if let index {
-            batches[index].release()
+            batches[index].flush()
         } else {
-            for batch in batches { batch.release() }
+            for batch in batches { batch.flush() }
         }
     }
 }

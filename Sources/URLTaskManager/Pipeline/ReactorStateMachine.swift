@@ -5,11 +5,20 @@
 ///        ^                               │  more tasks join; new tasks gate     │
 ///        └──────────────failure──────────┘  (waiters and gated tasks all fail)  │
 /// ```
-/// `version` counts successful runs. A task records the version it was sent under; if it
-/// needs the reactor after a newer version exists, the work it needs has already been done
-/// and it is requeued at once (the "late 401").
+/// `version` counts successful runs and `failures` failed ones. A task records both when its
+/// headers are decided, as its interceptors begin (its ``Stamp``). If it needs the reactor after a newer version exists, the work it
+/// needs has already been done and it is requeued at once (the "late 401"). If only failed
+/// runs ended since it was sent, the work it needs has already been tried and failed: it
+/// fails at once with that run's error (the "late failure") instead of running the failed
+/// work again for every response that was already on its way.
 struct ReactorStateMachine {
     typealias TaskID = URLTask.ID
+
+    /// What a task saw of the reactor when its headers were decided.
+    struct Stamp: Equatable {
+        var version = 0
+        var failures = 0
+    }
 
     enum NeedAction: Equatable {
         /// Start run `run`; this task waits on it.
@@ -18,6 +27,8 @@ struct ReactorStateMachine {
         case wait(run: Int)
         /// A run finished after this task was sent: requeue without running again.
         case requeueNow
+        /// Only failed runs finished after this task was sent: fail it with the last one's error.
+        case failNow
         /// The loop guard tripped: fail this task.
         case refuseLoop(runs: Int)
     }
@@ -37,6 +48,7 @@ struct ReactorStateMachine {
 
     private var state: State = .idle
     private(set) var version = 0
+    private(set) var failures = 0
     private var runCount = 0
     private var runStarts: [ContinuousClock.Instant] = []
     private let loopGuard: URLTaskReactorConfiguration.LoopGuard?
@@ -50,19 +62,23 @@ struct ReactorStateMachine {
         return false
     }
 
+    /// The stamp a task sent now records.
+    var stamp: Stamp { Stamp(version: version, failures: failures) }
+
     var runningRun: Int? {
         if case .running(let run, _, _) = state { return run }
         return nil
     }
 
-    mutating func taskNeedsReaction(_ id: TaskID, sentUnder: Int, now: ContinuousClock.Instant) -> NeedAction {
+    mutating func taskNeedsReaction(_ id: TaskID, sentUnder: Stamp, now: ContinuousClock.Instant) -> NeedAction {
         switch state {
         case .running(let run, var waiters, let gated):
             waiters.append(id)
             state = .running(run: run, waiters: waiters, gated: gated)
             return .wait(run: run)
         case .idle:
-            if sentUnder < version { return .requeueNow }
+            if sentUnder.version < version { return .requeueNow }
+            if sentUnder.failures < failures { return .failNow }
             if let loopGuard {
                 runStarts.removeAll { $0.duration(to: now) > loopGuard.window }
                 if runStarts.count >= loopGuard.maximumRuns { return .refuseLoop(runs: runStarts.count) }
@@ -86,7 +102,7 @@ struct ReactorStateMachine {
     mutating func runFinished(run: Int, succeeded: Bool) -> RunEnd? {
         guard case .running(let current, let waiters, let gated) = state, current == run else { return nil }
         state = .idle
-        if succeeded { version += 1 }
+        if succeeded { version += 1 } else { failures += 1 }
         return RunEnd(waiters: waiters, gated: gated)
     }
 

@@ -1,6 +1,6 @@
 /// Runs one single-flight reactor: its ``ReactorStateMachine`` under a lock, the work in a
 /// Swift task with its timeout, and the hand-back to every task that waited.
-final class ReactorStorage: @unchecked Sendable {  // `machine` and `runs` are guarded by `lock`.
+final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `lastFailure` are guarded by `lock`.
     enum Outcome {
         case succeeded
         case failed(any Error)
@@ -13,6 +13,8 @@ final class ReactorStorage: @unchecked Sendable {  // `machine` and `runs` are g
     private let lock = NSLock()
     private var machine: ReactorStateMachine
     private var members: [URLTask.ID: TaskRun] = [:]
+    /// The error of the last failed run, given to tasks that arrive late for it.
+    private var lastFailure: (any Error)?
 
     init(index: Int, reactor: any URLTaskReactor) {
         self.index = index
@@ -22,8 +24,9 @@ final class ReactorStorage: @unchecked Sendable {  // `machine` and `runs` are g
         self.machine = ReactorStateMachine(loopGuard: configuration.loopGuard)
     }
 
-    /// The number of successful runs so far: the "credential version" a task is sent under.
-    var version: Int { lock.withLock { machine.version } }
+    /// What a task whose headers are decided now records: the successful runs so far (the "credential version")
+    /// and the failed ones.
+    var stamp: ReactorStateMachine.Stamp { lock.withLock { machine.stamp } }
 
     /// Holds `run` if this reactor's work is running and it gates new tasks. Returns `true`
     /// if the task must wait; it is resumed by ``TaskRun/gateOpened()`` or failed with the
@@ -38,20 +41,23 @@ final class ReactorStorage: @unchecked Sendable {  // `machine` and `runs` are g
     }
 
     /// `run` needs this reactor. Starts, joins, or skips the work.
-    func need(_ run: TaskRun, sentUnder: Int, outcome: URLTaskOutcome, body: Data, task: URLTask) {
-        let action = lock.withLock {
+    func need(_ run: TaskRun, sentUnder: ReactorStateMachine.Stamp, outcome: URLTaskOutcome, body: Data, task: URLTask) {
+        let (action, lastFailure) = lock.withLock {
             let action = machine.taskNeedsReaction(run.id, sentUnder: sentUnder, now: .now)
             switch action {
             case .startRun, .wait: members[run.id] = run
-            case .requeueNow, .refuseLoop: break
+            case .requeueNow, .failNow, .refuseLoop: break
             }
-            return action
+            return (action, self.lastFailure)
         }
         switch action {
         case .wait:
             return
         case .requeueNow:
             run.reactionFinished(reactor: index, outcome: .succeeded)
+        case .failNow:
+            let error = lastFailure ?? URLTaskError.reactorFailed(reactor: name, underlying: CancellationError())
+            run.reactionFinished(reactor: index, outcome: .failed(error))
         case .refuseLoop(let runs):
             let window = configuration.loopGuard?.window ?? .zero
             run.reactionFinished(reactor: index, outcome: .failed(URLTaskError.reactionLoop(reactor: name, runs: runs, window: window)))
@@ -79,7 +85,10 @@ final class ReactorStorage: @unchecked Sendable {  // `machine` and `runs` are g
             result = .failed(URLTaskError.reactorFailed(reactor: name, underlying: error))
         }
         let (waiters, gated): ([TaskRun], [TaskRun]) = lock.withLock {
-            guard let end = machine.runFinished(run: number, succeeded: { if case .succeeded = result { true } else { false } }()) else { return ([], []) }
+            var failure: (any Error)?
+            if case .failed(let error) = result { failure = error }
+            guard let end = machine.runFinished(run: number, succeeded: failure == nil) else { return ([], []) }
+            lastFailure = failure
             let waiters = end.waiters.compactMap { members.removeValue(forKey: $0) }
             let gated = end.gated.compactMap { members.removeValue(forKey: $0) }
             return (waiters, gated)
@@ -91,24 +100,5 @@ final class ReactorStorage: @unchecked Sendable {  // `machine` and `runs` are g
             case .failed(let error): run.failUnsent(error)
             }
         }
-    }
-}
-
-struct ReactorDeadlineExceeded: Error {
-    let limit: Duration
-}
-
-/// Runs `work`, throwing ``ReactorDeadlineExceeded`` (and cancelling the work) if it takes
-/// longer than `limit`.
-func withDeadline(_ limit: Duration?, _ work: @escaping @Sendable () async throws -> Void) async throws {
-    guard let limit else { return try await work() }
-    try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { try await work() }
-        group.addTask {
-            try await Task.sleep(for: limit)
-            throw ReactorDeadlineExceeded(limit: limit)
-        }
-        defer { group.cancelAll() }
-        try await group.next()
     }
 }

@@ -12,10 +12,17 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private var running: Task<Void, Never>?
     private var hold: (index: Int, generation: Int)?
     private var holdGeneration = 0
-    /// The version of each reactor the current attempt was sent under.
-    private var sentUnder: [Int]
+    /// The batch's flush count when the interceptor that returned last began deciding.
+    private var decidedUnderFlushes = 0
+    /// What each reactor had done when the current attempt's headers were decided: when its
+    /// interceptors began (or, for a resend without them, when it was sent). A run that ended
+    /// after that point is one this attempt's response may be late for.
+    private var sentUnder: [ReactorStateMachine.Stamp]
+    /// The attempt `sentUnder` belongs to.
+    private var stampedAttempt = 0
     private var bodyUsed = false
-    private let body: TransportBody
+    /// Replaced once, in ``start()``, by a replayable copy when it is a stream.
+    private var body: TransportBody
     private let sink: any TaskSink
     private let pipeline: Pipeline
 
@@ -25,7 +32,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         self.body = body
         self.sink = sink
         self.pipeline = pipeline
-        self.sentUnder = Array(repeating: 0, count: pipeline.reactors.count)
+        self.sentUnder = Array(repeating: ReactorStateMachine.Stamp(), count: pipeline.reactors.count)
         self.machine = TaskStateMachine(
             interceptorCount: pipeline.interceptors.count,
             reactors: pipeline.reactors.map { ($0.name, $0.configuration.maximumReactionsPerTask) }
@@ -35,6 +42,13 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     // MARK: Events
 
     func start() {
+        if case .stream(let stream) = lock.withLock({ body }), !pipeline.reactors.isEmpty {
+            // A reactor may send the task again, and a stream can be read only once.
+            switch ReplayableBody.prepare(stream, limit: pipeline.options.maximumReplayableBodySize) {
+            case .success(let replayable): lock.withLock { body = replayable }
+            case .failure(let error): return failUnsent(error)
+            }
+        }
         perform(lock.withLock { machine.start() })
     }
 
@@ -45,7 +59,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     func batchReleased(index: Int) {
-        perform(lock.withLock { machine.released(index: index) })
+        perform(lock.withLock {
+            if hold?.index == index { hold = nil }  // no longer subject to maximumHoldTime
+            return machine.released(index: index)
+        })
     }
 
     /// A reactor whose gate held this task finished successfully: check the gates again.
@@ -111,12 +128,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .runInterceptor(let index):
             runInterceptor(index)
         case .hold(let index, let maximumWait):
-            let generation = lock.withLock {
+            let (generation, flushes) = lock.withLock {
                 holdGeneration += 1
                 hold = (index, holdGeneration)
-                return holdGeneration
+                return (holdGeneration, decidedUnderFlushes)
             }
-            pipeline.batches[index].hold(self, maximumWait: maximumWait)
+            pipeline.batches[index].hold(self, maximumWait: maximumWait, flushesSeen: flushes)
+            // A cancel that raced with the hold found nothing to leave.
+            if lock.withLock({ machine.isCompleted }) { pipeline.batches[index].remove(self) }
             armHoldTimeout(index: index, generation: generation)
         case .releaseBatch(let index):
             lock.withLock {
@@ -165,7 +184,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             perform(lock.withLock { machine.waitingAtGate(reactor: reactor.index) })
             return
         }
-        perform(lock.withLock { machine.gateOpened() })
+        // Stamped before the interceptors run, not at send: an interceptor (or a batch hold)
+        // may apply a token, then a run may start and end before the task is sent.
+        let stamps = pipeline.reactors.map(\.stamp)
+        perform(lock.withLock {
+            sentUnder = stamps
+            stampedAttempt = machine.attempt
+            return machine.gateOpened()
+        })
     }
 
     private func runInterceptor(_ index: Int) {
@@ -179,12 +205,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             // Released only after the command took effect (a hold is in the batch), so the
             // next call's count includes it.
             defer { serialGate?.release() }
-            let context = InterceptContext(currentBatchCount: pipeline.batches[index].count)
+            let (count, flushes) = pipeline.batches[index].snapshot
+            let context = InterceptContext(currentBatchCount: count)
             let action: TaskStateMachine.Action
             do {
                 let command = try await interceptor.intercept(&snapshot, context: context)
                 action = lock.withLock {
                     task = snapshot
+                    decidedUnderFlushes = flushes
                     return machine.interceptorReturned(index: index, command: command, interceptorName: name)
                 }
             } catch {
@@ -217,10 +245,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     private func react(_ index: Int, outcome: URLTaskOutcome, body: Data) {
         let reactor = pipeline.reactors[index]
-        let (snapshot, version) = lock.withLock { (task, sentUnder[index]) }
+        let (snapshot, stamp) = lock.withLock { (task, sentUnder[index]) }
         switch reactor.configuration.sharing {
         case .singleFlight:
-            reactor.need(self, sentUnder: version, outcome: outcome, body: body, task: snapshot)
+            reactor.need(self, sentUnder: stamp, outcome: outcome, body: body, task: snapshot)
         case .perTask:
             let work = Task {
                 let result: ReactorStorage.Outcome
@@ -246,19 +274,22 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         // may be stale. Wait, then intercept again.
         for reactor in pipeline.reactors where reactor.gate(self, request: original) {
             perform(lock.withLock { machine.sendGated(reactor: reactor.index) })
+            // The run may have ended before the line above; its `gateOpened` then found the
+            // task still sending and was ignored. Now that the task is gated, check again.
+            checkGates()
             return
         }
-        let (request, replay): (URLRequest, Bool) = lock.withLock {
+        let (request, body, replay): (URLRequest, TransportBody, Bool) = lock.withLock {
             task.attempt = attempt
             defer { bodyUsed = true }
-            return (task.request, bodyUsed)
+            return (task.request, self.body, bodyUsed)
         }
         if let problem = HeaderValidation.firstProblem(in: request) {
             perform(lock.withLock { machine.failSending(problem) })
             return
         }
         if replay, case .stream = body {
-            let error = URLTaskError.bodyNotReplayable(reason: "a stream body was already sent once and was not kept")
+            let error = URLTaskError.bodyNotReplayable(reason: "a stream body larger than maximumReplayableBodySize was already sent once")
             perform(lock.withLock { machine.failSending(error) })
             return
         }
@@ -266,8 +297,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             perform(lock.withLock { machine.failSending(URLTaskError.managerInvalidated) })
             return
         }
-        let versions = pipeline.reactors.map(\.version)
-        lock.withLock { sentUnder = versions }
+        let stamps = pipeline.reactors.map(\.stamp)
+        lock.withLock {
+            // A requeue without the interceptors resends the same headers: stamp it now.
+            if stampedAttempt != attempt {
+                sentUnder = stamps
+                stampedAttempt = attempt
+            }
+        }
         let inner = pipeline.transport.start(request, body: body, events: self)
         let cancelled = lock.withLock {
             innerTask = inner

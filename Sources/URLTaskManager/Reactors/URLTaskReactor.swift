@@ -23,9 +23,11 @@
 /// ```
 ///
 /// **Late failures.** A task sent with the old token may fail after a refresh already
-/// succeeded. The manager remembers which run of each reactor a task was sent under (what
-/// Alamofire calls the credential version); such a task is requeued at once, without running
-/// the work again.
+/// succeeded. The manager remembers which run of each reactor a task's headers were decided
+/// under (what Alamofire calls the credential version; recorded when its interceptors begin);
+/// such a task is requeued at once, without running the work again. Likewise, when the only
+/// runs that ended since then failed, the task fails at once with the last run's error: the
+/// responses already on their way when a refresh failed do not each start another refresh.
 ///
 /// **The reactor's own requests.** ``react(to:body:of:)`` may use any session. A plain
 /// `URLSession` is simplest for a token endpoint. If the work uses the manager's own session,
@@ -111,7 +113,8 @@ public struct URLTaskReactorConfiguration: Sendable {
     /// state the work is about to replace (a stale token).
     public var holdsNewTasks: Bool
     /// The longest the work may run; then every waiting task fails with
-    /// ``URLTaskError/reactorTimedOut(reactor:after:)``. `nil` for no limit.
+    /// ``URLTaskError/reactorTimedOut(reactor:after:)``, even if the work ignores its
+    /// cancellation (it is cancelled, left to finish, and its result dropped). `nil` for no limit.
     public var timeout: Duration?
     /// How many times one task may trigger this reactor before it fails with
     /// ``URLTaskError/tooManyAttempts(reactor:attempts:)``.

@@ -11,10 +11,14 @@ protocol TransportEvents: AnyObject, Sendable {
 /// cache policy, additional headers and proxies behave as in a plain session. Redirects are
 /// followed here (corelibs cannot take a redirect from a custom protocol); on a redirect to
 /// another origin the `Authorization` header is dropped so a credential never follows a
-/// request to a host it was not issued for.
-final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // `routes` is guarded by `lock`; `session` is set once in init.
+/// request to a host it was not issued for. HTTP authentication challenges are left to the
+/// caller's session (see ``urlSession(_:task:didReceive:completionHandler:)``).
+final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // `routes`, `handedOver` are guarded by `lock`; `session` is set once in init.
     private let lock = NSLock()
     private var routes: [Int: any TransportEvents] = [:]
+    /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
+    /// is the normal end of the 401 response.
+    private var handedOver: Set<Int> = []
     private(set) var session: URLSession!
     private let invalidated: @Sendable () -> Void
 
@@ -69,8 +73,28 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        let events = lock.withLock { routes.removeValue(forKey: task.taskIdentifier) }
-        events?.transportDidComplete(error: error)
+        let (events, handedOver) = lock.withLock {
+            (routes.removeValue(forKey: task.taskIdentifier), self.handedOver.remove(task.taskIdentifier) != nil)
+        }
+        events?.transportDidComplete(error: handedOver ? nil : error)
+    }
+
+    /// corelibs raises an HTTP authentication challenge (a 401 with `WWW-Authenticate: Basic`)
+    /// only after the response and its body were delivered, and the inner session has no
+    /// credential to answer it with: left alone, the task would never complete. The challenge
+    /// belongs to the caller's session instead, which gets the 401 like any response and then
+    /// asks the caller's delegate or credential storage exactly as a plain session does (and
+    /// resends the request with the credential itself). So the inner task is stopped here and
+    /// its end reported as the normal end of the 401 response.
+    func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge, completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+        #if canImport(FoundationNetworking)
+        if (challenge.failureResponse as? HTTPURLResponse)?.statusCode == 401 {
+            lock.withLock { _ = handedOver.insert(task.taskIdentifier) }
+            completionHandler(.cancelAuthenticationChallenge, nil)
+            return
+        }
+        #endif
+        completionHandler(.performDefaultHandling, nil)
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {

@@ -1,0 +1,49 @@
+/// Applies an ``OAuth2Authenticator``'s access token as `Authorization: Bearer <token>`.
+///
+/// Only requests whose scheme, host and port are one of the authenticator's origins get the
+/// token; every other request passes untouched, so a token never leaks to a third-party host, a
+/// CDN, or a plain-HTTP twin of the API. (The manager also strips `Authorization` when a
+/// redirect leaves the origin.) The authenticator's own token requests are skipped too.
+///
+/// The token is read from the authenticator on every send, including resends, so a requeued
+/// task carries the token that replaced the one it was refused with. A token that expires
+/// within the authenticator's ``OAuth2Authenticator/refreshLeeway`` is renewed first: the
+/// requests that need it all wait for that one refresh and none is sent with the old token.
+///
+/// An existing `Authorization` header on a request for one of the origins is replaced while
+/// signed in, and left alone while signed out.
+///
+/// When the token cannot be had (the refresh failed, or was rejected earlier), the task fails
+/// with ``URLTaskError/reactorFailed(reactor:underlying:)`` naming ``OAuth2RefreshReactor``,
+/// exactly as the tasks whose 401 triggered a refresh that failed, so one `catch` handles
+/// both.
+///
+/// Pair it with an ``OAuth2RefreshReactor`` on the same authenticator; use one pair per
+/// credential (two backends with their own tokens are two pairs in one manager).
+public struct BearerInterceptor: URLTaskInterceptor {
+    /// The credential's owner.
+    public let authenticator: OAuth2Authenticator
+
+    /// Applies `authenticator`'s token to requests for its origins.
+    public init(authenticator: OAuth2Authenticator) {
+        self.authenticator = authenticator
+    }
+
+    public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        guard let url = task.request.url, authenticator.authorizes(url), !authenticator.isTokenRequest(task.request) else {
+            return .execute
+        }
+        let current: (credential: OAuth2Credential, version: Int)?
+        do {
+            current = try await authenticator.validCredential()
+        } catch {
+            throw URLTaskError.reactorFailed(reactor: String(describing: OAuth2RefreshReactor.self), underlying: error)
+        }
+        guard let current else { return .execute }
+        task.request.setValue("Bearer \(current.credential.accessToken)", forHTTPHeaderField: "Authorization")
+        var applied = task.values[AppliedCredentialVersions.self] ?? [:]
+        applied[ObjectIdentifier(authenticator)] = current.version
+        task.values[AppliedCredentialVersions.self] = applied
+        return .execute
+    }
+}

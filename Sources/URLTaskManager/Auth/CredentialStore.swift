@@ -1,0 +1,28 @@
+/// Where an ``OAuth2Authenticator`` keeps its credential between launches.
+///
+/// The authenticator calls ``load()`` once, lazily, before the first request that needs a
+/// token, and ``save(_:)`` after every sign-in and every refresh. Saving after a refresh
+/// matters: a server that rotates refresh tokens invalidates the old one as soon as it issues
+/// the new one, so a store that kept the old one would force a new sign-in at the next launch.
+///
+/// The default is ``InMemoryCredentialStore``; an app plugs in the Keychain or a file:
+///
+/// ```swift
+/// struct KeychainStore: CredentialStore {
+///     func load() async throws -> OAuth2Credential? {
+///         try Keychain.data(for: "api").map { try JSONDecoder().decode(OAuth2Credential.self, from: $0) }
+///     }
+///     func save(_ credential: OAuth2Credential) async throws {
+///         try Keychain.set(JSONEncoder().encode(credential), for: "api")
+///     }
+///     func clear() async throws { try Keychain.remove("api") }
+/// }
+/// ```
+public protocol CredentialStore: Sendable {
+    /// The stored credential, or `nil` when signed out.
+    func load() async throws -> OAuth2Credential?
+    /// Replaces the stored credential.
+    func save(_ credential: OAuth2Credential) async throws
+    /// Forgets the stored credential.
+    func clear() async throws
+}

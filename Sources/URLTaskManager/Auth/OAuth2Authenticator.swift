@@ -1,0 +1,277 @@
+/// The one owner of an OAuth 2.0 credential: it loads it, hands it out, renews it once for
+/// everyone, and saves it.
+///
+/// A manager uses it through a ``BearerInterceptor`` (which applies the token to requests for
+/// the authenticator's origins, renewing it first when it is about to expire) and an
+/// ``OAuth2RefreshReactor`` (which renews it when a request comes back 401). Both only ask the
+/// authenticator; it is an actor so that, however many requests ask at once, there is one
+/// credential, one refresh in flight, and one answer.
+///
+/// ```swift
+/// let auth = OAuth2Authenticator(
+///     origins: [URL(string: "https://api.example.com")!],
+///     tokenEndpoint: OAuth2TokenEndpoint(url: URL(string: "https://auth.example.com/token")!, clientID: "app"),
+///     store: KeychainStore(),
+///     onRefreshFailure: { _ in await MainActor.run { AppModel.shared.showSignIn() } }
+/// )
+/// let manager = URLTaskManager(
+///     interceptors: [BearerInterceptor(authenticator: auth)],
+///     reactors: [OAuth2RefreshReactor(authenticator: auth)]
+/// )
+/// ```
+///
+/// Two backends with their own tokens are two authenticators and two pairs in one manager;
+/// each pair only touches its own origins, and one backend's refresh never holds the other's
+/// requests:
+///
+/// ```swift
+/// let manager = URLTaskManager(
+///     interceptors: [BearerInterceptor(authenticator: api), BearerInterceptor(authenticator: media)],
+///     reactors: [OAuth2RefreshReactor(authenticator: api), OAuth2RefreshReactor(authenticator: media), RetryReactor()]
+/// )
+/// ```
+///
+/// When one service's token is needed to obtain another's, sign in to both with
+/// ``signIn(_:using:then:using:)``: both are stored, or neither.
+///
+/// **Versions.** Every change of the credential (sign-in, refresh, sign-out) increments
+/// ``version``. The interceptor records on each task the version it applied; when that task
+/// comes back 401 after the credential already changed, the reactor does not refresh again, the
+/// task is just sent again with the current token (the "late 401" of a storm of requests that
+/// all left with the old token).
+///
+/// **Hard cases.**
+/// - A refresh that fails because the server rejected the refresh token (a 400 or 401 from the
+///   token endpoint, see ``OAuth2Error/requiresSignIn``) is final: ``onRefreshFailure`` is called
+///   once, and every request for these origins then fails at once with the same error, without
+///   touching the network, until ``signIn(_:)``. Other failures (the token endpoint unreachable,
+///   a 5xx) are tried again by the next request that needs a token.
+/// - Signing in or out while a refresh is in flight wins: the refresh's result is dropped.
+/// - A refreshed credential is made current before it is saved: the server may have rotated the
+///   refresh token, making the old one useless. If saving fails, requests still use the new
+///   credential and ``onRefreshFailure`` hears the store's error, because at the next launch the
+///   user will have to sign in again.
+/// - A token endpoint that issues tokens living shorter than ``refreshLeeway`` would be asked for
+///   a new one before every request; a credential this authenticator just refreshed is therefore
+///   renewed early only once it has actually expired.
+/// - A refresh that has started runs to its end even if every request waiting for it is
+///   cancelled: the new token is still worth keeping, and cancelling a rotation half-way could
+///   lose the new refresh token.
+public actor OAuth2Authenticator {
+    /// Obtains a new credential from the current one.
+    public typealias Refresh = @Sendable (OAuth2Credential) async throws -> OAuth2Credential
+
+    /// How long before its expiry a token is renewed instead of sent.
+    public nonisolated let refreshLeeway: Duration
+
+    private nonisolated let origins: Set<OAuth2Origin>
+    private nonisolated let tokenRequestMatcher: @Sendable (URLRequest) -> Bool
+    private let refresher: Refresh
+    private let store: any CredentialStore
+    private let onRefreshFailure: (@Sendable (any Error) async -> Void)?
+
+    private var credential: OAuth2Credential?
+    private var loaded = false
+    private var loading: Task<OAuth2Credential?, any Error>?
+    private var refreshing: Task<OAuth2Credential, any Error>?
+    /// The version a refresh produced last: it is not renewed early (see the hard cases).
+    private var refreshedVersion: Int?
+    /// A refresh failure that only a sign-in can fix, and the version it belongs to.
+    private var rejection: (version: Int, error: any Error)?
+
+    /// Incremented on every change of the credential: sign-in, refresh, sign-out.
+    public private(set) var version = 0
+
+    /// An authenticator that renews its credential with the refresh-token grant (RFC 6749 §6).
+    ///
+    /// - Parameters:
+    ///   - origins: The scheme, host and port of every API the token is for, such as
+    ///     `https://api.example.com`. The token is never sent anywhere else.
+    ///   - tokenEndpoint: Where refresh tokens are exchanged. Its requests are never given the
+    ///     bearer token nor held behind a refresh, even if they go through the manager.
+    ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
+    ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
+    ///   - onRefreshFailure: Called once per failed refresh, before the requests waiting for it
+    ///     fail: the place to show a sign-in screen. Keep it short, and do not wait in it for
+    ///     requests that need this authenticator.
+    public init(
+        origins: [URL],
+        tokenEndpoint: OAuth2TokenEndpoint,
+        store: any CredentialStore = InMemoryCredentialStore(),
+        refreshLeeway: Duration = .seconds(60),
+        onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil
+    ) {
+        self.init(
+            origins: origins, store: store, refreshLeeway: refreshLeeway,
+            isTokenRequest: { tokenEndpoint.matches($0) }, onRefreshFailure: onRefreshFailure,
+            refresh: { try await tokenEndpoint.refresh($0) }
+        )
+    }
+
+    /// An authenticator with your own renewal: another grant, another token format, a login
+    /// chain (see ``signIn(_:using:then:using:)``).
+    ///
+    /// Throw an ``OAuth2Error`` whose ``OAuth2Error/requiresSignIn`` is `true` from `refresh`
+    /// when only a new sign-in can help; any other error is treated as temporary.
+    ///
+    /// - Parameters:
+    ///   - isTokenRequest: The requests `refresh` sends, if it sends them through a manager
+    ///     that uses this authenticator: they are then neither given the token nor held.
+    ///   - refresh: Returns a new credential for the current one.
+    public init(
+        origins: [URL],
+        store: any CredentialStore = InMemoryCredentialStore(),
+        refreshLeeway: Duration = .seconds(60),
+        isTokenRequest: @escaping @Sendable (URLRequest) -> Bool = { _ in false },
+        onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil,
+        refresh: @escaping Refresh
+    ) {
+        self.origins = Set(origins.compactMap(OAuth2Origin.init))
+        self.store = store
+        self.refreshLeeway = refreshLeeway
+        self.tokenRequestMatcher = isTokenRequest
+        self.onRefreshFailure = onRefreshFailure
+        self.refresher = refresh
+    }
+
+    // MARK: Questions the interceptor and the reactor ask
+
+    /// Whether the token may be sent to `url`: its scheme, host and port are one of the origins.
+    public nonisolated func authorizes(_ url: URL) -> Bool {
+        OAuth2Origin(url).map(origins.contains) ?? false
+    }
+
+    /// Whether `request` is one of the authenticator's own token requests.
+    public nonisolated func isTokenRequest(_ request: URLRequest) -> Bool {
+        tokenRequestMatcher(request)
+    }
+
+    /// The credential to send now and its version, or `nil` when signed out.
+    ///
+    /// Waits for a refresh in flight rather than return the token it replaces, and renews a
+    /// token that expires within ``refreshLeeway`` first (one refresh for all callers).
+    /// Throws the refresh's error, or the rejection that ended the session.
+    public func validCredential() async throws -> (credential: OAuth2Credential, version: Int)? {
+        try await ensureLoaded()
+        if let refreshing { _ = try await refreshing.value }
+        try throwIfRejected()
+        guard let credential else { return nil }
+        let leeway = version == refreshedVersion ? .zero : refreshLeeway
+        if credential.isExpired(within: leeway) {
+            _ = try await startRefresh().value
+        }
+        return self.credential.map { ($0, version) }
+    }
+
+    /// Renews the credential because a request sent with version `sentVersion` was refused,
+    /// unless it has changed since (then the request should simply be sent again) or a refresh
+    /// is already in flight (then this waits for it).
+    public func refresh(ifUnchangedSince sentVersion: Int) async throws {
+        try await ensureLoaded()
+        if let refreshing {
+            _ = try await refreshing.value
+            return
+        }
+        guard sentVersion == version else { return }
+        try throwIfRejected()
+        _ = try await startRefresh().value
+    }
+
+    // MARK: The app's side
+
+    /// The current credential, as loaded or last set, without renewing it.
+    public func currentCredential() async throws -> OAuth2Credential? {
+        try await ensureLoaded()
+        return credential
+    }
+
+    /// Renews the credential now (or waits for the refresh in flight) and returns it.
+    @discardableResult
+    public func refresh() async throws -> OAuth2Credential {
+        try await ensureLoaded()
+        if let refreshing { return try await refreshing.value }
+        try throwIfRejected()
+        return try await startRefresh().value
+    }
+
+    /// Saves `credential` and makes it current. Nothing changes if the store fails.
+    public func signIn(_ credential: OAuth2Credential) async throws {
+        try await store.save(credential)
+        replace(with: credential)
+    }
+
+    /// Forgets the credential, here and in the store. Requests are then sent without a token.
+    public func signOut() async throws {
+        replace(with: nil)
+        try await store.clear()
+    }
+
+    // MARK: Internals
+
+    private func replace(with credential: OAuth2Credential?) {
+        self.credential = credential
+        loaded = true
+        version += 1
+        rejection = nil
+    }
+
+    private func throwIfRejected() throws {
+        if let rejection, rejection.version == version { throw rejection.error }
+    }
+
+    /// Loads the stored credential once; concurrent first callers share the load.
+    private func ensureLoaded() async throws {
+        guard !loaded else { return }
+        let task = loading ?? Task { [store] in try await store.load() }
+        loading = task
+        do {
+            let stored = try await task.value
+            if !loaded {
+                credential = stored
+                loaded = true
+            }
+            loading = nil
+        } catch {
+            if loading == task { loading = nil }
+            throw error
+        }
+    }
+
+    private func startRefresh() -> Task<OAuth2Credential, any Error> {
+        if let refreshing { return refreshing }
+        let task = Task { try await self.performRefresh() }
+        refreshing = task
+        return task
+    }
+
+    /// The body of the one refresh in flight; every caller awaits its task.
+    private func performRefresh() async throws -> OAuth2Credential {
+        let startVersion = version
+        let refreshed: OAuth2Credential
+        do {
+            guard let credential else { throw OAuth2Error.notSignedIn }
+            refreshed = try await refresher(credential)
+        } catch {
+            refreshing = nil
+            if version == startVersion, (error as? OAuth2Error)?.requiresSignIn == true {
+                rejection = (startVersion, error)
+            }
+            await onRefreshFailure?(error)
+            throw error
+        }
+        refreshing = nil
+        guard version == startVersion else {
+            // Signed in or out meanwhile: that credential wins.
+            guard let credential else { throw OAuth2Error.notSignedIn }
+            return credential
+        }
+        replace(with: refreshed)
+        refreshedVersion = version
+        do {
+            try await store.save(refreshed)
+        } catch {
+            await onRefreshFailure?(error)
+        }
+        return refreshed
+    }
+}

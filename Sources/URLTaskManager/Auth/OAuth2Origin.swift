@@ -1,0 +1,26 @@
+/// A scheme, host and port a credential may be sent to.
+///
+/// A bearer token is as good as a password to whoever receives it, so it is sent only to the
+/// exact origins it was issued for: `https://api.example.com` does not cover
+/// `http://api.example.com` (the token would cross the network in clear),
+/// `https://api.example.com:8443`, or `https://evil.api.example.com`.
+struct OAuth2Origin: Hashable, Sendable {
+    let scheme: String
+    let host: String
+    let port: Int?
+
+    init?(_ url: URL) {
+        guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased(), !host.isEmpty else { return nil }
+        self.scheme = scheme
+        self.host = host
+        self.port = url.port ?? Self.defaultPort(scheme)
+    }
+
+    private static func defaultPort(_ scheme: String) -> Int? {
+        switch scheme {
+        case "http": 80
+        case "https": 443
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,48 @@
+/// Renews an ``OAuth2Authenticator``'s credential when a request that carried its token comes
+/// back 401, then sends the request again with the new token.
+///
+/// It runs with ``URLTaskReactorConfiguration/authentication``: one refresh however many
+/// requests are refused at once (they all wait for it), and requests that have not been sent
+/// yet wait too instead of going out with the token being replaced. On success every waiting
+/// request is sent again through the interceptors; on failure they all fail with
+/// ``URLTaskError/reactorFailed(reactor:underlying:)`` and the authenticator's
+/// `onRefreshFailure` is called once.
+///
+/// It only takes 401s to requests the ``BearerInterceptor`` gave this authenticator's token
+/// to: a 401 from another host, or to a request sent while signed out, reaches the caller as
+/// is. Its requests to other origins and to the token endpoint are exempt, so a refresh of one
+/// backend's token never holds another backend's requests, and the token endpoint is never
+/// held behind the refresh it is part of.
+///
+/// A 401 to a token the authenticator has replaced since the request left (a request that was
+/// already in flight when the refresh happened) does not refresh again: the request is sent
+/// again with the current token.
+public struct OAuth2RefreshReactor: URLTaskReactor {
+    /// The credential's owner.
+    public let authenticator: OAuth2Authenticator
+    public let configuration: URLTaskReactorConfiguration
+
+    /// Renews `authenticator`'s credential on 401.
+    ///
+    /// - Parameter configuration: Defaults to ``URLTaskReactorConfiguration/authentication``.
+    ///   Its `exempts` is extended with the token endpoint and every other origin.
+    public init(authenticator: OAuth2Authenticator, configuration: URLTaskReactorConfiguration = .authentication) {
+        self.authenticator = authenticator
+        var configuration = configuration
+        let exempts = configuration.exempts
+        configuration.exempts = { request in
+            guard let url = request.url, authenticator.authorizes(url) else { return true }
+            return authenticator.isTokenRequest(request) || exempts(request)
+        }
+        self.configuration = configuration
+    }
+
+    public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+        outcome.statusCode == 401 && task.values[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)] != nil
+    }
+
+    public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
+        guard let sent = task.values[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)] else { return }
+        try await authenticator.refresh(ifUnchangedSince: sent)
+    }
+}

@@ -1,0 +1,106 @@
+import XCTest
+import LoopbackServer
+@testable import URLTaskManager
+
+/// `httpBodyStream` bodies across a requeue: replayed byte for byte up to
+/// ``URLTaskManager/Options/maximumReplayableBodySize``, sent whole once and then refused with a
+/// typed error beyond it, never sent empty.
+final class BodyReplayTests: XCTestCase {
+    typealias Kit = ReactorTestKit
+
+    /// Refreshes on 401: the first run makes the token valid.
+    final class Token: @unchecked Sendable {  // `value` is guarded by `lock`.
+        private let lock = NSLock()
+        private var current = "old"
+        var value: String {
+            get { lock.withLock { current } }
+            set { lock.withLock { current = newValue } }
+        }
+    }
+
+    struct Refresh: URLTaskReactor {
+        let token: Token
+        var configuration: URLTaskReactorConfiguration { .authentication }
+        func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool { outcome.statusCode == 401 }
+        func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws { token.value = "new" }
+    }
+
+    static let size = 2_000_000
+
+    private var server: LoopbackServer!
+    private let token = Token()
+
+    override func setUp() async throws {
+        server = try LoopbackServer()
+        server.route("POST", "/upload") { request in
+            request.headers["authorization"] == "Bearer new" ? .text("\(request.bodyLength)") : .status(401)
+        }
+    }
+
+    override func tearDown() async throws {
+        server.shutdown()
+    }
+
+    private func manager(options: URLTaskManager.Options = .default, reactors: Bool = true) -> URLTaskManager {
+        let token = token
+        return URLTaskManager(
+            interceptors: [HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(token.value)" }])],
+            reactors: reactors ? [Refresh(token: token)] : [],
+            options: options
+        )
+    }
+
+    private func upload(_ stream: InputStream) -> URLRequest {
+        var request = URLRequest(url: server.url("/upload"))
+        request.httpMethod = "POST"
+        request.httpBodyStream = stream
+        return request
+    }
+
+    private static var body: Data { Data(GeneratedBody.bytes(offset: 0, count: size)) }
+
+    func testATwoMegabyteStreamBodySurvivesA401RequeueByteForByte() async throws {
+        let manager = manager()
+        let result = await Kit.fetch(manager.session, upload(InputStream(data: Self.body)))
+        XCTAssertEqual(result.status, 200, result.label)
+        XCTAssertEqual(result.text, "\(Self.size)")
+        let sent = server.requests(path: "/upload")
+        XCTAssertEqual(sent.map(\.headers["authorization"]), ["Bearer old", "Bearer new"])
+        let expected = GeneratedBody.sha256(length: Self.size)
+        XCTAssertEqual(sent.map(\.bodyLength), [Self.size, Self.size])
+        XCTAssertEqual(sent.map(\.bodySHA256), [expected, expected])
+    }
+
+    func testAStreamOverTheLimitIsSentWholeOnceThenARequeueFailsTyped() async throws {
+        let manager = manager(options: .init(maximumReplayableBodySize: 1 << 20))
+        let result = await Kit.fetch(manager.session, upload(InputStream(data: Self.body)))
+        guard case .bodyNotReplayable? = result.taskError else { return XCTFail(result.label) }
+        let sent = server.requests(path: "/upload")
+        XCTAssertEqual(sent.count, 1, "the resend is refused, not sent empty")
+        XCTAssertEqual(sent.first?.bodyLength, Self.size, "the bytes read while probing the limit were sent too")
+        XCTAssertEqual(sent.first?.bodySHA256, GeneratedBody.sha256(length: Self.size))
+    }
+
+    func testAStreamThatCannotBeReadFailsTypedWithoutBeingSent() async throws {
+        let missing = FileManager.default.temporaryDirectory.appendingPathComponent("no-such-body-\(UUID().uuidString)")
+        let stream = try XCTUnwrap(InputStream(url: missing))
+        let manager = manager()
+        let result = await Kit.fetch(manager.session, upload(stream))
+        guard case .bodyNotReplayable? = result.taskError else { return XCTFail(result.label) }
+        XCTAssertEqual(server.requestCount(path: "/upload"), 0)
+    }
+
+    func testAStreamIsBufferedOnlyWhenAReactorMightResendIt() async throws {
+        token.value = "new"
+        let small = Data("a small body".utf8)
+        let withReactor = manager()
+        let withoutReactors = manager(reactors: false)
+        let buffered = await Kit.fetch(withReactor.session, upload(InputStream(data: small)))
+        let streamed = await Kit.fetch(withoutReactors.session, upload(InputStream(data: small)))
+        XCTAssertEqual(buffered.status, 200)
+        XCTAssertEqual(streamed.status, 200)
+        let sent = server.requests(path: "/upload")
+        XCTAssertEqual(sent.map(\.bodyText), ["a small body", "a small body"])
+        XCTAssertEqual(sent.map(\.wasChunked), [false, true], "replayable: sent with a length; no reactors: streamed as given")
+    }
+}

@@ -1,0 +1,192 @@
+import XCTest
+import LoopbackServer
+@testable import URLTaskManager
+
+/// Helpers for the reactor, retry, body-replay and OAuth2 tests, in one namespace so they cannot
+/// collide with the other suites' helpers. Every wait is on an event with a deadline; no test
+/// sleeps to let something happen.
+enum ReactorTestKit {
+    /// How one caller's task ended.
+    enum Fetch: Sendable {
+        case response(status: Int, headers: [String: String], body: Data)
+        case failure(any Error)
+
+        var status: Int? {
+            if case .response(let status, _, _) = self { return status }
+            return nil
+        }
+
+        var text: String? {
+            if case .response(_, _, let body) = self { return String(decoding: body, as: UTF8.self) }
+            return nil
+        }
+
+        var error: (any Error)? {
+            if case .failure(let error) = self { return error }
+            return nil
+        }
+
+        var urlErrorCode: URLError.Code? { (error as? URLError)?.code }
+        var taskError: URLTaskError? { error as? URLTaskError }
+
+        /// A short label for grouping a storm's results.
+        var label: String {
+            switch self {
+            case .response(let status, _, _): "\(status)"
+            case .failure(let error as URLTaskError):
+                switch error {
+                case .reactorFailed(let reactor, let underlying): "reactorFailed(\(reactor), \(underlying))"
+                default: "\(error)"
+                }
+            case .failure(let error): "\(type(of: error)) \(error)"
+            }
+        }
+    }
+
+    /// Runs `request` with async `data(for:)`.
+    static func fetch(_ session: URLSession, _ request: URLRequest) async -> Fetch {
+        do {
+            let (data, response) = try await session.data(for: request)
+            let http = response as? HTTPURLResponse
+            var headers: [String: String] = [:]
+            for (name, value) in http?.allHeaderFields ?? [:] {
+                if let name = name as? String, let value = value as? String { headers[name.lowercased()] = value }
+            }
+            return .response(status: http?.statusCode ?? -1, headers: headers, body: data)
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    static func fetch(_ session: URLSession, _ url: URL) async -> Fetch {
+        await fetch(session, URLRequest(url: url))
+    }
+
+    /// Starts `request` in its own task, to be awaited (or cancelled) later.
+    static func start(_ session: URLSession, _ request: URLRequest) -> Task<Fetch, Never> {
+        Task { await fetch(session, request) }
+    }
+
+    static func start(_ session: URLSession, _ url: URL) -> Task<Fetch, Never> {
+        start(session, URLRequest(url: url))
+    }
+
+    /// Runs `count` requests at once and returns every outcome (in completion order).
+    static func storm(_ session: URLSession, count: Int, _ request: @escaping @Sendable (Int) -> URLRequest) async -> [Fetch] {
+        await withTaskGroup(of: Fetch.self) { group in
+            for index in 0..<count {
+                group.addTask { await fetch(session, request(index)) }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+    }
+
+    /// Outcomes grouped by label, for one readable assertion message.
+    static func tally(_ results: [Fetch]) -> [String: Int] {
+        results.reduce(into: [:]) { $0[$1.label, default: 0] += 1 }
+    }
+
+    /// A thread-safe counter.
+    final class Counter: @unchecked Sendable {  // `value` is guarded by `lock`.
+        private let lock = NSLock()
+        private var count = 0
+
+        var value: Int { lock.withLock { count } }
+
+        @discardableResult
+        func increment() -> Int {
+            lock.withLock {
+                count += 1
+                return count
+            }
+        }
+    }
+
+    /// An async one-shot latch. `wait()` deliberately ignores cancellation: it stands for work
+    /// that does not cooperate (a reactor awaiting someone else's task).
+    final class AsyncLatch: @unchecked Sendable {  // `opened` and `waiters` are guarded by `lock`.
+        private let lock = NSLock()
+        private var opened = false
+        private var waiters: [CheckedContinuation<Void, Never>] = []
+
+        func wait() async {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now: Bool = lock.withLock {
+                    if opened { return true }
+                    waiters.append(continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        }
+
+        func open() {
+            let waiting: [CheckedContinuation<Void, Never>] = lock.withLock {
+                opened = true
+                defer { waiters.removeAll() }
+                return waiters
+            }
+            waiting.forEach { $0.resume() }
+        }
+    }
+
+    /// Counts events from any thread; a test waits, with a deadline, until enough happened.
+    final class Signal: @unchecked Sendable {  // `count` and `waiters` are guarded by `lock`.
+        struct Timeout: Error, CustomStringConvertible {
+            let expected: Int
+            let seen: Int
+            var description: String { "timed out waiting for \(expected) events, \(seen) happened" }
+        }
+
+        private let lock = NSLock()
+        private var count = 0
+        private var nextID = 0
+        private var waiters: [Int: (target: Int, continuation: CheckedContinuation<Void, any Error>)] = [:]
+
+        var value: Int { lock.withLock { count } }
+
+        func fire() {
+            let ready: [CheckedContinuation<Void, any Error>] = lock.withLock {
+                count += 1
+                let ready = waiters.filter { $0.value.target <= count }
+                for id in ready.keys { waiters[id] = nil }
+                return ready.values.map(\.continuation)
+            }
+            ready.forEach { $0.resume() }
+        }
+
+        /// Returns once `target` events happened; throws ``Timeout`` after `timeout`.
+        func wait(for target: Int, timeout: Duration = .seconds(10)) async throws {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let id: Int? = lock.withLock {
+                    if count >= target { return nil }
+                    nextID += 1
+                    waiters[nextID] = (target, continuation)
+                    return nextID
+                }
+                guard let id else { return continuation.resume() }
+                Task {
+                    try? await Task.sleep(for: timeout)
+                    let expired = self.lock.withLock { (self.waiters.removeValue(forKey: id), self.count) }
+                    expired.0?.continuation.resume(throwing: Timeout(expected: target, seen: expired.1))
+                }
+            }
+        }
+    }
+
+    /// A value set once by a test after construction (a manager its own reactor needs).
+    final class Box<Value: AnyObject & Sendable>: @unchecked Sendable {  // `stored` is guarded by `lock`.
+        private let lock = NSLock()
+        private weak var stored: Value?
+
+        var value: Value? {
+            get { lock.withLock { stored } }
+            set { lock.withLock { stored = newValue } }
+        }
+    }
+
+    /// Whether `error` is `URLError.cancelled`.
+    static func isCancelled(_ fetch: Fetch) -> Bool {
+        fetch.urlErrorCode == .cancelled
+    }
+}

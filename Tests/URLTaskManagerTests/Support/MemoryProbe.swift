@@ -1,0 +1,35 @@
+import Foundation
+
+/// Reads the process's resident-set figures from `/proc/self/status` (Linux only).
+///
+/// `VmHWM` is the peak resident set since the process started, or since the last reset:
+/// writing "5" to `/proc/self/clear_refs` sets it back to the current resident set, so two
+/// runs in one process can each be measured (`PlatformPinTests` checks that this works here).
+enum MemoryProbe {
+    /// Peak resident set in KiB (`VmHWM`), or nil where unavailable.
+    static var peakKiB: Int? { field("VmHWM") }
+    /// Current resident set in KiB (`VmRSS`).
+    static var residentKiB: Int? { field("VmRSS") }
+
+    /// Resets the peak to the current resident set; false if the kernel refused.
+    @discardableResult
+    static func resetPeak() -> Bool {
+        guard let handle = FileHandle(forWritingAtPath: "/proc/self/clear_refs") else { return false }
+        defer { try? handle.close() }
+        do {
+            try handle.write(contentsOf: Data("5".utf8))
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    private static func field(_ name: String) -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix(name + ":") {
+            let digits = line.dropFirst(name.count + 1).filter(\.isNumber)
+            return Int(digits)
+        }
+        return nil
+    }
+}

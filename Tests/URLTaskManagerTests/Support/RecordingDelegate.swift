@@ -1,0 +1,235 @@
+import Foundation
+import LoopbackServer
+import URLTaskManager
+
+/// A session delegate that records every callback, per task, so a delegate-driven scenario can
+/// be compared between a plain session and a manager's session.
+final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {  // `records`, `latches` and the counters are guarded by `lock`.
+    /// What to do with body bytes as they arrive.
+    struct BodyHandling: Sendable {
+        /// Keep the bytes (for small bodies).
+        var keep = true
+        /// Hash them incrementally (SHA-256).
+        var hash = true
+        /// Check every byte against `GeneratedBody`'s pattern (cheap: no hashing).
+        var verifyGenerated = false
+
+        static let keepAll = BodyHandling()
+        /// For 100 MB bodies: hash, never hold.
+        static let hashOnly = BodyHandling(keep: false, hash: true)
+        /// For memory measurements: compare with the pattern, never hold, never hash.
+        static let verifyOnly = BodyHandling(keep: false, hash: false, verifyGenerated: true)
+    }
+
+    struct Record {
+        var response: URLResponse?
+        var responseCount = 0
+        var chunkCount = 0
+        var byteCount = 0
+        var body = Data()
+        var hasher = FastSHA256()
+        var firstMismatch: Int?
+        var completionCount = 0
+        var error: (any Error)?
+        var redirectCount = 0
+        var bodyStreamRequests = 0
+        /// "<method> <realm> <previousFailureCount>" per challenge.
+        var challenges: [String] = []
+        var downloadedFile: Data?
+        /// Event names in order: "response", "data" (once per run of chunks), "redirect",
+        /// "challenge", "needNewBodyStream", "download", "complete".
+        var events: [String] = []
+    }
+
+    let handling: BodyHandling
+    /// Called once, on the delegate queue, after the first body chunk of a task.
+    let onFirstData: (@Sendable (URLSessionDataTask) -> Void)?
+    /// The answer to `didReceive response`.
+    let disposition: URLSession.ResponseDisposition
+    /// Answers `needNewBodyStream` (for `uploadTask(withStreamedRequest:)`).
+    let bodyStream: (@Sendable () -> InputStream?)?
+    /// Answers authentication challenges; nil means `.performDefaultHandling`.
+    let challenge: (@Sendable (URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?))?
+    /// Fulfilled by `didBecomeInvalidWithError`.
+    let invalidated = Latch<Int>("didBecomeInvalidWithError")
+
+    private let lock = NSLock()
+    private var records: [Int: Record] = [:]
+    private var latches: [Int: Latch<Void>] = [:]
+    private var invalidationCount = 0
+    private var order: [String] = []
+    private var scratch: [UInt8] = []
+
+    init(
+        handling: BodyHandling = .keepAll,
+        disposition: URLSession.ResponseDisposition = .allow,
+        bodyStream: (@Sendable () -> InputStream?)? = nil,
+        challenge: (@Sendable (URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?))? = nil,
+        onFirstData: (@Sendable (URLSessionDataTask) -> Void)? = nil
+    ) {
+        self.challenge = challenge
+        self.handling = handling
+        self.disposition = disposition
+        self.bodyStream = bodyStream
+        self.onFirstData = onFirstData
+    }
+
+    // MARK: Reading
+
+    func record(for task: URLSessionTask) -> Record {
+        record(forIdentifier: task.taskIdentifier)
+    }
+
+    func record(forIdentifier identifier: Int) -> Record {
+        lock.withLock { records[identifier] ?? Record() }
+    }
+
+    /// Waits for `didCompleteWithError` of `task`.
+    func completion(of task: URLSessionTask, timeout: Duration = .seconds(30)) async throws {
+        try await latch(for: task.taskIdentifier).wait(timeout: timeout)
+    }
+
+    var invalidations: Int { lock.withLock { invalidationCount } }
+
+    /// Session-level events in order ("complete#<id>", "invalid").
+    var sessionEvents: [String] { lock.withLock { order } }
+
+    /// The task's outcome, with the streamed body's length and hash.
+    func outcome(for task: URLSessionTask, side: Side) -> Outcome {
+        outcome(forIdentifier: task.taskIdentifier, side: side)
+    }
+
+    func outcome(forIdentifier identifier: Int, side: Side) -> Outcome {
+        let record = record(forIdentifier: identifier)
+        if let file = record.downloadedFile {
+            return Outcome(side: side, data: file, response: record.response, error: record.error)
+        }
+        if handling.keep {
+            return Outcome(side: side, data: record.body, response: record.response, error: record.error)
+        }
+        return Outcome(
+            side: side, response: record.response, bodyLength: record.byteCount,
+            bodySHA256: handling.hash ? record.hasher.hexDigest() : nil, error: record.error
+        )
+    }
+
+    private func latch(for identifier: Int) -> Latch<Void> {
+        lock.withLock {
+            if let latch = latches[identifier] { return latch }
+            let latch = Latch<Void>("didCompleteWithError of task \(identifier)")
+            latches[identifier] = latch
+            return latch
+        }
+    }
+
+    private func update(_ task: URLSessionTask, _ change: (inout Record) -> Void) {
+        lock.withLock { change(&records[task.taskIdentifier, default: Record()]) }
+    }
+
+    // MARK: URLSessionDataDelegate
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
+        update(dataTask) {
+            $0.response = response
+            $0.responseCount += 1
+            $0.events.append("response")
+        }
+        completionHandler(disposition)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        let first: Bool = lock.withLock {
+            var record = records[dataTask.taskIdentifier, default: Record()]
+            records[dataTask.taskIdentifier] = nil  // keep `body` uniquely referenced while appending
+            let offset = record.byteCount
+            record.chunkCount += 1
+            record.byteCount += data.count
+            if record.events.last != "data" { record.events.append("data") }
+            if handling.keep { record.body.append(data) }
+            if handling.hash { record.hasher.update(data) }
+            if handling.verifyGenerated, record.firstMismatch == nil {
+                record.firstMismatch = Self.firstMismatch(data, offset: offset, scratch: &scratch)
+            }
+            records[dataTask.taskIdentifier] = record
+            return record.chunkCount == 1
+        }
+        if first { onFirstData?(dataTask) }
+    }
+
+    // MARK: URLSessionTaskDelegate
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
+        update(task) {
+            $0.redirectCount += 1
+            $0.events.append("redirect")
+        }
+        completionHandler(request)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge, completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+        let space = challenge.protectionSpace
+        update(task) {
+            $0.challenges.append("\(space.authenticationMethod) \(space.realm ?? "-") \(challenge.previousFailureCount)")
+            $0.events.append("challenge")
+        }
+        let (disposition, credential) = self.challenge?(challenge) ?? (.performDefaultHandling, nil)
+        completionHandler(disposition, credential)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, needNewBodyStream completionHandler: @escaping (InputStream?) -> Void) {
+        update(task) {
+            $0.bodyStreamRequests += 1
+            $0.events.append("needNewBodyStream")
+        }
+        completionHandler(bodyStream?())
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        update(task) {
+            $0.completionCount += 1
+            $0.error = error
+            $0.events.append("complete")
+            if $0.response == nil { $0.response = task.response }
+        }
+        lock.withLock { order.append("complete") }
+        latch(for: task.taskIdentifier).fulfill(())
+    }
+
+    // MARK: URLSessionDownloadDelegate
+
+    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didFinishDownloadingTo location: URL) {
+        let contents = try? Data(contentsOf: location)
+        update(downloadTask) {
+            $0.downloadedFile = contents
+            $0.events.append("download")
+            $0.response = downloadTask.response
+        }
+    }
+
+    // MARK: URLSessionDelegate
+
+    func urlSession(_ session: URLSession, didBecomeInvalidWithError error: (any Error)?) {
+        let count: Int = lock.withLock {
+            invalidationCount += 1
+            order.append("invalid")
+            return invalidationCount
+        }
+        invalidated.fulfill(count)
+    }
+
+    /// The offset of the first byte of `data` (at stream position `offset`) that differs from
+    /// `GeneratedBody`, or nil.
+    private static func firstMismatch(_ data: Data, offset: Int, scratch: inout [UInt8]) -> Int? {
+        if scratch.count < data.count { scratch = [UInt8](repeating: 0, count: data.count) }
+        return scratch.withUnsafeMutableBytes { expected -> Int? in
+            let slice = UnsafeMutableRawBufferPointer(rebasing: expected[0..<data.count])
+            GeneratedBody.fill(slice, offset: offset)
+            return data.withUnsafeBytes { received -> Int? in
+                guard let a = received.baseAddress, let b = slice.baseAddress else { return nil }
+                if memcmp(a, b, data.count) == 0 { return nil }
+                for index in 0..<data.count where received[index] != slice[index] { return offset + index }
+                return nil
+            }
+        }
+    }
+}
