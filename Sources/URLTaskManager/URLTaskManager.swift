@@ -13,8 +13,8 @@
 /// ```
 ///
 /// Keep the manager alive while its session is used: when it is deallocated it lets running
-/// tasks finish, then releases both sessions, and tasks started afterwards fail with
-/// ``URLTaskError/managerInvalidated``. Several managers can live side by side; each routes
+/// tasks finish, then releases its inner session, and tasks started afterwards on `session`
+/// fail with ``URLTaskError/managerInvalidated`` (never a crash). Several managers can live side by side; each routes
 /// only its own tasks.
 public final class URLTaskManager: Sendable {
     /// The session to use in place of your own. Its delegate (if you passed one) receives the
@@ -63,8 +63,11 @@ public final class URLTaskManager: Sendable {
     }
 
     deinit {
+        // The outer session is left valid on purpose: corelibs crashes when a task is created
+        // on an invalidated session, and the caller may still hold `session`. Its tasks now
+        // fail with `URLTaskError.managerInvalidated`; running ones finish on the inner session,
+        // which is released once they are done.
         BridgeRegistry.shared.unregister(slot)
-        session.finishTasksAndInvalidate()
         pipeline.finishAndInvalidate()
     }
 
