@@ -9,6 +9,7 @@ let scenarios: [Scenario] = [
     .expiredToken,
     .batching,
     .familiarAPIs,
+    .retries,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
