@@ -66,7 +66,7 @@ final class LargeBodyParityTests: XCTestCase {
         var peaks: [Side: (base: Int, peak: Int)] = [:]
         for side in Side.allCases {
             let figures = try await harness.run(side) { client in
-                let delegate = RecordingDelegate(handling: .verifyOnly)
+                let delegate = RecordingDelegate(handling: .spotCheckOnly)
                 let session = client.makeSession(delegate: delegate)
                 // Warm up (connection, queues, first allocations) before measuring.
                 try await client.barrier(session)

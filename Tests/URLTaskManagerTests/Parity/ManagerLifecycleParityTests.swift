@@ -202,11 +202,13 @@ final class ManagerLifecycleParityTests: XCTestCase {
         XCTAssertNotNil(weakPipeline, "the running task keeps the pipeline")
 
         gates.gate("manager-dropped").open()
-        _ = try await delegate.invalidated.wait()
+        // The outer session stays valid after the manager is gone (a task made on an
+        // invalidated session crashes corelibs); only the inner session is released.
+        try await pipelineReleased.wait(timeout: .seconds(10))
         let outcome = delegate.outcome(forIdentifier: taskIdentifier, side: .manager)
         XCTAssertEqual(outcome.status, 200, "a dropped manager lets its running task finish")
         XCTAssertNil(outcome.errorCode)
-        XCTAssertEqual(delegate.sessionEvents, ["complete", "invalid"])
+        XCTAssertEqual(delegate.sessionEvents.first, "complete")
 
         try await pipelineReleased.wait(timeout: .seconds(10))
         XCTAssertNil(weakPipeline)

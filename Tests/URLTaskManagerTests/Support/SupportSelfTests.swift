@@ -22,6 +22,14 @@ final class SupportSelfTests: XCTestCase {
         #endif
     }
 
+    func testSpotCheckFindsShiftedBytes() {
+        let offset = 70_000
+        let good = Data(GeneratedBody.bytes(offset: offset, count: 4096))
+        XCTAssertNil(RecordingDelegate.firstMismatch(good, offset: offset))
+        XCTAssertNotNil(RecordingDelegate.firstMismatch(Data(GeneratedBody.bytes(offset: offset + 1, count: 4096)), offset: offset))
+        XCTAssertNotNil(RecordingDelegate.firstMismatch(Data(GeneratedBody.bytes(offset: offset + 65_536, count: 4096)), offset: offset))
+    }
+
     func testSideNormalisation() {
         XCTAssertEqual(Side.plain.normalise("http://h:1/side-plain/a?b=/side-plain"), "http://h:1/{side}/a?b=/{side}")
         XCTAssertEqual(Side.manager.normalise("text/plain; /side-manager/x"), "text/plain; /{side}/x")
