@@ -179,36 +179,48 @@ final class ManagerLifecycleParityTests: XCTestCase {
 
     // MARK: Deallocation
 
-    /// A manager that is dropped while a task runs is deallocated at once; the running task
-    /// still completes, then the outer session is invalidated and the pipeline (with its
-    /// interceptors) is released. Every step is awaited as an event with a deadline.
+    /// A manager that is dropped while a task runs is deallocated at once. Its running task
+    /// still completes; its session stays valid (corelibs crashes when a task is made on an
+    /// invalidated session) but fails new tasks with `URLTaskError.managerInvalidated`; and
+    /// once the running task is done the pipeline (with its interceptors) is released. Every
+    /// step is awaited as an event with a deadline.
     func testDroppedManagerIsDeallocatedAndItsTasksFinish() async throws {
         let pipelineReleased = Latch<Void>("the manager's interceptors released")
         let delegate = RecordingDelegate()
         weak var weakManager: URLTaskManager?
         weak var weakPipeline: Pipeline?
+        let session: URLSession
         let taskIdentifier: Int
         do {
             let manager = URLTaskManager(interceptors: [ReleaseSentinel { pipelineReleased.fulfill(()) }],
                                          configuration: ParityHarness.defaultConfiguration(), delegate: delegate)
             weakManager = manager
             weakPipeline = manager.pipeline
-            let task = manager.session.dataTask(with: harness.server.url(Side.manager.pathPrefix + "/held?dropped"))
+            session = manager.session
+            let task = session.dataTask(with: harness.server.url(Side.manager.pathPrefix + "/held?dropped"))
             taskIdentifier = task.taskIdentifier
             task.resume()
             _ = try await harness.server.waitForRequests(path: Side.manager.pathPrefix + "/held", count: 1)
         }
+        defer { session.finishTasksAndInvalidate() }
         XCTAssertNil(weakManager, "nothing but the caller may keep a manager alive")
         XCTAssertNotNil(weakPipeline, "the running task keeps the pipeline")
 
+        // A task made after the manager is gone fails, and is never sent.
+        let late = Latch<(any Error)?>("late task completion")
+        session.dataTask(with: harness.server.url(Side.manager.pathPrefix + "/echo")) { _, _, error in late.fulfill(error) }.resume()
+        let lateError = try await late.wait()
+        guard case .managerInvalidated? = lateError as? URLTaskError else {
+            return XCTFail("expected URLTaskError.managerInvalidated, got \(String(describing: lateError))")
+        }
+        XCTAssertEqual(harness.server.requestCount(path: Side.manager.pathPrefix + "/echo"), 0)
+
         gates.gate("manager-dropped").open()
-        // The outer session stays valid after the manager is gone (a task made on an
-        // invalidated session crashes corelibs); only the inner session is released.
-        try await pipelineReleased.wait(timeout: .seconds(10))
+        try await delegate.completion(ofIdentifier: taskIdentifier)
         let outcome = delegate.outcome(forIdentifier: taskIdentifier, side: .manager)
         XCTAssertEqual(outcome.status, 200, "a dropped manager lets its running task finish")
         XCTAssertNil(outcome.errorCode)
-        XCTAssertEqual(delegate.sessionEvents.first, "complete")
+        XCTAssertEqual(delegate.record(forIdentifier: taskIdentifier).completionCount, 1)
 
         try await pipelineReleased.wait(timeout: .seconds(10))
         XCTAssertNil(weakPipeline)

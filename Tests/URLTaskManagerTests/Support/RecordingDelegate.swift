@@ -88,7 +88,13 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
 
     /// Waits for `didCompleteWithError` of `task`.
     func completion(of task: URLSessionTask, timeout: Duration = .seconds(30)) async throws {
-        try await latch(for: task.taskIdentifier).wait(timeout: timeout)
+        try await completion(ofIdentifier: task.taskIdentifier, timeout: timeout)
+    }
+
+    /// Waits for `didCompleteWithError` of the task with `identifier` (for tests that must not
+    /// keep the task object).
+    func completion(ofIdentifier identifier: Int, timeout: Duration = .seconds(30)) async throws {
+        try await latch(for: identifier).wait(timeout: timeout)
     }
 
     var invalidations: Int { lock.withLock { invalidationCount } }
