@@ -14,8 +14,7 @@ extension URLTaskManager {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let sink = FileDownloadSink(location: location, file: file, continuation: continuation)
-                let body: RequestBodySource = request.httpBody.map { .data($0) } ?? request.httpBodyStream.map { .stream($0) } ?? .none
-                handle.set(pipeline.start(request: request, body: body, sink: sink), sink: sink)
+                handle.set(pipeline.start(request: request, body: RequestBodySource(request: request), sink: sink), sink: sink)
             }
         } onCancel: {
             handle.cancel()

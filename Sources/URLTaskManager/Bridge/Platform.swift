@@ -22,14 +22,6 @@ enum BodyDelivery: Sendable, Equatable {
     case buffer
 }
 
-/// Where a task's request body lives when the bridge sees the task.
-enum RequestBodySource: @unchecked Sendable {  // InputStream is not Sendable; it is read by one owner at a time.
-    case none
-    case data(Data)
-    case file(URL)
-    case stream(InputStream)
-}
-
 /// What the bridge learns about the outer task it is loading.
 struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; the struct is immutable.
     var delivery: BodyDelivery
@@ -59,7 +51,7 @@ enum Platform {
         let session = Reflection.unwrapOptional(Reflection.child(task, "session"))
         let workQueue = Reflection.child(task, "workQueue") as? DispatchQueue
         let delivery = session.map { behaviourDelivery(session: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
-        var body = requestBody(request)
+        var body = RequestBodySource(request: request)
         var missing = false
         var fromDelegate = false
         if case .none = body, task is URLSessionUploadTask {
@@ -71,7 +63,7 @@ enum Platform {
                     fromDelegate = true
                 }
             }
-            missing = !fromDelegate && { if case .none = body { return true } else { return false } }()
+            missing = !fromDelegate && body.isNone
         }
         var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.bodyFromDelegate = fromDelegate
@@ -79,8 +71,8 @@ enum Platform {
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls
         // from any thread.
-        let body = requestBody(request)
-        let missing = task is URLSessionUploadTask && { if case .none = body { return true } else { return false } }()
+        let body = RequestBodySource(request: request)
+        let missing = task is URLSessionUploadTask && body.isNone
         return OuterTaskFacts(delivery: .stream, workQueue: nil, body: body, bodyMissing: missing, isDownload: isDownload)
         #endif
     }
@@ -108,12 +100,6 @@ enum Platform {
         let classes = URLSessionConfiguration.default.protocolClasses ?? []
         return classes.lazy.compactMap { $0 as? URLProtocol.Type }.first { $0.canInit(with: URLRequest(url: URL(string: "http://127.0.0.1/")!)) }
     }()
-
-    private static func requestBody(_ request: URLRequest) -> RequestBodySource {
-        if let data = request.httpBody { return .data(data) }
-        if let stream = request.httpBodyStream { return .stream(stream) }
-        return .none
-    }
 
     #if canImport(FoundationNetworking)
     /// Reads `session.taskRegistry.behaviours[taskIdentifier]` and maps its case name.

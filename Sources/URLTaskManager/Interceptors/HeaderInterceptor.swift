@@ -53,9 +53,7 @@ public struct HeaderInterceptor: URLTaskInterceptor {
 
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         for (name, value) in fields {
-            guard HeaderValidation.isValidName(name) else {
-                throw URLTaskError.invalidHeader(name: name, reason: "the name is not an HTTP token")
-            }
+            if let problem = HeaderValidation.problem(name: name) { throw problem }
             if conflict == .keepExisting, task.request.value(forHTTPHeaderField: name) != nil { continue }
             let resolved: String?
             switch value {
@@ -63,9 +61,7 @@ public struct HeaderInterceptor: URLTaskInterceptor {
             case .computed(let compute): resolved = try await compute(task)
             }
             guard let resolved else { continue }
-            guard HeaderValidation.isValidValue(resolved) else {
-                throw URLTaskError.invalidHeader(name: name, reason: "the value contains CR, LF or NUL")
-            }
+            if let problem = HeaderValidation.problem(name: name, value: resolved) { throw problem }
             task.request.setValue(resolved, forHTTPHeaderField: name)
         }
         return .execute

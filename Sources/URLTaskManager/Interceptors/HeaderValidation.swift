@@ -19,14 +19,19 @@ public enum HeaderValidation {
     public static func firstProblem(in request: URLRequest) -> URLTaskError? {
         guard let fields = request.allHTTPHeaderFields else { return nil }
         for (name, value) in fields {
-            if !isValidName(name) {
-                return .invalidHeader(name: name, reason: "the name is not an HTTP token")
-            }
-            if !isValidValue(value) {
-                return .invalidHeader(name: name, reason: "the value contains CR, LF or NUL")
-            }
+            if let problem = problem(name: name) ?? problem(name: name, value: value) { return problem }
         }
         return nil
+    }
+
+    /// The error for an invalid field name, or `nil` if `name` is a valid token.
+    static func problem(name: String) -> URLTaskError? {
+        isValidName(name) ? nil : .invalidHeader(name: name, reason: "the name is not an HTTP token")
+    }
+
+    /// The error for a value that must not be sent under `name`, or `nil` if it is safe.
+    static func problem(name: String, value: String) -> URLTaskError? {
+        isValidValue(value) ? nil : .invalidHeader(name: name, reason: "the value contains CR, LF or NUL")
     }
 
     private static func isTokenByte(_ byte: UInt8) -> Bool {

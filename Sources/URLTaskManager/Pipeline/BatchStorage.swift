@@ -27,8 +27,7 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
             break
         case .armTimer(let deadline, let generation):
             let delay = ContinuousClock.now.duration(to: deadline)
-            let nanoseconds = max(0, delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000)
-            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds))) { [weak self] in
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay.dispatchInterval) { [weak self] in
                 self?.timerFired(generation: generation)
             }
         case .releaseNow:

@@ -39,7 +39,7 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
             nextID += 1
             return URLTask.ID(rawValue: nextID)
         }
-        let run = TaskRun(id: id, request: request, body: TransportBody(body), sink: sink, pipeline: self)
+        let run = TaskRun(id: id, request: request, body: body, sink: sink, pipeline: self)
         // The work queue must not block, and creating the inner task syncs onto it.
         DispatchQueue.global().async { run.start() }
         return run
@@ -91,17 +91,6 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
             batches[index].flush()
         } else {
             for batch in batches { batch.flush() }
-        }
-    }
-}
-
-extension TransportBody {
-    init(_ source: RequestBodySource) {
-        switch source {
-        case .none: self = .none
-        case .data(let data): self = .data(data)
-        case .file(let url): self = .file(url)
-        case .stream(let stream): self = .stream(stream)
         }
     }
 }

@@ -72,18 +72,23 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
         }
     }
 
-    private func execute(run number: Int, outcome: URLTaskOutcome, body: Data, task: URLTask) async {
-        let result: Outcome
+    /// Runs the reactor's work once, within its timeout, and names the failure: what a single
+    /// flight run and a per-task reaction both do.
+    func runWork(outcome: URLTaskOutcome, body: Data, task: URLTask) async -> Outcome {
         do {
             try await withDeadline(configuration.timeout) {
                 try await self.reactor.react(to: outcome, body: body, of: task)
             }
-            result = .succeeded
+            return .succeeded
         } catch let error as ReactorDeadlineExceeded {
-            result = .failed(URLTaskError.reactorTimedOut(reactor: name, after: error.limit))
+            return .failed(URLTaskError.reactorTimedOut(reactor: name, after: error.limit))
         } catch {
-            result = .failed(URLTaskError.reactorFailed(reactor: name, underlying: error))
+            return .failed(URLTaskError.reactorFailed(reactor: name, underlying: error))
         }
+    }
+
+    private func execute(run number: Int, outcome: URLTaskOutcome, body: Data, task: URLTask) async {
+        let result = await runWork(outcome: outcome, body: body, task: task)
         let (waiters, gated): ([TaskRun], [TaskRun]) = lock.withLock {
             var failure: (any Error)?
             if case .failed(let error) = result { failure = error }

@@ -22,11 +22,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private var stampedAttempt = 0
     private var bodyUsed = false
     /// Replaced once, in ``start()``, by a replayable copy when it is a stream.
-    private var body: TransportBody
+    private var body: RequestBodySource
     private let sink: any TaskSink
     private let pipeline: Pipeline
 
-    init(id: URLTask.ID, request: URLRequest, body: TransportBody, sink: any TaskSink, pipeline: Pipeline) {
+    init(id: URLTask.ID, request: URLRequest, body: RequestBodySource, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
         self.task = URLTask(id: id, originalRequest: request, attempt: 1)
         self.body = body
@@ -104,7 +104,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     func transportDidComplete(error: (any Error)?) {
         let awaitingHead = lock.withLock { machine.isAwaitingResponseHead }
-        let reactor = (error != nil && awaitingHead) ? chooseReactor(for: .failure(error!)) : nil
+        let reactor = awaitingHead ? error.flatMap { chooseReactor(for: .failure($0)) } : nil
         perform(lock.withLock {
             innerTask = nil
             return machine.transportCompleted(error: error, reactor: reactor)
@@ -251,17 +251,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             reactor.need(self, sentUnder: stamp, outcome: outcome, body: body, task: snapshot)
         case .perTask:
             let work = Task {
-                let result: ReactorStorage.Outcome
-                do {
-                    try await withDeadline(reactor.configuration.timeout) {
-                        try await reactor.reactor.react(to: outcome, body: body, of: snapshot)
-                    }
-                    result = .succeeded
-                } catch let error as ReactorDeadlineExceeded {
-                    result = .failed(URLTaskError.reactorTimedOut(reactor: reactor.name, after: error.limit))
-                } catch {
-                    result = .failed(URLTaskError.reactorFailed(reactor: reactor.name, underlying: error))
-                }
+                let result = await reactor.runWork(outcome: outcome, body: body, task: snapshot)
                 reactionFinished(reactor: index, outcome: result)
             }
             lock.withLock { running = work }
@@ -279,7 +269,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             checkGates()
             return
         }
-        let (request, body, replay): (URLRequest, TransportBody, Bool) = lock.withLock {
+        let (request, body, replay): (URLRequest, RequestBodySource, Bool) = lock.withLock {
             task.attempt = attempt
             defer { bodyUsed = true }
             return (task.request, self.body, bodyUsed)
@@ -312,14 +302,5 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         }
         // A cancel that raced with the send found no inner task to stop.
         if cancelled { inner.cancel() }
-    }
-}
-
-extension Duration {
-    var dispatchInterval: DispatchTimeInterval {
-        let (seconds, attoseconds) = components
-        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        guard !nanoseconds.overflow else { return .never }
-        return .nanoseconds(Int(clamping: nanoseconds.partialValue + attoseconds / 1_000_000_000))
     }
 }

@@ -33,7 +33,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
 
     /// Starts `request`. Must not be called on the outer session's work queue (corelibs
     /// creates and resumes tasks with a `sync` onto it).
-    func start(_ request: URLRequest, body: TransportBody, events: any TransportEvents) -> URLSessionTask {
+    func start(_ request: URLRequest, body: RequestBodySource, events: any TransportEvents) -> URLSessionTask {
         var request = request
         let task: URLSessionTask
         switch body {
@@ -123,12 +123,4 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
         default: return nil
         }
     }
-}
-
-/// A request body in the form the transport sends it.
-enum TransportBody: @unchecked Sendable {  // an InputStream is handed to exactly one inner task.
-    case none
-    case data(Data)
-    case file(URL)
-    case stream(InputStream)
 }

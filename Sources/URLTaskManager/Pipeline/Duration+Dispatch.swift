@@ -1,0 +1,10 @@
+/// Converts a timer length for `DispatchQueue.asyncAfter`; a delay too long to represent never fires,
+/// and a negative one fires at once.
+extension Duration {
+    var dispatchInterval: DispatchTimeInterval {
+        let (seconds, attoseconds) = components
+        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        guard !nanoseconds.overflow else { return .never }
+        return .nanoseconds(Int(clamping: nanoseconds.partialValue + attoseconds / 1_000_000_000))
+    }
+}
