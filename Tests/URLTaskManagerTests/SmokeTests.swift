@@ -23,16 +23,12 @@ final class SmokeTests: XCTestCase {
         XCTAssertEqual(try String(contentsOf: file, encoding: .utf8), "hello")
     }
 
-    final class Token: @unchecked Sendable {
-        let lock = NSLock(); var value = "old"; var refreshes = 0
-        func get() -> String { lock.withLock { value } }
-    }
     struct Refresh: URLTaskReactor {
-        let token: Token
+        let token: LockedBox<(value: String, refreshes: Int)>
         var configuration: URLTaskReactorConfiguration { .authentication }
         func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool { outcome.statusCode == 401 }
         func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
-            token.lock.withLock { token.value = "new"; token.refreshes += 1 }
+            token.withLock { $0 = (value: "new", refreshes: $0.refreshes + 1) }
         }
     }
 
@@ -42,9 +38,9 @@ final class SmokeTests: XCTestCase {
         server.route(nil, "/api") { req in
             req.headers["authorization"] == "Bearer new" ? .text("ok") : .status(401)
         }
-        let token = Token()
+        let token = LockedBox((value: "old", refreshes: 0))
         let manager = URLTaskManager(
-            interceptors: [HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(token.get())" }])],
+            interceptors: [HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(token.snapshot.value)" }])],
             reactors: [Refresh(token: token)]
         )
         let results = try await withThrowingTaskGroup(of: Int.self) { group in
@@ -57,7 +53,7 @@ final class SmokeTests: XCTestCase {
             return try await group.reduce(into: []) { $0.append($1) }
         }
         XCTAssertEqual(results, Array(repeating: 200, count: 50))
-        XCTAssertEqual(token.refreshes, 1)
+        XCTAssertEqual(token.snapshot.refreshes, 1)
         print("requests seen", server.requestCount(path: "/api"))
     }
 

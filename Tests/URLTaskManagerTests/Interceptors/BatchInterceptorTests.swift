@@ -230,12 +230,6 @@ final class BatchInterceptorTests: XCTestCase {
 
     // MARK: A released task is no longer held
 
-    final class Counter: @unchecked Sendable {  // `value` is guarded by `lock`.
-        private let lock = NSLock()
-        private var value = 0
-        func next() -> Int { lock.withLock { value += 1; return value } }
-    }
-
     /// Holds new tasks (`.authentication`) until the test lets it finish.
     struct BlockingRefresh: URLTaskReactor {
         let started: ProbeLog<Int>
@@ -249,8 +243,8 @@ final class BatchInterceptorTests: XCTestCase {
     }
 
     func testAReleasedTaskIsNoLongerSubjectToMaximumHoldTime() async throws {
-        let served = Counter()
-        server.route("/trigger") { _ in served.next() == 1 ? .status(401) : .text("ok") }
+        let served = CallCounter()
+        server.route("/trigger") { _ in served.increment() == 1 ? .status(401) : .text("ok") }
         let probe = ProbeLog<ProbeEvent>()
         let outcomes = ProbeLog<(path: String, result: Fetched)>()
         let started = ProbeLog<Int>()

@@ -91,22 +91,14 @@ final class HeaderInterceptorTests: XCTestCase {
 
     // MARK: Requeue
 
-    final class Token: @unchecked Sendable {  // `value` is guarded by `lock`.
-        private let lock = NSLock()
-        private var current = "old"
-        var value: String {
-            get { lock.withLock { current } }
-            set { lock.withLock { current = newValue } }
-        }
-    }
 
     struct RefreshOn401: URLTaskReactor {
-        let token: Token
+        let token: LockedBox<String>
         let reactedTo: ProbeLog<Int>
         func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool { outcome.statusCode == 401 }
         func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
             reactedTo.append(task.attempt)
-            token.value = "new"
+            token.withLock { $0 = "new" }
         }
     }
 
@@ -122,12 +114,12 @@ final class HeaderInterceptorTests: XCTestCase {
         server.route("/api") { request in
             request.headers["Authorization"] == "Bearer new" ? .text("fresh") : .status(401)
         }
-        let token = Token()
+        let token = LockedBox("old")
         let probe = ProbeLog<ProbeEvent>()
         let reactedTo = ProbeLog<Int>()
         let manager = URLTaskManager(
             interceptors: [
-                ProbeInterceptor(HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(token.value)" }]), log: probe),
+                ProbeInterceptor(HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(token.snapshot)" }]), log: probe),
                 FirstAttemptMarker(),
             ],
             reactors: [RefreshOn401(token: token, reactedTo: reactedTo)]
@@ -139,7 +131,7 @@ final class HeaderInterceptorTests: XCTestCase {
         let result = await fetched(manager.session, request)
 
         XCTAssertEqual(result.status, 200, "\(result)")
-        XCTAssertEqual(result.body, "fresh")
+        XCTAssertEqual(result.text, "fresh")
         let seen = server.requests(path: "/api")
         XCTAssertEqual(seen.map { $0.headers["Authorization"] }, ["Bearer old", "Bearer new"])
         XCTAssertEqual(seen.map { $0.headers["X-First-Attempt"] }, ["yes", nil], "the resend must start from the caller's request")

@@ -75,7 +75,7 @@ final class InterceptorChainTests: XCTestCase {
 
         let result = await fetched(manager.session, URLRequest(url: server.url("/cached")))
         XCTAssertEqual(result.status, 203, "\(result)")
-        XCTAssertEqual(result.body, "from the interceptor")
+        XCTAssertEqual(result.text, "from the interceptor")
         guard case .response(_, let headers, _) = result else { return }
         XCTAssertEqual(headers["x-local"], "yes")
 
@@ -87,7 +87,7 @@ final class InterceptorChainTests: XCTestCase {
         }.resume()
         let viaHandler = try await completed.wait(count: 1).first
         XCTAssertEqual(viaHandler?.status, 203)
-        XCTAssertEqual(viaHandler?.body, "from the interceptor")
+        XCTAssertEqual(viaHandler?.text, "from the interceptor")
 
         XCTAssertEqual(server.requests.count, 0, "a local answer never reaches the server")
         XCTAssertEqual(after.count, 0, "later interceptors never see an answered task")

@@ -145,46 +145,6 @@ struct CountingInterceptor: URLTaskInterceptor {
     }
 }
 
-/// How one caller's task ended.
-enum Fetched: Sendable {
-    /// `headers` are keyed by lowercased name.
-    case response(status: Int, headers: [String: String], body: Data)
-    case failure(any Error)
-
-    var status: Int? {
-        if case .response(let status, _, _) = self { return status }
-        return nil
-    }
-
-    var body: String? {
-        if case .response(_, _, let body) = self { return String(decoding: body, as: UTF8.self) }
-        return nil
-    }
-
-    var error: (any Error)? {
-        if case .failure(let error) = self { return error }
-        return nil
-    }
-
-    var urlErrorCode: URLError.Code? { (error as? URLError)?.code }
-    var taskError: URLTaskError? { error as? URLTaskError }
-}
-
-/// Runs `request` through `session` with async `data(for:)` and reports how it ended.
-func fetched(_ session: URLSession, _ request: URLRequest) async -> Fetched {
-    do {
-        let (data, response) = try await session.data(for: request)
-        let http = response as? HTTPURLResponse
-        var headers: [String: String] = [:]
-        for (name, value) in http?.allHeaderFields ?? [:] {
-            if let name = name as? String, let value = value as? String { headers[name.lowercased()] = value }
-        }
-        return .response(status: http?.statusCode ?? -1, headers: headers, body: data)
-    } catch {
-        return .failure(error)
-    }
-}
-
 extension XCTestCase {
     /// The time between the first and the last arrival.
     func arrivalSpread(_ requests: [RecordedRequest]) -> Duration {

@@ -9,26 +9,17 @@ final class BodyReplayTests: XCTestCase {
     typealias Kit = ReactorTestKit
 
     /// Refreshes on 401: the first run makes the token valid.
-    final class Token: @unchecked Sendable {  // `value` is guarded by `lock`.
-        private let lock = NSLock()
-        private var current = "old"
-        var value: String {
-            get { lock.withLock { current } }
-            set { lock.withLock { current = newValue } }
-        }
-    }
-
     struct Refresh: URLTaskReactor {
-        let token: Token
+        let token: LockedBox<String>
         var configuration: URLTaskReactorConfiguration { .authentication }
         func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool { outcome.statusCode == 401 }
-        func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws { token.value = "new" }
+        func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws { token.withLock { $0 = "new" } }
     }
 
     static let size = 2_000_000
 
     private var server: LoopbackServer!
-    private let token = Token()
+    private let token = LockedBox("old")
 
     override func setUp() async throws {
         server = try LoopbackServer()
@@ -44,7 +35,7 @@ final class BodyReplayTests: XCTestCase {
     private func manager(options: URLTaskManager.Options = .default, reactors: Bool = true) -> URLTaskManager {
         let token = token
         return URLTaskManager(
-            interceptors: [HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(token.value)" }])],
+            interceptors: [HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(token.snapshot)" }])],
             reactors: reactors ? [Refresh(token: token)] : [],
             options: options
         )
@@ -91,7 +82,7 @@ final class BodyReplayTests: XCTestCase {
     }
 
     func testAStreamIsBufferedOnlyWhenAReactorMightResendIt() async throws {
-        token.value = "new"
+        token.withLock { $0 = "new" }
         let small = Data("a small body".utf8)
         let withReactor = manager()
         let withoutReactors = manager(reactors: false)

@@ -6,56 +6,12 @@ import LoopbackServer
 /// collide with the other suites' helpers. Every wait is on an event with a deadline; no test
 /// sleeps to let something happen.
 enum ReactorTestKit {
-    /// How one caller's task ended.
-    enum Fetch: Sendable {
-        case response(status: Int, headers: [String: String], body: Data)
-        case failure(any Error)
-
-        var status: Int? {
-            if case .response(let status, _, _) = self { return status }
-            return nil
-        }
-
-        var text: String? {
-            if case .response(_, _, let body) = self { return String(decoding: body, as: UTF8.self) }
-            return nil
-        }
-
-        var error: (any Error)? {
-            if case .failure(let error) = self { return error }
-            return nil
-        }
-
-        var urlErrorCode: URLError.Code? { (error as? URLError)?.code }
-        var taskError: URLTaskError? { error as? URLTaskError }
-
-        /// A short label for grouping a storm's results.
-        var label: String {
-            switch self {
-            case .response(let status, _, _): "\(status)"
-            case .failure(let error as URLTaskError):
-                switch error {
-                case .reactorFailed(let reactor, let underlying): "reactorFailed(\(reactor), \(underlying))"
-                default: "\(error)"
-                }
-            case .failure(let error): "\(type(of: error)) \(error)"
-            }
-        }
-    }
+    /// How one caller's task ended (shared with the other suites).
+    typealias Fetch = Fetched
 
     /// Runs `request` with async `data(for:)`.
     static func fetch(_ session: URLSession, _ request: URLRequest) async -> Fetch {
-        do {
-            let (data, response) = try await session.data(for: request)
-            let http = response as? HTTPURLResponse
-            var headers: [String: String] = [:]
-            for (name, value) in http?.allHeaderFields ?? [:] {
-                if let name = name as? String, let value = value as? String { headers[name.lowercased()] = value }
-            }
-            return .response(status: http?.statusCode ?? -1, headers: headers, body: data)
-        } catch {
-            return .failure(error)
-        }
+        await fetched(session, request)
     }
 
     static func fetch(_ session: URLSession, _ url: URL) async -> Fetch {
@@ -86,21 +42,8 @@ enum ReactorTestKit {
         results.reduce(into: [:]) { $0[$1.label, default: 0] += 1 }
     }
 
-    /// A thread-safe counter.
-    final class Counter: @unchecked Sendable {  // `value` is guarded by `lock`.
-        private let lock = NSLock()
-        private var count = 0
-
-        var value: Int { lock.withLock { count } }
-
-        @discardableResult
-        func increment() -> Int {
-            lock.withLock {
-                count += 1
-                return count
-            }
-        }
-    }
+    /// A thread-safe counter (shared with the other suites).
+    typealias Counter = CallCounter
 
     /// An async one-shot latch. `wait()` deliberately ignores cancellation: it stands for work
     /// that does not cooperate (a reactor awaiting someone else's task).

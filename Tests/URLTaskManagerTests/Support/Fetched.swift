@@ -1,0 +1,55 @@
+import Foundation
+@testable import URLTaskManager
+
+/// How one caller's task ended.
+enum Fetched: Sendable {
+    /// `headers` are keyed by lowercased name.
+    case response(status: Int, headers: [String: String], body: Data)
+    case failure(any Error)
+
+    var status: Int? {
+        if case .response(let status, _, _) = self { return status }
+        return nil
+    }
+
+    var text: String? {
+        if case .response(_, _, let body) = self { return String(decoding: body, as: UTF8.self) }
+        return nil
+    }
+
+    var error: (any Error)? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+
+    var urlErrorCode: URLError.Code? { (error as? URLError)?.code }
+    var taskError: URLTaskError? { error as? URLTaskError }
+
+    /// A short label for grouping a storm's results.
+    var label: String {
+        switch self {
+        case .response(let status, _, _): "\(status)"
+        case .failure(let error as URLTaskError):
+            switch error {
+            case .reactorFailed(let reactor, let underlying): "reactorFailed(\(reactor), \(underlying))"
+            default: "\(error)"
+            }
+        case .failure(let error): "\(type(of: error)) \(error)"
+        }
+    }
+}
+
+/// Runs `request` with async `data(for:)`.
+func fetched(_ session: URLSession, _ request: URLRequest) async -> Fetched {
+    do {
+        let (data, response) = try await session.data(for: request)
+        let http = response as? HTTPURLResponse
+        var headers: [String: String] = [:]
+        for (name, value) in http?.allHeaderFields ?? [:] {
+            if let name = name as? String, let value = value as? String { headers[name.lowercased()] = value }
+        }
+        return .response(status: http?.statusCode ?? -1, headers: headers, body: data)
+    } catch {
+        return .failure(error)
+    }
+}
