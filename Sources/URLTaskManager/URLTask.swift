@@ -19,7 +19,9 @@ public struct URLTask: Sendable, Identifiable {
     /// The request exactly as the caller made it (its body is not included: the manager keeps
     /// the body itself so it can replay it).
     public let originalRequest: URLRequest
-    /// 1 on the first send, plus one per requeue.
+    /// 1 on the first send, plus one per requeue. A task whose headers went stale before it
+    /// was sent (it waited in a batch, or for a connection, while a token refresh ran) runs
+    /// the interceptors again with the same number: nothing was sent yet.
     public internal(set) var attempt: Int
     /// Typed values interceptors leave for later stages (for example which credential version
     /// was applied), reset on every attempt.

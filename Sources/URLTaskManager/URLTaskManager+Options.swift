@@ -16,13 +16,29 @@ extension URLTaskManager {
         /// send an empty or partial body. `Data` and file bodies are always replayable.
         public var maximumReplayableBodySize: Int
 
+        /// How many requests to one host the manager hands to URLSession at once, when it has
+        /// a reactor that holds new tasks (``URLTaskReactorConfiguration/holdsNewTasks``, as
+        /// ``URLTaskReactorConfiguration/authentication`` does). `nil`, the default, uses the
+        /// configuration's `httpMaximumConnectionsPerHost`.
+        ///
+        /// URLSession sends that many requests to a host at once and queues the rest inside
+        /// itself, their headers already applied. When a 401 starts a token refresh, requests
+        /// queued there would still go out with the old token. The manager keeps that queue
+        /// itself instead: a request takes a slot after its interceptors ran and is checked
+        /// against the reactors once more when it gets one, so no request leaves with a token
+        /// a refresh has replaced or is replacing. Raise it for HTTP/2 servers on Apple
+        /// platforms, where one connection carries many requests at once.
+        public var maximumRequestsInFlightPerHost: Int?
+
         /// Creates options; every parameter has a sensible default.
-        public init(maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20) {
+        public init(maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil) {
             self.maximumHoldTime = maximumHoldTime
             self.maximumReplayableBodySize = maximumReplayableBodySize
+            self.maximumRequestsInFlightPerHost = maximumRequestsInFlightPerHost
         }
 
-        /// The defaults: hold at most 60 seconds, replay stream bodies up to 8 MiB.
+        /// The defaults: hold at most 60 seconds, replay stream bodies up to 8 MiB, as many
+        /// requests per host in flight as the configuration has connections per host.
         public static var `default`: Options { Options() }
     }
 }

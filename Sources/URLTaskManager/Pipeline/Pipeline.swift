@@ -16,6 +16,9 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
     let serialGates: [SerialGate?]
     let reactors: [ReactorStorage]
     let options: URLTaskManager.Options
+    /// Requests per host handed to the transport at once; `nil` when no reactor holds new
+    /// tasks (nothing can make a queued request's headers stale, so URLSession queues them).
+    let connectionSlots: ConnectionSlots?
     private(set) var transport: Transport!
 
     private let lock = NSLock()
@@ -29,6 +32,9 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
         self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
         self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }
         self.options = options
+        let holding = reactors.contains { $0.configuration.holdsNewTasks }
+        let limit = options.maximumRequestsInFlightPerHost ?? configuration.httpMaximumConnectionsPerHost
+        self.connectionSlots = holding && limit > 0 ? ConnectionSlots(limit: limit) : nil
         self.transport = Transport(configuration: configuration, onInvalidated: {})
     }
 
@@ -83,6 +89,12 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
     /// with ``URLTaskError/managerInvalidated`` instead.
     var acceptsNewTransfers: Bool {
         lock.withLock { if case .done = invalidation { false } else { true } }
+    }
+
+    /// Whether a reactor that holds new tasks exempts `request`: its own work's traffic (a
+    /// token request) must not wait behind the requests that wait for that work.
+    func isReactorTraffic(_ request: URLRequest) -> Bool {
+        reactors.contains { $0.configuration.holdsNewTasks && $0.configuration.exempts(request) }
     }
 
     /// Releases held tasks: every batch, or the one of interceptor `index`.

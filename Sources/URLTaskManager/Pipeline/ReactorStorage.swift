@@ -28,6 +28,15 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
     /// and the failed ones.
     var stamp: ReactorStateMachine.Stamp { lock.withLock { machine.stamp } }
 
+    /// The error of the last run if a run failed since `stamp` (and none succeeded since, which
+    /// the caller checks first): a task stamped before it would only meet the same failure.
+    func failure(since stamp: ReactorStateMachine.Stamp) -> (any Error)? {
+        lock.withLock {
+            guard machine.failures > stamp.failures else { return nil }
+            return lastFailure ?? URLTaskError.reactorFailed(reactor: name, underlying: CancellationError())
+        }
+    }
+
     /// Holds `run` if this reactor's work is running and it gates new tasks. Returns `true`
     /// if the task must wait; it is resumed by ``TaskRun/gateOpened()`` or failed with the
     /// run's error.

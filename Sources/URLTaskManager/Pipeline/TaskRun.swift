@@ -20,11 +20,19 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private var sentUnder: [ReactorStateMachine.Stamp]
     /// The attempt `sentUnder` belongs to.
     private var stampedAttempt = 0
+    /// This task's place in ``Pipeline/connectionSlots``: waiting for a slot of a host, or holding one.
+    private var slot = Slot.none
     private var bodyUsed = false
     /// Replaced once, in ``start()``, by a replayable copy when it is a stream.
     private var body: RequestBodySource
     private let sink: any TaskSink
     private let pipeline: Pipeline
+
+    private enum Slot {
+        case none
+        case waiting(host: String)
+        case holding(host: String)
+    }
 
     init(id: URLTask.ID, request: URLRequest, body: RequestBodySource, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
@@ -72,12 +80,29 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// Fails the task if it has not been sent yet (hold timeout, invalidation, a failed run).
     func failUnsent(_ error: any Error) {
-        let (action, heldIndex): (TaskStateMachine.Action, Int?) = lock.withLock {
+        let (action, heldIndex, slotHost): (TaskStateMachine.Action, Int?, String?) = lock.withLock {
             let held = hold?.index
+            var waitingFor: String?
+            if case .waiting(let host) = slot { waitingFor = host }
             let action = machine.fail(error)
-            return (action, held)
+            return (action, held, waitingFor)
         }
-        if case .fail = action, let heldIndex { pipeline.batches[heldIndex].remove(self) }
+        if case .fail = action {
+            if let heldIndex { pipeline.batches[heldIndex].remove(self) }
+            if let slotHost { pipeline.connectionSlots?.remove(self, host: slotHost) }
+        }
+        perform(action)
+    }
+
+    /// A connection slot for the task's host is free: send, or give the slot back if the
+    /// task was cancelled while it waited.
+    /// - Parameter host: The host whose slot the task now holds; `nil` when requests are not limited.
+    func connectionGranted(host: String?) {
+        let action: TaskStateMachine.Action = lock.withLock {
+            if let host { slot = .holding(host: host) }
+            return machine.connectionGranted()
+        }
+        guard case .send = action else { return releaseConnection() }
         perform(action)
     }
 
@@ -105,10 +130,20 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     func transportDidComplete(error: (any Error)?) {
         let awaitingHead = lock.withLock { machine.isAwaitingResponseHead }
         let reactor = awaitingHead ? error.flatMap { chooseReactor(for: .failure($0)) } : nil
-        perform(lock.withLock {
+        let action = lock.withLock {
             innerTask = nil
             return machine.transportCompleted(error: error, reactor: reactor)
-        })
+        }
+        if case .react = action {
+            // Start (or join) the refresh first: the task that gets this slot next then
+            // finds the reactor running and waits instead of going out with a stale token.
+            perform(action)
+            releaseConnection()
+        } else {
+            // Free the slot before the caller hears of the end, so it never sees it taken.
+            releaseConnection()
+            perform(action)
+        }
     }
 
     // MARK: Actions
@@ -143,6 +178,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 hold = (index, holdGeneration)
             }
             pipeline.batches[index].release(with: self)
+        case .acquireConnection:
+            acquireConnection()
         case .send(let attempt):
             send(attempt: attempt)
         case .forwardResponse(let response):
@@ -164,6 +201,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             react(index, outcome: outcome, body: body)
         case .cancelTransport:
             lock.withLock { innerTask }?.cancel()
+            pipeline.taskEnded()
+        case .leaveConnectionQueue:
+            let host: String? = lock.withLock {
+                guard case .waiting(let host) = slot else { return nil }
+                slot = .none
+                return host
+            }
+            if let host { pipeline.connectionSlots?.remove(self, host: host) }
             pipeline.taskEnded()
         case .leaveBatch(let index):
             pipeline.batches[index].remove(self)
@@ -258,15 +303,54 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         }
     }
 
+    /// Waits for a slot of the request's host when the manager limits requests per host
+    /// (see ``URLTaskManager/Options/maximumRequestsInFlightPerHost``), so that URLSession
+    /// never queues a request whose headers a refresh could make stale.
+    private func acquireConnection() {
+        let (request, original) = lock.withLock { (task.request, task.originalRequest) }
+        guard let slots = pipeline.connectionSlots, !pipeline.isReactorTraffic(original) else {
+            return connectionGranted(host: nil)
+        }
+        let host = ConnectionSlots.host(of: request)
+        lock.withLock { slot = .waiting(host: host) }
+        if slots.acquire(self, host: host) { connectionGranted(host: host) }
+    }
+
+    /// Gives the task's connection slot back, if it holds one. Safe to call more than once.
+    private func releaseConnection() {
+        let host: String? = lock.withLock {
+            guard case .holding(let host) = slot else { return nil }
+            slot = .none
+            return host
+        }
+        if let host { pipeline.connectionSlots?.release(host: host) }
+    }
+
     private func send(attempt: Int) {
         let original = lock.withLock { task.originalRequest }
         // A holding reactor that started while this task was being intercepted: its headers
         // may be stale. Wait, then intercept again.
         for reactor in pipeline.reactors where reactor.gate(self, request: original) {
+            releaseConnection()
             perform(lock.withLock { machine.sendGated(reactor: reactor.index) })
             // The run may have ended before the line above; its `gateOpened` then found the
             // task still sending and was ignored. Now that the task is gated, check again.
             checkGates()
+            return
+        }
+        // A holding reactor's run ended while this task waited (in a batch, for a slot) after
+        // its headers were decided: they are stale. Intercept again, or share the failure.
+        if let outdated = outdatedHeaders(attempt: attempt) {
+            releaseConnection()
+            switch outdated {
+            case .refreshed:
+                perform(lock.withLock {
+                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt)
+                    return machine.sendStale()
+                })
+            case .failed(let error):
+                perform(lock.withLock { machine.failSending(error) })
+            }
             return
         }
         let (request, body, replay): (URLRequest, RequestBodySource, Bool) = lock.withLock {
@@ -275,15 +359,18 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             return (task.request, self.body, bodyUsed)
         }
         if let problem = HeaderValidation.firstProblem(in: request) {
+            releaseConnection()
             perform(lock.withLock { machine.failSending(problem) })
             return
         }
         if replay, case .stream = body {
             let error = URLTaskError.bodyNotReplayable(reason: "a stream body larger than maximumReplayableBodySize was already sent once")
+            releaseConnection()
             perform(lock.withLock { machine.failSending(error) })
             return
         }
         guard pipeline.acceptsNewTransfers else {
+            releaseConnection()
             perform(lock.withLock { machine.failSending(URLTaskError.managerInvalidated) })
             return
         }
@@ -302,5 +389,28 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         }
         // A cancel that raced with the send found no inner task to stop.
         if cancelled { inner.cancel() }
+    }
+
+    private enum OutdatedHeaders {
+        /// A run succeeded since: intercept again.
+        case refreshed
+        /// Only failed runs ended since: the task would meet the same failure.
+        case failed(any Error)
+    }
+
+    /// Whether this attempt's headers, decided by its interceptors, predate a run of a
+    /// reactor that holds new tasks and has ended since.
+    private func outdatedHeaders(attempt: Int) -> OutdatedHeaders? {
+        let (stamps, stampedNow): ([ReactorStateMachine.Stamp], Bool) = lock.withLock { (sentUnder, stampedAttempt == attempt) }
+        // A resend without the interceptors keeps its headers on purpose; it is stamped below.
+        guard stampedNow else { return nil }
+        for reactor in pipeline.reactors where reactor.configuration.holdsNewTasks {
+            let stamp = stamps[reactor.index]
+            if reactor.stamp.version > stamp.version { return .refreshed }
+        }
+        for reactor in pipeline.reactors where reactor.configuration.holdsNewTasks {
+            if let error = reactor.failure(since: stamps[reactor.index]) { return .failed(error) }
+        }
+        return nil
     }
 }

@@ -1,15 +1,19 @@
 /// The lifecycle of one task through the pipeline, without I/O.
 ///
 /// ```
-///  created ─start─> [gated] ─> intercepting(0) ─execute─> ... intercepting(n-1) ─> sending
-///                                   │ hold                                           │ head
+///  created ─start─> [gated] ─> intercepting(0) ─execute─> ... intercepting(n-1) ─> awaitingConnection
+///                                   │ hold                                           │ slot
+///                                   v                                              sending
+///                                   │                                                │ head
 ///                                   v                                   ┌────────────┴─────────────┐
 ///                                held(k) ─release─> intercepting(k+1)   v                          v
 ///                                                                   receiving ─end─> completed   collecting(reactor r)
 ///                                                                                                  │ end
 ///                                                                                                  v
-///                                   intercepting(0) or sending  <─requeue─  reacting(r) ─fail─> completed
+///                        intercepting(0) or awaitingConnection  <─requeue─  reacting(r) ─fail─> completed
 /// ```
+/// A task whose headers were decided before a holding reactor's run that has ended since
+/// goes from `sending` back to the gates (``sendStale()``) instead of out with a stale token.
 /// Any state but `completed` can be cancelled (the caller cancelled: the session reports it)
 /// or failed before sending (hold timeout, invalidation, a failed reactor run it was gated
 /// on). Each event returns the one action the storage performs once its lock is released.
@@ -36,6 +40,8 @@ struct TaskStateMachine {
         case hold(index: Int, maximumWait: Duration?)
         /// Release interceptor `index`'s batch; this task then continues at `index + 1`.
         case releaseBatch(index: Int)
+        /// Take a connection slot for the task's host; resumes with `connectionGranted`.
+        case acquireConnection
         /// Send the task's current request (attempt `attempt`).
         case send(attempt: Int)
         case forwardResponse(URLResponse)
@@ -50,6 +56,8 @@ struct TaskStateMachine {
         case react(reactor: Int, outcome: URLTaskOutcome, body: Data)
         /// The caller cancelled: stop the transport (the session reports the cancellation).
         case cancelTransport
+        /// The caller cancelled while waiting for a connection slot.
+        case leaveConnectionQueue
         /// The caller cancelled while held: take it out of batch `index`.
         case leaveBatch(index: Int)
         /// The caller cancelled while waiting on reactor `reactor` (its run or its gate).
@@ -63,6 +71,7 @@ struct TaskStateMachine {
         case gated(gate: Int?)
         case intercepting(index: Int)
         case held(index: Int)
+        case awaitingConnection
         case sending
         case receiving
         case collecting(reactor: Int, response: HTTPURLResponse, body: Data)
@@ -152,6 +161,23 @@ struct TaskStateMachine {
         return advance(to: index + 1)
     }
 
+    /// The task has a connection slot: send it. Returns `.none` if it no longer needs one
+    /// (cancelled meanwhile): the storage then gives the slot back.
+    mutating func connectionGranted() -> Action {
+        guard case .awaitingConnection = state else { return .none }
+        state = .sending
+        return .send(attempt: attempt)
+    }
+
+    /// Its headers were decided before a holding reactor's run that has ended since (it
+    /// waited in a batch or for a connection meanwhile): run the interceptors again instead
+    /// of sending a request known to be stale.
+    mutating func sendStale() -> Action {
+        guard case .sending = state else { return .none }
+        state = .gated(gate: nil)
+        return .checkGates
+    }
+
     /// A holding reactor started while the task was on its way to the network: its headers
     /// may be stale, so it waits and then runs the interceptors again.
     mutating func sendGated(reactor: Int) -> Action {
@@ -214,7 +240,7 @@ struct TaskStateMachine {
                 return beginReaction(reactor: reactor, outcome: .failure(error), response: nil, body: Data())
             }
             return beginReaction(reactor: reactor, outcome: .response(response), response: response, body: body)
-        case .created, .gated, .intercepting, .held, .reacting, .completed:
+        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .completed:
             return .none
         }
     }
@@ -228,8 +254,8 @@ struct TaskStateMachine {
                 state = .gated(gate: nil)
                 return .checkGates
             }
-            state = .sending
-            return .send(attempt: attempt)
+            state = .awaitingConnection
+            return .acquireConnection
         case .deliver:
             state = .completed
             if let response { return .respond(response, body) }
@@ -255,6 +281,9 @@ struct TaskStateMachine {
         case .held(let index):
             state = .completed
             return .leaveBatch(index: index)
+        case .awaitingConnection:
+            state = .completed
+            return .leaveConnectionQueue
         case .sending, .receiving, .collecting:
             state = .completed
             return .cancelTransport
@@ -268,7 +297,7 @@ struct TaskStateMachine {
     /// run it was gated on); a task already on the network finishes on its own.
     mutating func fail(_ error: any Error) -> Action {
         switch state {
-        case .created, .gated, .intercepting, .held:
+        case .created, .gated, .intercepting, .held, .awaitingConnection:
             state = .completed
             return .fail(error)
         case .sending, .receiving, .collecting, .reacting, .completed:
@@ -291,7 +320,7 @@ struct TaskStateMachine {
             state = .intercepting(index: index)
             return .runInterceptor(index: index)
         }
-        state = .sending
-        return .send(attempt: attempt)
+        state = .awaitingConnection
+        return .acquireConnection
     }
 }

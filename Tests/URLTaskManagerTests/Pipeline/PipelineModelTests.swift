@@ -1,8 +1,9 @@
 import XCTest
 @testable import URLTaskManager
 
-/// Drives several ``TaskStateMachine``s and one ``ReactorStateMachine`` through random
-/// interleavings, the way `TaskRun` and `ReactorStorage` compose them.
+/// Drives several ``TaskStateMachine``s, one ``ReactorStateMachine`` and the
+/// ``ConnectionSlotsStateMachine`` of one host through random interleavings, the way
+/// `TaskRun`, `ReactorStorage` and `ConnectionSlots` compose them.
 ///
 /// Each lock-protected step of `TaskRun`/`ReactorStorage` (a gate check, a transition, a
 /// response arriving, a run ending, a cancel) is one schedulable item; the scheduler runs a
@@ -31,6 +32,10 @@ final class PipelineModelTests: XCTestCase {
         var loopGuard: URLTaskReactorConfiguration.LoopGuard?
         /// `TaskRun.send` checks the gates again once the task is recorded as send-gated.
         var recheckGatesAfterSendGated = true
+        /// Requests in flight at once (`Pipeline.connectionSlots`); `nil`: unlimited.
+        var connectionLimit: Int? = 2
+        /// `TaskRun.send` re-intercepts a task whose headers predate a run that has ended since.
+        var recheckStampAtSend = true
     }
 
     /// One simulated manager: the machines, the pending steps, and the invariants' bookkeeping.
@@ -44,6 +49,9 @@ final class PipelineModelTests: XCTestCase {
             case waitAtGate(Int)
             case openGate(Int)
             case interceptorReturns(Int, index: Int)
+            case acquireSlot(Int)
+            case slotGranted(Int)
+            case leaveSlotQueue(Int)
             case checkSendGates(Int, attempt: Int)
             case recordSendGated(Int)
             case head(Int, Response)
@@ -62,6 +70,9 @@ final class PipelineModelTests: XCTestCase {
                 case .waitAtGate(let t): "waitAtGate(\(t))"
                 case .openGate(let t): "openGate(\(t))"
                 case .interceptorReturns(let t, let i): "interceptorReturns(\(t), \(i))"
+                case .acquireSlot(let t): "acquireSlot(\(t))"
+                case .slotGranted(let t): "slotGranted(\(t))"
+                case .leaveSlotQueue(let t): "leaveSlotQueue(\(t))"
                 case .checkSendGates(let t, let a): "checkSendGates(\(t), attempt \(a))"
                 case .recordSendGated(let t): "recordSendGated(\(t))"
                 case .head(let t, let r): "head(\(t), \(r))"
@@ -79,6 +90,10 @@ final class PipelineModelTests: XCTestCase {
         var rng: SplitMix64
         var machines: [TaskStateMachine]
         var reactor: ReactorStateMachine
+        var slots: ConnectionSlotsStateMachine
+        /// `TaskRun.slot` reduced to "holds one".
+        var holdsSlot: [Bool]
+        var inFlight = 0
         /// `ReactorStorage.members`: the tasks a run will hand back to.
         var members: Set<Int> = []
         var sentUnder: [ReactorStateMachine.Stamp]
@@ -97,6 +112,8 @@ final class PipelineModelTests: XCTestCase {
                 TaskStateMachine(interceptorCount: scenario.interceptors, reactors: [(name: "Refresh", maximumReactions: scenario.maximumReactions)])
             }
             reactor = ReactorStateMachine(loopGuard: scenario.loopGuard)
+            slots = ConnectionSlotsStateMachine(limit: scenario.connectionLimit ?? .max)
+            holdsSlot = Array(repeating: false, count: scenario.tasks)
             sentUnder = Array(repeating: ReactorStateMachine.Stamp(), count: scenario.tasks)
             stampedAttempt = Array(repeating: 0, count: scenario.tasks)
             completions = Array(repeating: 0, count: scenario.tasks)
@@ -132,6 +149,18 @@ final class PipelineModelTests: XCTestCase {
                 violate("task \(task) completed \(completions[task]) times; nothing is left that could complete it")
             }
             if runsInFlight != 0 || reactor.isRunning { violate("a run is still in flight at the end") }
+            if slots.busyHosts != 0 || holdsSlot.contains(true) { violate("a connection slot was never given back") }
+        }
+
+        /// `TaskRun.releaseConnection`: hands the slot to the next waiter, if any.
+        mutating func releaseSlot(_ t: Int) {
+            guard holdsSlot[t] else { return }
+            holdsSlot[t] = false
+            if let next = slots.release(host: "h") {
+                let n = Int(next.rawValue)
+                holdsSlot[n] = true
+                pending.append(.slotGranted(n))
+            }
         }
 
         mutating func step(_ item: Item) {
@@ -156,15 +185,48 @@ final class PipelineModelTests: XCTestCase {
                 perform(t, machines[t].gateOpened())
             case .interceptorReturns(let t, let index):
                 perform(t, machines[t].interceptorReturned(index: index, command: .execute, interceptorName: "I"))
+            case .acquireSlot(let t):
+                guard scenario.connectionLimit != nil else { return pending.append(.slotGranted(t)) }
+                if slots.acquire(Self.id(t), host: "h") == .send {
+                    holdsSlot[t] = true
+                    pending.append(.slotGranted(t))
+                }
+            case .slotGranted(let t):
+                if case .send(let attempt) = machines[t].connectionGranted() {
+                    pending.append(.checkSendGates(t, attempt: attempt))
+                } else {
+                    releaseSlot(t)
+                }
+            case .leaveSlotQueue(let t):
+                _ = slots.remove(Self.id(t), host: "h")
             case .checkSendGates(let t, let attempt):
                 if scenario.holdsNewTasks, reactor.gate(Self.id(t)) {
+                    releaseSlot(t)
                     members.insert(t)
                     pending.append(.recordSendGated(t))
                     return
                 }
+                if scenario.recheckStampAtSend, scenario.holdsNewTasks, stampedAttempt[t] == attempt {
+                    if reactor.stamp.version > sentUnder[t].version {
+                        releaseSlot(t)
+                        return perform(t, machines[t].sendStale())
+                    }
+                    if reactor.stamp.failures > sentUnder[t].failures {
+                        releaseSlot(t)
+                        return perform(t, machines[t].failSending(Boom()))
+                    }
+                }
                 if stampedAttempt[t] != attempt {
                     sentUnder[t] = reactor.stamp
                     stampedAttempt[t] = attempt
+                }
+                // What the issue asks: nothing goes out with headers a finished run replaced.
+                if scenario.holdsNewTasks, sentUnder[t].version < reactor.stamp.version {
+                    violate("task \(t) sent with headers from before run version \(reactor.stamp.version)")
+                }
+                if scenario.connectionLimit != nil {
+                    inFlight += 1
+                    if inFlight > scenario.connectionLimit! { violate("\(inFlight) requests in flight, limit \(scenario.connectionLimit!)") }
                 }
                 let response: Response = [.ok, .unauthorized, .unauthorized, .transportError].randomElement(using: &rng)!
                 pending.append(response == .transportError ? .complete(t, response) : .head(t, response))
@@ -178,6 +240,8 @@ final class PipelineModelTests: XCTestCase {
                 pending.append(.complete(t, response))
             case .complete(let t, let response):
                 perform(t, machines[t].transportCompleted(error: response == .transportError ? URLError(.timedOut) : nil, reactor: nil))
+                if holdsSlot[t] { inFlight -= 1 }
+                releaseSlot(t)
             case .need(let t):
                 switch reactor.taskNeedsReaction(Self.id(t), sentUnder: sentUnder[t], now: clock) {
                 case .startRun(let run):
@@ -226,8 +290,13 @@ final class PipelineModelTests: XCTestCase {
                 pending.append(.checkGates(t))
             case .runInterceptor(let index):
                 pending.append(.interceptorReturns(t, index: index))
+            case .acquireConnection:
+                pending.append(.acquireSlot(t))
             case .send(let attempt):
                 pending.append(.checkSendGates(t, attempt: attempt))
+            case .leaveConnectionQueue:
+                completed(t)
+                pending.append(.leaveSlotQueue(t))
             case .react:
                 pending.append(.need(t))
             case .finish, .respond, .fail, .cancelTransport, .abandon:
@@ -272,6 +341,24 @@ final class PipelineModelTests: XCTestCase {
                 XCTFail("scenario \(index): \(failure)")
             }
         }
+    }
+
+    /// With one connection per host the queue is long and every task waits for a slot across
+    /// runs starting and ending: still exactly once, no slot lost, nothing sent stale.
+    func testOneConnectionPerHostKeepsTheInvariants() {
+        var scenario = Scenario(tasks: 5, interceptors: 1, holdsNewTasks: true, reintercept: true, maximumReactions: 3, loopGuard: nil)
+        scenario.connectionLimit = 1
+        XCTAssertNil(explore(scenario, seeds: 0..<1_500))
+    }
+
+    /// Without the stamp check at send, a task that waited for a slot while a refresh ran and
+    /// ended goes out with the headers it had before: the model catches it.
+    func testTheModelFindsAStaleSendWithoutTheStampCheck() {
+        var scenario = Scenario(tasks: 4, interceptors: 1, holdsNewTasks: true, reintercept: true, maximumReactions: 3, loopGuard: nil)
+        scenario.connectionLimit = 1
+        scenario.recheckStampAtSend = false
+        let failure = explore(scenario, seeds: 0..<1_500)
+        XCTAssertTrue(failure?.contains("sent with headers from before") ?? false, failure ?? "no violation found")
     }
 
     /// The model is strong enough to find the lost wake-up `TaskRun.send` had: a run that

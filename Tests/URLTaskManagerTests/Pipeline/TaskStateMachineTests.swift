@@ -7,7 +7,7 @@ final class TaskStateMachineTests: XCTestCase {
 
     /// An `Action` reduced to something `Equatable`.
     enum Step: Equatable {
-        case none, checkGates, finish, cancelTransport, abandon
+        case none, checkGates, finish, cancelTransport, abandon, acquireConnection, leaveConnectionQueue
         case runInterceptor(Int)
         case hold(Int, Duration?)
         case releaseBatch(Int)
@@ -27,7 +27,9 @@ final class TaskStateMachineTests: XCTestCase {
             case .runInterceptor(let index): self = .runInterceptor(index)
             case .hold(let index, let wait): self = .hold(index, wait)
             case .releaseBatch(let index): self = .releaseBatch(index)
+            case .acquireConnection: self = .acquireConnection
             case .send(let attempt): self = .send(attempt: attempt)
+            case .leaveConnectionQueue: self = .leaveConnectionQueue
             case .forwardResponse(let response): self = .forwardResponse(status: (response as? HTTPURLResponse)?.statusCode ?? -1)
             case .forwardData(let data): self = .forwardData(data)
             case .finish: self = .finish
@@ -79,9 +81,15 @@ final class TaskStateMachineTests: XCTestCase {
         return m
     }
 
-    static func sending() -> Machine {
+    static func awaitingConnection() -> Machine {
         var m = intercepting(1)
         _ = m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")
+        return m
+    }
+
+    static func sending() -> Machine {
+        var m = awaitingConnection()
+        _ = m.connectionGranted()
         return m
     }
 
@@ -152,7 +160,10 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")), .none, "out of turn")
         XCTAssertEqual(Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .runInterceptor(1))
         XCTAssertFalse(m.isAwaitingResponseHead)
-        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")), .send(attempt: 1))
+        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")), .acquireConnection)
+        XCTAssertFalse(m.isAwaitingResponseHead, "not sent before it has a connection slot")
+        XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 1))
+        XCTAssertEqual(Step(m.connectionGranted()), .none, "granted twice")
         XCTAssertTrue(m.isAwaitingResponseHead)
         XCTAssertEqual(Step(m.transportReceived(response: Self.response(200), reactor: nil)), .forwardResponse(status: 200))
         XCTAssertFalse(m.isAwaitingResponseHead)
@@ -166,7 +177,8 @@ final class TaskStateMachineTests: XCTestCase {
     func testWithoutInterceptorsTheGateOpensStraightToSending() {
         var m = Machine(interceptorCount: 0)
         _ = m.start()
-        XCTAssertEqual(Step(m.gateOpened()), .send(attempt: 1))
+        XCTAssertEqual(Step(m.gateOpened()), .acquireConnection)
+        XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 1))
     }
 
     func testTransportErrorsFailTheTaskBeforeAndAfterTheHead() {
@@ -229,7 +241,7 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.cancel()), .leaveBatch(1), "the releasing task is in the batch until it is released")
         var m2 = Self.intercepting(1)
         _ = m2.interceptorReturned(index: 1, command: .release, interceptorName: "I")
-        XCTAssertEqual(Step(m2.released(index: 1)), .send(attempt: 1))
+        XCTAssertEqual(Step(m2.released(index: 1)), .acquireConnection)
     }
 
     func testFailAndThrowNameTheInterceptor() {
@@ -312,13 +324,31 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(m.attempt, 2)
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0), "the chain starts again from the first interceptor")
         _ = m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")
-        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")), .send(attempt: 2))
+        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")), .acquireConnection)
+        XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 2))
+    }
+
+    func testAStaleSendGoesBackThroughTheGatesWithoutANewAttempt() {
+        var m = Self.sending()
+        XCTAssertEqual(Step(m.sendStale()), .checkGates)
+        XCTAssertEqual(m.attempt, 1, "nothing was sent")
+        XCTAssertEqual(Step(m.sendStale()), .none, "only while sending")
+        XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0), "the headers are decided again")
+        var granted = Self.awaitingConnection()
+        XCTAssertEqual(Step(granted.sendStale()), .none, "not before it has a slot")
+    }
+
+    func testACancelledTaskDoesNotTakeAGrantedSlot() {
+        var m = Self.awaitingConnection()
+        XCTAssertEqual(Step(m.cancel()), .leaveConnectionQueue)
+        XCTAssertEqual(Step(m.connectionGranted()), .none, "the storage gives the slot back")
     }
 
     func testRequeueWithoutTheInterceptorsResendsAtOnce() {
         var m = Self.reacting()
-        XCTAssertEqual(Step(m.reactionFinished(reactor: 0, result: .requeue(reintercept: false))), .send(attempt: 2))
+        XCTAssertEqual(Step(m.reactionFinished(reactor: 0, result: .requeue(reintercept: false))), .acquireConnection)
         XCTAssertEqual(m.attempt, 2)
+        XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 2), "no interceptor runs again")
         XCTAssertTrue(m.isAwaitingResponseHead)
     }
 
@@ -343,10 +373,12 @@ final class TaskStateMachineTests: XCTestCase {
         var m = Self.machine(interceptors: 0, maximumReactions: 2)
         _ = m.start()
         _ = m.gateOpened()
+        _ = m.connectionGranted()
         for attempt in 1...2 {
             _ = m.transportReceived(response: Self.response(401), reactor: 0)
             XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: 0)), .react(reactor: 0, outcome: "response(401)", body: Data()), "reaction \(attempt)")
-            XCTAssertEqual(Step(m.reactionFinished(reactor: 0, result: .requeue(reintercept: false))), .send(attempt: attempt + 1))
+            XCTAssertEqual(Step(m.reactionFinished(reactor: 0, result: .requeue(reintercept: false))), .acquireConnection)
+            XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: attempt + 1))
         }
         _ = m.transportReceived(response: Self.response(401), reactor: 0)
         let action = m.transportCompleted(error: nil, reactor: 0)
@@ -367,6 +399,7 @@ final class TaskStateMachineTests: XCTestCase {
             ("gated at a reactor", Self.gatedAtReactor(), .leaveReactor(0)),
             ("intercepting", Self.intercepting(1), .abandon),
             ("held", Self.held(1), .leaveBatch(1)),
+            ("waiting for a connection", Self.awaitingConnection(), .leaveConnectionQueue),
             ("sending", Self.sending(), .cancelTransport),
             ("receiving", Self.receiving(), .cancelTransport),
             ("collecting", Self.collecting(), .cancelTransport),
@@ -387,6 +420,7 @@ final class TaskStateMachineTests: XCTestCase {
             ("gated", Self.gatedAtReactor()),
             ("intercepting", Self.intercepting()),
             ("held", Self.held()),
+            ("waiting for a connection", Self.awaitingConnection()),
         ]
         for (name, machine) in unsent {
             var m = machine
