@@ -9,14 +9,9 @@ extension OAuth2Authenticator {
     ///
     /// ```swift
     /// try await OAuth2Authenticator.signIn(
-    ///     identity, using: { try await identityEndpoint.requestToken(["grant_type": "password", "username": user, "password": password]) },
-    ///     then: payments, using: { identityToken in
-    ///         try await paymentsEndpoint.requestToken([
-    ///             "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
-    ///             "subject_token": identityToken.accessToken,
-    ///             "subject_token_type": "urn:ietf:params:oauth:token-type:access_token",
-    ///         ])
-    ///     })
+    ///     identity, using: { try await identityEndpoint.signIn(username: user, password: password) },
+    ///     then: payments, using: { identityToken in try await paymentsEndpoint.exchange(identityToken) }
+    /// )
     /// ```
     ///
     /// Longer chains nest the same way: obtain every credential first, then sign in to each.

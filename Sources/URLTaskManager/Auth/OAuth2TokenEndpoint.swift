@@ -55,6 +55,32 @@ public struct OAuth2TokenEndpoint: Sendable {
         return try await requestToken(["grant_type": "refresh_token", "refresh_token": refreshToken], previous: credential)
     }
 
+    /// Signs in with a username and password: the resource owner password credentials grant
+    /// (RFC 6749 §4.3).
+    ///
+    /// Use it only with a first-party server that offers it (OAuth 2.1 drops this grant; a
+    /// browser-based flow is preferred where there is one). Pass the result to
+    /// ``OAuth2Authenticator/signIn(_:)``. The password is sent in the form body only, never
+    /// in the URL, and is not kept.
+    public func signIn(username: String, password: String, scope: String? = nil) async throws -> OAuth2Credential {
+        var fields = ["grant_type": "password", "username": username, "password": password]
+        if let scope { fields["scope"] = scope }
+        return try await requestToken(fields)
+    }
+
+    /// Obtains this service's token in exchange for another service's access token: the
+    /// token exchange grant (RFC 8693), for a login chain where one token buys the next (see
+    /// ``OAuth2Authenticator/signIn(_:using:then:using:)``).
+    public func exchange(_ subject: OAuth2Credential, scope: String? = nil) async throws -> OAuth2Credential {
+        var fields = [
+            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+            "subject_token": subject.accessToken,
+            "subject_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        ]
+        if let scope { fields["scope"] = scope }
+        return try await requestToken(fields)
+    }
+
     /// Posts `parameters` (plus the client's id and secret) as a form and reads the token
     /// response. Fields the response leaves out (`refresh_token`, `scope`) are taken from
     /// `previous`.

@@ -28,16 +28,8 @@ final class OAuth2SignInTests: XCTestCase {
             let identityEndpoint = identity.endpoint
             let paymentsEndpoint = payments.endpoint
             try await OAuth2Authenticator.signIn(
-                identityAuth, using: {
-                    try await identityEndpoint.requestToken(["grant_type": "password", "username": "ada", "password": "secret"])
-                },
-                then: paymentsAuth, using: { identityToken in
-                    try await paymentsEndpoint.requestToken([
-                        "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
-                        "subject_token": identityToken.accessToken,
-                        "subject_token_type": "urn:ietf:params:oauth:token-type:access_token",
-                    ])
-                })
+                identityAuth, using: { try await identityEndpoint.signIn(username: "ada", password: "s&cret=1") },
+                then: paymentsAuth, using: { identityToken in try await paymentsEndpoint.exchange(identityToken) })
         }
     }
 
@@ -49,6 +41,14 @@ final class OAuth2SignInTests: XCTestCase {
         let paymentsStored = try await services.paymentsStore.load()
         XCTAssertEqual(identityStored?.accessToken, "id-access-1")
         XCTAssertEqual(paymentsStored?.accessToken, "pay-access-1")
+        // The grants' forms, as the servers received them (RFC 6749 §4.3, RFC 8693).
+        let password = OAuthTestServer.decodeForm(try XCTUnwrap(services.identity.tokenRequests.first?.bodyText))
+        XCTAssertEqual(password, ["grant_type": "password", "username": "ada", "password": "s&cret=1", "client_id": "tests"])
+        let exchange = OAuthTestServer.decodeForm(try XCTUnwrap(services.payments.tokenRequests.first?.bodyText))
+        XCTAssertEqual(exchange, [
+            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange", "subject_token": "id-access-1",
+            "subject_token_type": "urn:ietf:params:oauth:token-type:access_token", "client_id": "tests",
+        ])
 
         let manager = URLTaskManager(
             interceptors: [BearerInterceptor(authenticator: services.identityAuth), BearerInterceptor(authenticator: services.paymentsAuth)],
