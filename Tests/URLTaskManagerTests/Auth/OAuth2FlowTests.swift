@@ -12,7 +12,7 @@ final class OAuth2FlowTests: XCTestCase {
     }
 
     private func authenticator(
-        _ api: OAuthTestServer, _ credential: OAuth2Credential?, store: (any CredentialStore)? = nil,
+        _ api: OAuthServer, _ credential: OAuth2Credential?, store: (any CredentialStore)? = nil,
         leeway: Duration = .seconds(60), onFailure: (@Sendable (any Error) async -> Void)? = nil
     ) -> OAuth2Authenticator {
         OAuth2Authenticator(
@@ -24,7 +24,7 @@ final class OAuth2FlowTests: XCTestCase {
     // MARK: Late 401s
 
     func testALate401AfterARefreshCompletedIsResentWithoutASecondRefresh() async throws {
-        let api = try OAuthTestServer(access: nil)
+        let api = try OAuthServer(access: nil)
         let manager = pair(authenticator(api, api.credential(access: "stale")))
         let gate = Gate()
         defer { gate.open() }
@@ -44,7 +44,7 @@ final class OAuth2FlowTests: XCTestCase {
     }
 
     func testA401ToACredentialReplacedBySignInMeanwhileIsResentWithoutARefresh() async throws {
-        let api = try OAuthTestServer(access: nil)
+        let api = try OAuthServer(access: nil)
         let auth = authenticator(api, api.credential(access: "stale"))
         let manager = pair(auth)
         let gate = Gate()
@@ -66,7 +66,7 @@ final class OAuth2FlowTests: XCTestCase {
     // MARK: Rotation
 
     func testRotatedRefreshTokensAreStoredAndTheNextRefreshUsesThem() async throws {
-        let api = try OAuthTestServer(access: nil, refresh: "refresh-0")
+        let api = try OAuthServer(access: nil, refresh: "refresh-0")
         let store = InMemoryCredentialStore(api.credential(access: "stale", refresh: "refresh-0"))
         let manager = pair(authenticator(api, nil, store: store))
 
@@ -83,13 +83,13 @@ final class OAuth2FlowTests: XCTestCase {
         XCTAssertEqual(api.refreshTokensReceived, ["refresh-0", "a-refresh-1"], "the second refresh used the rotated token")
         stored = try await store.load()
         XCTAssertEqual(stored?.refreshToken, "a-refresh-2")
-        XCTAssertEqual(api.tokenRequests.map { OAuthTestServer.decodeForm($0.bodyText)["client_id"] }, ["tests", "tests"])
+        XCTAssertEqual(api.tokenRequests.map { OAuthServer.decodeForm($0.bodyText)["client_id"] }, ["tests", "tests"])
     }
 
     // MARK: Proactive refresh
 
     func testATokenExpiringWithinTheLeewayIsRenewedBeforeAnyRequestIsSent() async throws {
-        let api = try OAuthTestServer(access: nil)
+        let api = try OAuthServer(access: nil)
         let manager = pair(authenticator(api, api.credential(access: "expiring", expiresIn: 10), leeway: .seconds(60)))
         let url = api.apiURL()
         let results = await Kit.storm(manager.session, count: 100) { _ in URLRequest(url: url) }
@@ -100,7 +100,7 @@ final class OAuth2FlowTests: XCTestCase {
     }
 
     func testATokenIssuedShorterThanTheLeewayIsNotRenewedBeforeEveryRequest() async throws {
-        let api = try OAuthTestServer(access: nil)
+        let api = try OAuthServer(access: nil)
         api.setExpiresIn(30)  // shorter than the 60 s leeway
         let manager = pair(authenticator(api, api.credential(access: "expiring", expiresIn: 10)))
         for _ in 0..<5 {
@@ -113,7 +113,7 @@ final class OAuth2FlowTests: XCTestCase {
     // MARK: Where the token goes
 
     func testTheTokenIsNeverSentToAnotherHostOrPortOrAcrossARedirect() async throws {
-        let api = try OAuthTestServer(access: "valid")
+        let api = try OAuthServer(access: "valid")
         let other = try LoopbackServer()
         defer { other.shutdown() }
         other.route(prefix: "/") { _ in .text("elsewhere") }
@@ -156,8 +156,8 @@ final class OAuth2FlowTests: XCTestCase {
     // MARK: Two backends
 
     func testTwoBackendsKeepTheirOwnTokensAndRefreshes() async throws {
-        let a = try OAuthTestServer(name: "a", access: nil)
-        let b = try OAuthTestServer(name: "b", access: nil)
+        let a = try OAuthServer(name: "a", access: nil)
+        let b = try OAuthServer(name: "b", access: nil)
         let authA = authenticator(a, a.credential(access: "a-stale"))
         let authB = authenticator(b, b.credential(access: "b-stale"))
         let manager = URLTaskManager(
@@ -174,8 +174,8 @@ final class OAuth2FlowTests: XCTestCase {
     }
 
     func testOneBackendsRefreshDoesNotHoldTheOthersRequests() async throws {
-        let a = try OAuthTestServer(name: "a", access: nil)
-        let b = try OAuthTestServer(name: "b", access: "b-valid")
+        let a = try OAuthServer(name: "a", access: nil)
+        let b = try OAuthServer(name: "b", access: "b-valid")
         let authA = authenticator(a, a.credential(access: "a-stale"))
         let authB = authenticator(b, b.credential(access: "b-valid"))
         let manager = URLTaskManager(
@@ -199,7 +199,7 @@ final class OAuth2FlowTests: XCTestCase {
     func testARefreshSentThroughTheManagersOwnSessionIsNeitherHeldNorGivenTheToken() async throws {
         // The token endpoint shares the API's origin: without the exemptions its request would
         // wait at the gate of the refresh it belongs to, and carry the stale bearer.
-        let api = try OAuthTestServer(access: nil)
+        let api = try OAuthServer(access: nil)
         let box = Kit.Box<URLTaskManager>()
         let tokenURL = api.tokenURL
         let auth = OAuth2Authenticator(
@@ -228,7 +228,7 @@ final class OAuth2FlowTests: XCTestCase {
     // MARK: Signing out
 
     func testSignedOutRequestsGoWithoutATokenAndTheir401ReachesTheCaller() async throws {
-        let api = try OAuthTestServer(access: "valid")
+        let api = try OAuthServer(access: "valid")
         let store = InMemoryCredentialStore(api.credential(access: "valid"))
         let auth = authenticator(api, nil, store: store)
         let manager = pair(auth)
@@ -244,7 +244,7 @@ final class OAuth2FlowTests: XCTestCase {
     }
 
     func testTheStoreIsLoadedOnceByConcurrentFirstRequests() async throws {
-        let api = try OAuthTestServer(access: "valid")
+        let api = try OAuthServer(access: "valid")
         let store = CountingStore(api.credential(access: "valid"))
         let manager = pair(authenticator(api, nil, store: store))
         let url = api.apiURL()

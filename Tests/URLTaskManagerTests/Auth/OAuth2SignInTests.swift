@@ -8,16 +8,16 @@ final class OAuth2SignInTests: XCTestCase {
     typealias Kit = ReactorTestKit
 
     private struct Services {
-        let identity: OAuthTestServer
-        let payments: OAuthTestServer
+        let identity: OAuthServer
+        let payments: OAuthServer
         let identityStore = InMemoryCredentialStore()
         let paymentsStore: any CredentialStore
         let identityAuth: OAuth2Authenticator
         let paymentsAuth: OAuth2Authenticator
 
         init(paymentsStore: (any CredentialStore)? = nil) throws {
-            identity = try OAuthTestServer(name: "id", access: nil)
-            payments = try OAuthTestServer(name: "pay", access: nil)
+            identity = try OAuthServer(name: "id", access: nil)
+            payments = try OAuthServer(name: "pay", access: nil)
             self.paymentsStore = paymentsStore ?? InMemoryCredentialStore()
             identityAuth = OAuth2Authenticator(origins: [identity.server.baseURL], tokenEndpoint: identity.endpoint, store: identityStore)
             paymentsAuth = OAuth2Authenticator(origins: [payments.server.baseURL], tokenEndpoint: payments.endpoint, store: self.paymentsStore)
@@ -42,9 +42,9 @@ final class OAuth2SignInTests: XCTestCase {
         XCTAssertEqual(identityStored?.accessToken, "id-access-1")
         XCTAssertEqual(paymentsStored?.accessToken, "pay-access-1")
         // The grants' forms, as the servers received them (RFC 6749 §4.3, RFC 8693).
-        let password = OAuthTestServer.decodeForm(try XCTUnwrap(services.identity.tokenRequests.first?.bodyText))
+        let password = OAuthServer.decodeForm(try XCTUnwrap(services.identity.tokenRequests.first?.bodyText))
         XCTAssertEqual(password, ["grant_type": "password", "username": "ada", "password": "s&cret=1", "client_id": "tests"])
-        let exchange = OAuthTestServer.decodeForm(try XCTUnwrap(services.payments.tokenRequests.first?.bodyText))
+        let exchange = OAuthServer.decodeForm(try XCTUnwrap(services.payments.tokenRequests.first?.bodyText))
         XCTAssertEqual(exchange, [
             "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange", "subject_token": "id-access-1",
             "subject_token_type": "urn:ietf:params:oauth:token-type:access_token", "client_id": "tests",
@@ -108,7 +108,7 @@ final class OAuth2SignInTests: XCTestCase {
     func testTheFormEscapesEverythingButUnreservedCharacters() {
         let body = OAuth2TokenEndpoint.formEncoded(["refresh_token": "a+b/c=d&e f~g", "grant_type": "refresh_token"])
         XCTAssertEqual(body, "grant_type=refresh_token&refresh_token=a%2Bb%2Fc%3Dd%26e%20f~g")
-        XCTAssertEqual(OAuthTestServer.decodeForm(body)["refresh_token"], "a+b/c=d&e f~g")
+        XCTAssertEqual(OAuthServer.decodeForm(body)["refresh_token"], "a+b/c=d&e f~g")
     }
 
     func testATokenResponseBecomesACredential() throws {
@@ -133,14 +133,14 @@ final class OAuth2SignInTests: XCTestCase {
     }
 
     func testTheTokenEndpointsErrorsAreTypedAndKnowWhetherOnlySignInHelps() async throws {
-        let api = try OAuthTestServer()
+        let api = try OAuthServer()
         api.setTokenAnswer(.reject(status: 400, error: "invalid_grant"))
         let credential = OAuth2Credential(accessToken: "a", refreshToken: "r", expiresAt: .distantFuture)
         do {
             _ = try await api.endpoint.refresh(credential)
             XCTFail("rejected")
         } catch let error as OAuth2Error {
-            XCTAssertEqual(error, .tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the test"))
+            XCTAssertEqual(error, .tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server"))
             XCTAssertTrue(error.requiresSignIn)
         }
         api.setTokenAnswer(.reject(status: 503, error: "temporarily_unavailable"))

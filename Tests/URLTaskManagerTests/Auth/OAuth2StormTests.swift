@@ -30,7 +30,7 @@ final class OAuth2StormTests: XCTestCase {
         func hook(_ error: any Error) { lock.withLock { failures.append("\(error)") } }
     }
 
-    private func makeManager(_ api: OAuthTestServer, stamps: Kit.Counter, recorder: Recorder) -> (URLTaskManager, OAuth2Authenticator) {
+    private func makeManager(_ api: OAuthServer, stamps: Kit.Counter, recorder: Recorder) -> (URLTaskManager, OAuth2Authenticator) {
         // A 401 that takes a little while (as a real server's does) keeps dozens of requests
         // with the refused token in flight when the refresh starts: they join it, or arrive
         // late for it.
@@ -54,7 +54,7 @@ final class OAuth2StormTests: XCTestCase {
     }
 
     func testThousandRequestsWithAStaleTokenShareOneRefresh() async throws {
-        let api = try OAuthTestServer(access: nil)
+        let api = try OAuthServer(access: nil)
         let stamps = Kit.Counter()
         let recorder = Recorder()
         let (manager, _) = makeManager(api, stamps: stamps, recorder: recorder)
@@ -103,7 +103,7 @@ final class OAuth2StormTests: XCTestCase {
     }
 
     func testRejectedRefreshFailsEveryRequestWithTheTypedErrorAndCallsTheHookOnce() async throws {
-        let api = try OAuthTestServer(access: nil)
+        let api = try OAuthServer(access: nil)
         api.setTokenAnswer(.reject(status: 400, error: "invalid_grant"))
         let stamps = Kit.Counter()
         let recorder = Recorder()
@@ -114,7 +114,7 @@ final class OAuth2StormTests: XCTestCase {
         let results = await Kit.storm(manager.session, count: Self.stormSize) { _ in URLRequest(url: url) }
         let stormTime = started.duration(to: .now)
 
-        let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the test")
+        let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server")
         let typed = results.filter {
             guard case .reactorFailed(let reactor, let underlying)? = $0.taskError else { return false }
             return reactor == "OAuth2RefreshReactor" && underlying as? OAuth2Error == expected

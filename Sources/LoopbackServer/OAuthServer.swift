@@ -1,0 +1,171 @@
+import Foundation
+
+/// A demo API and its OAuth 2.0 token endpoint on one loopback server: for testing an app's
+/// authentication code against real HTTP, and for the examples.
+///
+/// - `/api/...` answers 200 (`ok <path>`) only to `Authorization: Bearer <the current access
+///   token>`, else 401 with `WWW-Authenticate: Bearer error="invalid_token"`, and counts it.
+/// - `POST /oauth/token` takes a form (RFC 6749) and answers a JSON token response:
+///   - `grant_type=refresh_token` with the current refresh token rotates both tokens;
+///   - `grant_type=password` with a known user (any user if ``init(name:access:refresh:users:)``
+///     was given none) signs in;
+///   - a token exchange (RFC 8693) whose `subject_token` was allowed with ``acceptExchange(of:)``;
+///   - anything else: 400 `invalid_grant`.
+///
+/// Tokens are `<name>-access-<n>` and `<name>-refresh-<n>`, so two servers' tokens differ and a
+/// test can tell which server issued what. Every request is recorded by ``server``.
+public final class OAuthServer: @unchecked Sendable {  // all mutable state is guarded by `lock`.
+    /// How the token endpoint answers.
+    public enum TokenAnswer: Sendable {
+        /// Issue tokens as the grant says.
+        case issue
+        /// Answer every token request with this status and OAuth 2.0 error code.
+        case reject(status: Int, error: String)
+    }
+
+    /// The underlying server: its request log, extra routes.
+    public let server: LoopbackServer
+    /// Prefixes every token this server issues.
+    public let name: String
+    private let users: [String: String]
+    private let lock = NSLock()
+    private var validAccess: String?
+    private var validRefresh: String?
+    private var issued = 0
+    private var unauthorized = 0
+    private var answer = TokenAnswer.issue
+    private var expiresIn: Int? = 3600
+    private var tokenGate: Gate?
+    private var heldPaths: [String: Gate] = [:]
+    private var exchangeSubject: String?
+    private var receivedRefreshTokens: [String] = []
+    private var onTokenRequest: (@Sendable () -> Void)?
+    private var unauthorizedDelay: Duration?
+
+    /// - Parameters:
+    ///   - name: Prefixes every token, so two servers' tokens differ.
+    ///   - access: The access token valid at start (`nil`: none is).
+    ///   - refresh: The refresh token valid at start.
+    ///   - users: Username to password, for the password grant; empty accepts anyone.
+    public init(name: String = "a", access: String? = nil, refresh: String = "refresh-0", users: [String: String] = [:]) throws {
+        server = try LoopbackServer()
+        self.name = name
+        self.users = users
+        validAccess = access
+        validRefresh = refresh
+        install()
+    }
+
+    deinit { server.shutdown() }
+
+    /// Stops the server now (it also stops when released).
+    public func shutdown() { server.shutdown() }
+
+    /// The token endpoint, `POST /oauth/token`.
+    public var tokenURL: URL { server.url("/oauth/token") }
+    /// The scheme, host and port of the API: the origin a credential is for.
+    public var baseURL: URL { server.baseURL }
+
+    /// A URL of the protected API.
+    public func apiURL(_ path: String = "/profile") -> URL { server.url("/api" + path) }
+
+    /// The access token the API accepts now.
+    public var currentAccess: String? { lock.withLock { validAccess } }
+    /// The refresh token the token endpoint accepts now.
+    public var currentRefresh: String? { lock.withLock { validRefresh } }
+    /// Every refresh token presented to the token endpoint, in order.
+    public var refreshTokensReceived: [String] { lock.withLock { receivedRefreshTokens } }
+    /// How many API requests were answered 401.
+    public var unauthorizedCount: Int { lock.withLock { unauthorized } }
+    /// The requests the token endpoint received.
+    public var tokenRequests: [RecordedRequest] { server.requests(path: "/oauth/token") }
+    /// How many requests the token endpoint received.
+    public var tokenRequestCount: Int { server.requestCount(path: "/oauth/token") }
+    /// The requests the API received.
+    public var apiRequests: [RecordedRequest] { server.requests.filter { $0.path.hasPrefix("/api/") } }
+
+    /// Makes the token endpoint issue tokens or refuse every request.
+    public func setTokenAnswer(_ answer: TokenAnswer) { lock.withLock { self.answer = answer } }
+    /// The `expires_in` of the next token responses (`nil`: left out).
+    public func setExpiresIn(_ seconds: Int?) { lock.withLock { expiresIn = seconds } }
+    /// Holds every token response until `gate` opens (`nil`: stop holding).
+    public func holdTokenResponses(on gate: Gate?) { lock.withLock { tokenGate = gate } }
+    /// Holds the response to `/api<path>` until `gate` opens.
+    public func holdResponses(to path: String, on gate: Gate) { lock.withLock { heldPaths["/api" + path] = gate } }
+    /// The access token a token exchange must present as `subject_token` (`nil`: refuse all).
+    public func acceptExchange(of subject: String?) { lock.withLock { exchangeSubject = subject } }
+    /// Called on the server thread as each token request arrives, before it is answered.
+    public func onTokenRequest(_ action: @escaping @Sendable () -> Void) { lock.withLock { onTokenRequest = action } }
+    /// Delays every 401, so more requests are in flight with a refused token at once.
+    public func delayUnauthorized(by delay: Duration?) { lock.withLock { unauthorizedDelay = delay } }
+    /// Makes the current access token invalid: revoked, or expired by the server's clock.
+    public func revokeAccess() { lock.withLock { validAccess = nil } }
+    /// Makes the current refresh token invalid too: only a new sign-in helps.
+    public func revokeRefresh() { lock.withLock { validRefresh = nil } }
+
+    /// Decodes an `application/x-www-form-urlencoded` body.
+    public static func decodeForm(_ text: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for pair in text.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map {
+                String($0).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String($0)
+            }
+            if parts.count == 2 { fields[parts[0]] = parts[1] }
+        }
+        return fields
+    }
+
+    private func install() {
+        server.route(prefix: "/api/") { [weak self] request in
+            guard let self else { return .status(500) }
+            let (authorized, gate, delay) = lock.withLock {
+                let authorized = validAccess.map { request.headers["authorization"] == "Bearer \($0)" } ?? false
+                if !authorized { unauthorized += 1 }
+                return (authorized, heldPaths[request.path], unauthorizedDelay)
+            }
+            _ = gate?.wait(timeout: .seconds(10))
+            guard authorized else {
+                return ServerResponse(status: 401, headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""]).with { $0.delay = delay }
+            }
+            return .text("ok \(request.path)")
+        }
+        server.route("POST", "/oauth/token") { [weak self] request in
+            guard let self else { return .status(500) }
+            let form = Self.decodeForm(request.bodyText)
+            let (hook, gate) = lock.withLock {
+                if let token = form["refresh_token"] { receivedRefreshTokens.append(token) }
+                return (onTokenRequest, tokenGate)
+            }
+            hook?()
+            _ = gate?.wait(timeout: .seconds(10))
+            return lock.withLock { answerToken(form) }
+        }
+    }
+
+    /// Must be called with `lock` held.
+    private func answerToken(_ form: [String: String]) -> ServerResponse {
+        if case .reject(let status, let error) = answer {
+            return .json(["error": error, "error_description": "refused by the server"], status: status)
+        }
+        switch form["grant_type"] {
+        case "refresh_token" where validRefresh != nil && form["refresh_token"] == validRefresh:
+            break
+        case "password" where users.isEmpty || (form["username"].flatMap { users[$0] } == form["password"] && form["password"] != nil):
+            break
+        case "urn:ietf:params:oauth:grant-type:token-exchange" where exchangeSubject != nil && form["subject_token"] == exchangeSubject:
+            break
+        default:
+            return .json(["error": "invalid_grant"], status: 400)
+        }
+        issued += 1
+        let access = "\(name)-access-\(issued)"
+        let refresh = "\(name)-refresh-\(issued)"
+        validAccess = access
+        validRefresh = refresh
+        var body: [String: Any] = ["access_token": access, "token_type": "Bearer", "refresh_token": refresh]
+        if let expiresIn { body["expires_in"] = expiresIn }
+        // Keys sorted: the same grant gives the same bytes.
+        let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data()
+        return .json(data)
+    }
+}
