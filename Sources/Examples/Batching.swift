@@ -7,25 +7,34 @@ extension Scenario {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route(nil, "/events") { _ in .status(204) }
+        server.route(nil, "/profile") { _ in .text("me") }
 
-        let byCount = URLTaskManager(interceptors: [BatchInterceptor(size: 5)])
-        transcript.client("5 events through BatchInterceptor(size: 5)")
-        try await sendEvents(5, through: byCount, to: server.url("/events"))
+        // README batching: begin
+        // Release analytics events 5 at a time, or 300 ms after the first one waited; other requests pass.
+        let batch = BatchInterceptor(size: 5, window: .milliseconds(300)) { $0.url?.path.hasPrefix("/events") == true }
+        let manager = URLTaskManager(interceptors: [batch], options: .init(maximumHoldTime: .seconds(30)))
+        // README batching: end
+
+        transcript.client("5 events at once: the 5th fills the batch")
+        try await sendEvents(5, through: manager, to: server.url("/events"))
         let burst = server.requests(path: "/events")
-        let spread = spreadInMilliseconds(burst)
-        transcript.server("\(burst.count) requests arrived within \(spread) ms")
+        transcript.server("\(burst.count) requests arrived within \(spreadInMilliseconds(burst)) ms")
         try transcript.check(burst.count == 5, "expected 5 requests, saw \(burst.count)")
 
         server.resetRecords()
-        let byWindow = URLTaskManager(interceptors: [BatchInterceptor(window: .milliseconds(300))])
-        transcript.client("3 events through BatchInterceptor(window: 300 ms)")
+        transcript.client("3 events, and GET /profile meanwhile")
         let started = ContinuousClock.now
-        try await sendEvents(3, through: byWindow, to: server.url("/events"))
+        async let events: Void = sendEvents(3, through: manager, to: server.url("/events"))
+        _ = try await manager.session.data(from: server.url("/profile"))
+        let profileTime = started.duration(to: .now)
+        try await events
         let waited = started.duration(to: .now)
         let windowBurst = server.requests(path: "/events")
-        transcript.server("\(windowBurst.count) requests arrived together after \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
-        try transcript.check(windowBurst.count == 3 && waited >= .milliseconds(280), "window batch did not wait")
-        transcript.conclude("one burst of 5, one burst of 3 after the window")
+        transcript.server("/profile answered after \(profileTime.formatted(.units(allowed: [.milliseconds], width: .narrow))), not held")
+        transcript.server("\(windowBurst.count) events arrived within \(spreadInMilliseconds(windowBurst)) ms, \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow))) after they started")
+        try transcript.check(windowBurst.count == 3 && waited >= .milliseconds(280), "the window batch did not wait")
+        try transcript.check(profileTime < .milliseconds(250), "/profile was held")
+        transcript.conclude("one burst of 5 at once, one burst of 3 after the window; other requests not held")
     }
 }
 

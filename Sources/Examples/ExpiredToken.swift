@@ -3,96 +3,39 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let expiredToken = Scenario(name: "expired-token", summary: "50 requests with an expired token, one refresh, all succeed") { transcript in
-        let api = DemoAuthServer()
-        let server = try LoopbackServer()
+    static let expiredToken = Scenario(name: "expired-token", summary: "50 requests with an expired token: one refresh, all succeed") { transcript in
+        let server = try OAuthServer(name: "demo")
         defer { server.shutdown() }
-        api.install(on: server)
+        server.delayUnauthorized(by: .milliseconds(20))  // a 401 takes a moment, as a real server's does
 
-        let tokens = TokenBox(access: "expired-token")
-        let manager = URLTaskManager(
-            interceptors: [HeaderInterceptor(["Authorization": .computed { _ in "Bearer \(await tokens.access)" }])],
-            reactors: [RefreshOn401(tokens: tokens, refreshURL: server.url("/token"))]
-        )
+        // The app signed in an hour ago; the server has expired that token since, which the
+        // app cannot know until it gets a 401.
+        let client = APIClient(api: server.baseURL, tokenURL: server.tokenURL)
+        try await client.signIn(username: "ada", password: "lovelace")
+        server.revokeAccess()
 
-        transcript.client("50 GET /api/profile with an expired token, all at once")
-        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
-            for _ in 0..<50 {
-                group.addTask {
-                    let (_, response) = try await manager.session.data(from: server.url("/api/profile"))
-                    return (response as? HTTPURLResponse)?.statusCode ?? 0
-                }
-            }
-            return try await group.reduce(into: [Int]()) { $0.append($1) }
-        }
-        let ok = statuses.filter { $0 == 200 }.count
-        transcript.client("\(ok) of 50 answered 200")
-        transcript.server("token endpoint called \(server.requestCount(path: "/token")) time(s); \(api.unauthorizedCount) requests answered 401")
-        try transcript.check(ok == 50, "only \(ok) succeeded")
-        try transcript.check(server.requestCount(path: "/token") == 1, "token endpoint hit \(server.requestCount(path: "/token")) times")
-        transcript.conclude("50/50 ok, 1 refresh, \(api.unauthorizedCount) × 401 absorbed")
-    }
-}
+        transcript.client("50 GET /api/profile at once, with a token the server has expired")
+        let results = await concurrentGETs(client.session, server.apiURL(), count: 50)
+        let ok = results.filter { (try? $0.get()) == 200 }.count
+        let refreshes = server.refreshTokensReceived.count
+        transcript.client("\(ok) of 50 answered 200; no caller saw a 401")
+        transcript.server("refresh calls: \(refreshes); 401s: \(server.unauthorizedCount) (the requests already on the wire); API requests: \(server.apiRequests.count)")
+        try transcript.check(ok == 50, "only \(ok) of 50 succeeded")
+        try transcript.check(refreshes == 1, "\(refreshes) refreshes")
+        let firstRound401s = server.unauthorizedCount
 
-/// A demo API: `/api/*` answers 401 unless the bearer is the current token; `/token` issues a
-/// new one.
-final class DemoAuthServer: @unchecked Sendable {  // all state is guarded by `lock`.
-    private let lock = NSLock()
-    private var current = "valid-1"
-    private var issued = 1
-    private var unauthorized = 0
-
-    var unauthorizedCount: Int { lock.withLock { unauthorized } }
-
-    func install(on server: LoopbackServer) {
-        server.route(nil, prefix: "/api/") { [self] request in
-            let valid = lock.withLock { request.headers["authorization"] == "Bearer \(current)" }
-            guard valid else {
-                lock.withLock { unauthorized += 1 }
-                return .status(401)
-            }
-            return .text("profile of the signed-in user")
-        }
-        server.route("POST", "/token") { [self] _ in
-            let token = lock.withLock {
-                issued += 1
-                current = "valid-\(issued)"
-                return current
-            }
-            return .text(token)
-        }
-    }
-}
-
-/// The app's token, shared by the interceptor and the reactor.
-actor TokenBox {
-    var access: String
-
-    init(access: String) {
-        self.access = access
-    }
-
-    func replace(with token: String) {
-        access = token
-    }
-}
-
-/// Refreshes the token on a 401, once for all the tasks that got one.
-struct RefreshOn401: URLTaskReactor {
-    let tokens: TokenBox
-    let refreshURL: URL
-
-    var configuration: URLTaskReactorConfiguration { .authentication }
-
-    func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
-        outcome.statusCode == 401
-    }
-
-    func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
-        var request = URLRequest(url: refreshURL)
-        request.httpMethod = "POST"
-        // The refresh goes through a plain session: it must not wait behind the manager's gate.
-        let (data, _) = try await URLSession(configuration: .ephemeral).data(for: request)
-        await tokens.replace(with: String(decoding: data, as: UTF8.self))
+        // Now the app knows when the token expires: it renews it before sending instead.
+        try await client.auth.signIn(OAuth2Credential(
+            accessToken: server.currentAccess ?? "", refreshToken: server.currentRefresh,
+            expiresAt: Date().addingTimeInterval(5)))  // within the 60-second refresh leeway
+        transcript.client("50 more at once, with a token that expires in 5 seconds")
+        let proactive = await concurrentGETs(client.session, server.apiURL(), count: 50)
+        let proactiveOK = proactive.filter { (try? $0.get()) == 200 }.count
+        let new401s = server.unauthorizedCount - firstRound401s
+        transcript.server("refresh calls: \(server.refreshTokensReceived.count - refreshes) (before sending); 401s: \(new401s)")
+        try transcript.check(proactiveOK == 50, "only \(proactiveOK) of 50 succeeded")
+        try transcript.check(new401s == 0, "\(new401s) requests went out with the expiring token")
+        try transcript.check(server.refreshTokensReceived.count == 2, "\(server.refreshTokensReceived.count - refreshes) proactive refreshes")
+        transcript.conclude("50/50 ok with 1 refresh and \(firstRound401s) × 401 absorbed; then 50/50 with 0 × 401")
     }
 }

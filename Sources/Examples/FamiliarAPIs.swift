@@ -3,51 +3,56 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let familiarAPIs = Scenario(name: "familiar-apis", summary: "The manager's session through async, completion-handler, delegate, upload and download APIs") { transcript in
-        let server = try LoopbackServer()
+    static let familiarAPIs = Scenario(name: "familiar-apis", summary: "One signed-in session through async, completion-handler, delegate, upload and download APIs") { transcript in
+        let server = try OAuthServer(name: "demo")
         defer { server.shutdown() }
-        server.route(nil, "/data") { request in .text("auth=\(request.headers["authorization"] ?? "none")") }
-        server.route("POST", "/upload") { request in .text("received \(request.bodyLength) bytes") }
-
         let delegate = CollectingDelegate()
+        let client = APIClient(api: server.baseURL, tokenURL: server.tokenURL)
+        try await client.signIn(username: "ada", password: "lovelace")
+        // The same manager, built with a delegate: URLSession calls it as usual.
         let manager = URLTaskManager(
-            interceptors: [HeaderInterceptor(["Authorization": "Bearer demo"])],
+            interceptors: [BearerInterceptor(authenticator: client.auth)],
+            reactors: [OAuth2RefreshReactor(authenticator: client.auth)],
             delegate: delegate
         )
         let session = manager.session
-        let url = server.url("/data")
+        let url = server.apiURL("/data")
+        func text(_ data: Data) -> String { String(decoding: data, as: UTF8.self) }
 
         let (asyncData, _) = try await session.data(from: url)
-        transcript.client("async data(from:)         → \(String(decoding: asyncData, as: UTF8.self))")
+        transcript.client("async data(from:)          → \(text(asyncData))")
 
         let handlerData: Data = try await withCheckedThrowingContinuation { continuation in
             session.dataTask(with: url) { data, _, error in
                 if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: data ?? Data()) }
             }.resume()
         }
-        transcript.client("completion handler        → \(String(decoding: handlerData, as: UTF8.self))")
+        transcript.client("completion handler         → \(text(handlerData))")
 
         let delegateData = try await delegate.run(session.dataTask(with: url))
-        transcript.client("delegate (didReceive data) → \(String(decoding: delegateData, as: UTF8.self))")
+        transcript.client("delegate (didReceive data) → \(text(delegateData))")
 
-        var upload = URLRequest(url: server.url("/upload"))
+        var upload = URLRequest(url: server.apiURL("/upload"))
         upload.httpMethod = "POST"
         let (uploadReply, _) = try await session.upload(for: upload, from: Data(repeating: 7, count: 100_000))
-        transcript.client("upload(for:from:)         → \(String(decoding: uploadReply, as: UTF8.self))")
+        transcript.client("upload(for:from:) 100 kB   → \(text(uploadReply))")
 
         let (file, _) = try await manager.download(for: URLRequest(url: url))
         let downloaded = try String(contentsOf: file, encoding: .utf8)
-        transcript.client("manager.download(for:)    → \(downloaded) (streamed to \(file.lastPathComponent))")
         try? FileManager.default.removeItem(at: file)
+        transcript.client("manager.download(for:)     → \(downloaded) (streamed to a temporary file)")
 
-        let authorized = server.requests(path: "/data").filter { $0.headers["authorization"] == "Bearer demo" }.count
-        transcript.server("\(authorized) of \(server.requestCount(path: "/data")) GETs carried the bearer token; upload body \(server.requests(path: "/upload").first?.bodyLength ?? 0) bytes")
-        try transcript.check(String(decoding: asyncData, as: UTF8.self) == "auth=Bearer demo", "async call lacked auth")
-        try transcript.check(String(decoding: handlerData, as: UTF8.self) == "auth=Bearer demo", "completion handler call lacked auth")
-        try transcript.check(String(decoding: delegateData, as: UTF8.self) == "auth=Bearer demo", "delegate call lacked auth")
-        try transcript.check(server.requests(path: "/upload").first?.bodyLength == 100_000, "upload body lost")
-        try transcript.check(downloaded == "auth=Bearer demo", "download lacked auth")
-        transcript.conclude("5 APIs, every request authorized, every upload byte delivered")
+        let token = "Bearer \(server.currentAccess ?? "?")"
+        let authorized = server.apiRequests.filter { $0.headers["authorization"] == token }.count
+        let uploaded = server.apiRequests.first { $0.path == "/api/upload" }?.bodyLength ?? 0
+        transcript.server("\(authorized) of \(server.apiRequests.count) requests carried the signed-in bearer token; upload body \(uploaded) bytes")
+        for (api, reply) in [("async", asyncData), ("completion handler", handlerData), ("delegate", delegateData)] {
+            try transcript.check(text(reply) == "ok /api/data", "\(api): \(text(reply))")
+        }
+        try transcript.check(text(uploadReply) == "ok /api/upload" && uploaded == 100_000, "upload: \(text(uploadReply)), \(uploaded) bytes")
+        try transcript.check(downloaded == "ok /api/data", "download: \(downloaded)")
+        try transcript.check(authorized == 5 && server.unauthorizedCount == 0, "\(authorized) authorized, \(server.unauthorizedCount) × 401")
+        transcript.conclude("5 APIs, 5 requests with the bearer token, 0 × 401, 100,000 upload bytes delivered")
     }
 }
 

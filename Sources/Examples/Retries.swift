@@ -2,25 +2,11 @@ import Foundation
 import LoopbackServer
 import URLTaskManager
 
-// README authentication: begin
-func makeAPIManager(api: URL, tokenURL: URL, showLogin: @escaping @Sendable () async -> Void) -> URLTaskManager {
-    let authenticator = OAuth2Authenticator(
-        origins: [api],
-        tokenEndpoint: OAuth2TokenEndpoint(url: tokenURL, clientID: "example-app"),
-        onRefreshFailure: { _ in await showLogin() }
-    )
-    return URLTaskManager(
-        interceptors: [BearerInterceptor(authenticator: authenticator)],
-        reactors: [OAuth2RefreshReactor(authenticator: authenticator), RetryReactor()]
-    )
-}
-// README authentication: end
-
 extension Scenario {
     static let retries = Scenario(name: "retries", summary: "A flaky endpoint answers 503 with Retry-After; GET is retried, POST is not") { transcript in
         let server = try LoopbackServer()
         defer { server.shutdown() }
-        let flaky = RequestCounter()
+        let flaky = Counter()
         server.route(nil, "/flaky") { _ in
             flaky.next() == 1 ? .status(503).with { $0.headers["Retry-After"] = "1" } : .text("recovered")
         }
@@ -47,18 +33,5 @@ extension Scenario {
         try transcript.check(waited >= .milliseconds(900), "Retry-After was not honoured (\(waited))")
         try transcript.check(server.requestCount(path: "/orders") == 1 && status == 503, "POST was retried")
         transcript.conclude("GET recovered after Retry-After, POST sent once")
-    }
-}
-
-/// Counts calls from the server's handler threads.
-final class RequestCounter: @unchecked Sendable {  // `value` is guarded by `lock`.
-    private let lock = NSLock()
-    private var value = 0
-
-    func next() -> Int {
-        lock.withLock {
-            value += 1
-            return value
-        }
     }
 }

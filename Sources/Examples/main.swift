@@ -7,9 +7,12 @@ let scenarios: [Scenario] = [
     .quickStart,
     .headerEnrichment,
     .expiredToken,
+    .signInAgain,
+    .twoBackends,
     .batching,
-    .familiarAPIs,
     .retries,
+    .familiarAPIs,
+    .customReactor,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -9,7 +9,8 @@ import Foundation
 ///   - `grant_type=refresh_token` with the current refresh token rotates both tokens;
 ///   - `grant_type=password` with a known user (any user if ``init(name:access:refresh:users:)``
 ///     was given none) signs in;
-///   - a token exchange (RFC 8693) whose `subject_token` was allowed with ``acceptExchange(of:)``;
+///   - a token exchange (RFC 8693) whose `subject_token` was allowed with ``acceptExchange(of:)``
+///     or ``acceptExchange(where:)``;
 ///   - anything else: 400 `invalid_grant`.
 ///
 /// Tokens are `<name>-access-<n>` and `<name>-refresh-<n>`, so two servers' tokens differ and a
@@ -37,7 +38,7 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var expiresIn: Int? = 3600
     private var tokenGate: Gate?
     private var heldPaths: [String: Gate] = [:]
-    private var exchangeSubject: String?
+    private var exchangeAccepts: @Sendable (String) -> Bool = { _ in false }
     private var receivedRefreshTokens: [String] = []
     private var onTokenRequest: (@Sendable () -> Void)?
     private var unauthorizedDelay: Duration?
@@ -93,7 +94,14 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     /// Holds the response to `/api<path>` until `gate` opens.
     public func holdResponses(to path: String, on gate: Gate) { lock.withLock { heldPaths["/api" + path] = gate } }
     /// The access token a token exchange must present as `subject_token` (`nil`: refuse all).
-    public func acceptExchange(of subject: String?) { lock.withLock { exchangeSubject = subject } }
+    public func acceptExchange(of subject: String?) {
+        acceptExchange { token in subject.map { $0 == token } ?? false }
+    }
+    /// Accepts a token exchange whose `subject_token` passes `isValid`: for example, whatever
+    /// another server's ``currentAccess`` is.
+    public func acceptExchange(where isValid: @escaping @Sendable (String) -> Bool) {
+        lock.withLock { exchangeAccepts = isValid }
+    }
     /// Called on the server thread as each token request arrives, before it is answered.
     public func onTokenRequest(_ action: @escaping @Sendable () -> Void) { lock.withLock { onTokenRequest = action } }
     /// Delays every 401, so more requests are in flight with a refused token at once.
@@ -132,18 +140,20 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         server.route("POST", "/oauth/token") { [weak self] request in
             guard let self else { return .status(500) }
             let form = Self.decodeForm(request.bodyText)
-            let (hook, gate) = lock.withLock {
+            let (hook, gate, accepts) = lock.withLock {
                 if let token = form["refresh_token"] { receivedRefreshTokens.append(token) }
-                return (onTokenRequest, tokenGate)
+                return (onTokenRequest, tokenGate, exchangeAccepts)
             }
             hook?()
             _ = gate?.wait(timeout: .seconds(10))
-            return lock.withLock { answerToken(form) }
+            // The test's predicate runs outside the lock (it may ask another server).
+            let exchangeAllowed = form["subject_token"].map(accepts) ?? false
+            return lock.withLock { answerToken(form, exchangeAllowed: exchangeAllowed) }
         }
     }
 
     /// Must be called with `lock` held.
-    private func answerToken(_ form: [String: String]) -> ServerResponse {
+    private func answerToken(_ form: [String: String], exchangeAllowed: Bool) -> ServerResponse {
         if case .reject(let status, let error) = answer {
             return .json(["error": error, "error_description": "refused by the server"], status: status)
         }
@@ -152,7 +162,7 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             break
         case "password" where users.isEmpty || (form["username"].flatMap { users[$0] } == form["password"] && form["password"] != nil):
             break
-        case "urn:ietf:params:oauth:grant-type:token-exchange" where exchangeSubject != nil && form["subject_token"] == exchangeSubject:
+        case "urn:ietf:params:oauth:grant-type:token-exchange" where exchangeAllowed:
             break
         default:
             return .json(["error": "invalid_grant"], status: 400)
