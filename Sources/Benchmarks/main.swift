@@ -65,12 +65,24 @@ let request = URLRequest(url: server.url("/small"))
 let plain = URLSession(configuration: .default)
 let bare = URLTaskManager()
 let headers = URLTaskManager(interceptors: (1...5).map { HeaderInterceptor(["X-Bench-\($0)": "value-\($0)"]) })
+// The OAuth2 kit with a valid token: a bearer header on every request, and a refresh reactor
+// that holds new tasks, so the manager also keeps the per-host send queue.
+let authenticator = OAuth2Authenticator(
+    origins: [server.baseURL],
+    store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
+    refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
+)
+let oauth = URLTaskManager(
+    interceptors: [BearerInterceptor(authenticator: authenticator)],
+    reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
+)
 let sequentialConfigurations = [
     Configuration(name: "plain URLSession", session: plain),
     Configuration(name: "manager, no interceptors", session: bare.session),
     Configuration(name: "manager, 5 HeaderInterceptors", session: headers.session),
+    Configuration(name: "manager, OAuth2 bearer + refresh", session: oauth.session),
 ]
-let concurrentConfigurations = Array(sequentialConfigurations.prefix(2))
+let concurrentConfigurations = [sequentialConfigurations[0], sequentialConfigurations[1], sequentialConfigurations[3]]
 
 let sequentialCount = 1_000
 let blocks = 10
@@ -82,7 +94,8 @@ for configuration in sequentialConfigurations {
     _ = try await sequential(configuration.session, request, count: 100)
     _ = try await concurrent(configuration.session, request, count: concurrentCount)
 }
-guard let sample = server.requests(path: "/small").last, sample.headers["X-Bench-5"] == "value-5" else {
+guard server.requests(path: "/small").contains(where: { $0.headers["X-Bench-5"] == "value-5" }),
+      server.requests(path: "/small").contains(where: { $0.headers["authorization"] == "Bearer bench" }) else {
     fatalError("the interceptors' headers did not reach the server")
 }
 server.resetRecords()
@@ -141,5 +154,6 @@ for (index, configuration) in concurrentConfigurations.enumerated() {
 
 bare.invalidateAndCancel()
 headers.invalidateAndCancel()
+oauth.invalidateAndCancel()
 plain.invalidateAndCancel()
 server.shutdown()

@@ -18,7 +18,8 @@ final class ConnectionSlots: @unchecked Sendable {  // `machine` and `waiting` a
     static func host(of request: URLRequest) -> String {
         guard let url = request.url else { return "" }
         let scheme = url.scheme?.lowercased() ?? ""
-        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port.map(String.init) ?? scheme)"
+        let port = url.port ?? (scheme == "https" ? 443 : scheme == "http" ? 80 : 0)
+        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
     }
 
     /// Returns `true` if `run` may send now; otherwise it gets ``TaskRun/connectionGranted(host:)`` later.

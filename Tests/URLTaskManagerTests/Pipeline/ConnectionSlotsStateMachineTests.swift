@@ -54,3 +54,14 @@ final class ConnectionSlotsStateMachineTests: XCTestCase {
         XCTAssertEqual(m.acquire(Self.id(2), host: "a"), .wait)
     }
 }
+
+/// The key requests share slots under, as URLSession pools connections.
+final class ConnectionSlotsHostKeyTests: XCTestCase {
+    func testSchemeHostAndEffectivePortMakeTheKey() {
+        func key(_ string: String) -> String { ConnectionSlots.host(of: URLRequest(url: URL(string: string)!)) }
+        XCTAssertEqual(key("http://API.example.com/a"), key("http://api.example.com:80/b"))
+        XCTAssertEqual(key("https://api.example.com/a"), key("https://api.example.com:443/a"))
+        XCTAssertNotEqual(key("http://api.example.com/a"), key("https://api.example.com/a"))
+        XCTAssertNotEqual(key("http://127.0.0.1:8080/"), key("http://127.0.0.1:8081/"))
+    }
+}
