@@ -57,6 +57,7 @@ final class DemoAuthServer: @unchecked Sendable {  // all state is guarded by `l
     }
 }
 
+// README token box: begin
 /// The app's token, shared by the interceptor and the reactor.
 actor TokenBox {
     var access: String
@@ -69,6 +70,7 @@ actor TokenBox {
         access = token
     }
 }
+// README token box: end
 
 /// Refreshes the token on a 401, once for all the tasks that got one.
 // README reactor: begin
