@@ -60,10 +60,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         perform(lock.withLock { machine.start() })
     }
 
+    /// The caller cancelled (`stopLoading`, on the session's work queue). The transition is made
+    /// at once, so nothing that happens next (a connection slot granted, a batch released) can
+    /// still send the task; the action is performed elsewhere, because stopping an inner task
+    /// syncs onto that very work queue.
     func cancel() {
-        DispatchQueue.global().async {
-            self.perform(self.lock.withLock { self.machine.cancel() })
-        }
+        let action = lock.withLock { machine.cancel() }
+        if case .none = action { return }
+        DispatchQueue.global().async { self.perform(action) }
     }
 
     func batchReleased(index: Int) {
