@@ -50,7 +50,7 @@ func concurrentGETs(_ session: URLSession, _ url: URL, count: Int) async -> [Res
 }
 
 /// Counts calls from any thread (server handlers, hooks).
-final class Counter: @unchecked Sendable {  // `value` is guarded by `lock`.
+final class Counter: @unchecked Sendable {  // `count` is guarded by `lock`.
     private let lock = NSLock()
     private var count = 0
 

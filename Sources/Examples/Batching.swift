@@ -16,7 +16,8 @@ extension Scenario {
         // README batching: end
 
         transcript.client("5 events at once: the 5th fills the batch")
-        try await sendEvents(5, through: manager, to: server.url("/events"))
+        let counted = await concurrentGETs(manager.session, server.url("/events"), count: 5)
+        try transcript.check(counted.allSatisfy { (try? $0.get()) == 204 }, "events failed: \(counted)")
         let burst = server.requests(path: "/events")
         transcript.server("\(burst.count) requests arrived within \(spreadInMilliseconds(burst)) ms")
         try transcript.check(burst.count == 5, "expected 5 requests, saw \(burst.count)")
@@ -24,10 +25,11 @@ extension Scenario {
         server.resetRecords()
         transcript.client("3 events, and GET /profile meanwhile")
         let started = ContinuousClock.now
-        async let events: Void = sendEvents(3, through: manager, to: server.url("/events"))
+        async let events = concurrentGETs(manager.session, server.url("/events"), count: 3)
         _ = try await manager.session.data(from: server.url("/profile"))
         let profileTime = started.duration(to: .now)
-        try await events
+        let windowed = await events
+        try transcript.check(windowed.allSatisfy { (try? $0.get()) == 204 }, "events failed: \(windowed)")
         let waited = started.duration(to: .now)
         let windowBurst = server.requests(path: "/events")
         transcript.server("/profile answered after \(profileTime.formatted(.units(allowed: [.milliseconds], width: .narrow))), not held")
@@ -35,15 +37,6 @@ extension Scenario {
         try transcript.check(windowBurst.count == 3 && waited >= .milliseconds(280), "the window batch did not wait")
         try transcript.check(profileTime < .milliseconds(250), "/profile was held")
         transcript.conclude("one burst of 5 at once, one burst of 3 after the window; other requests not held")
-    }
-}
-
-private func sendEvents(_ count: Int, through manager: URLTaskManager, to url: URL) async throws {
-    try await withThrowingTaskGroup(of: Void.self) { group in
-        for _ in 0..<count {
-            group.addTask { _ = try await manager.session.data(from: url) }
-        }
-        try await group.waitForAll()
     }
 }
 

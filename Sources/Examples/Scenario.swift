@@ -9,7 +9,7 @@ struct Scenario: Sendable {
 }
 
 /// What a scenario prints, and its checks. A failed check ends the scenario as failed.
-final class Transcript: @unchecked Sendable {  // `lines` and `summary` are guarded by `lock`.
+final class Transcript: @unchecked Sendable {  // `summary` and printing are guarded by `lock`.
     struct CheckFailed: Error, CustomStringConvertible {
         let description: String
     }

@@ -33,8 +33,13 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
     func failure(since stamp: ReactorStateMachine.Stamp) -> (any Error)? {
         lock.withLock {
             guard machine.failures > stamp.failures else { return nil }
-            return lastFailure ?? URLTaskError.reactorFailed(reactor: name, underlying: CancellationError())
+            return lastRunError
         }
+    }
+
+    /// The error a task late for a failed run gets: that run's. Must be called with `lock` held.
+    private var lastRunError: any Error {
+        lastFailure ?? URLTaskError.reactorFailed(reactor: name, underlying: CancellationError())
     }
 
     /// Holds `run` if this reactor's work is running and it gates new tasks. Returns `true`
@@ -51,13 +56,13 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
 
     /// `run` needs this reactor. Starts, joins, or skips the work.
     func need(_ run: TaskRun, sentUnder: ReactorStateMachine.Stamp, outcome: URLTaskOutcome, body: Data, task: URLTask) {
-        let (action, lastFailure) = lock.withLock {
+        let (action, lateError) = lock.withLock {
             let action = machine.taskNeedsReaction(run.id, sentUnder: sentUnder, now: .now)
             switch action {
             case .startRun, .wait: members[run.id] = run
             case .requeueNow, .failNow, .refuseLoop: break
             }
-            return (action, self.lastFailure)
+            return (action, lastRunError)
         }
         switch action {
         case .wait:
@@ -65,8 +70,7 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
         case .requeueNow:
             run.reactionFinished(reactor: index, outcome: .succeeded)
         case .failNow:
-            let error = lastFailure ?? URLTaskError.reactorFailed(reactor: name, underlying: CancellationError())
-            run.reactionFinished(reactor: index, outcome: .failed(error))
+            run.reactionFinished(reactor: index, outcome: .failed(lateError))
         case .refuseLoop(let runs):
             let window = configuration.loopGuard?.window ?? .zero
             run.reactionFinished(reactor: index, outcome: .failed(URLTaskError.reactionLoop(reactor: name, runs: runs, window: window)))

@@ -84,16 +84,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// Fails the task if it has not been sent yet (hold timeout, invalidation, a failed run).
     func failUnsent(_ error: any Error) {
-        let (action, heldIndex, slotHost): (TaskStateMachine.Action, Int?, String?) = lock.withLock {
+        let (action, heldIndex): (TaskStateMachine.Action, Int?) = lock.withLock {
             let held = hold?.index
-            var waitingFor: String?
-            if case .waiting(let host) = slot { waitingFor = host }
             let action = machine.fail(error)
-            return (action, held, waitingFor)
+            return (action, held)
         }
         if case .fail = action {
             if let heldIndex { pipeline.batches[heldIndex].remove(self) }
-            if let slotHost { pipeline.connectionSlots?.remove(self, host: slotHost) }
+            leaveConnectionQueue()
         }
         perform(action)
     }
@@ -207,12 +205,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             lock.withLock { innerTask }?.cancel()
             pipeline.taskEnded()
         case .leaveConnectionQueue:
-            let host: String? = lock.withLock {
-                guard case .waiting(let host) = slot else { return nil }
-                slot = .none
-                return host
-            }
-            if let host { pipeline.connectionSlots?.remove(self, host: host) }
+            leaveConnectionQueue()
             pipeline.taskEnded()
         case .leaveBatch(let index):
             pipeline.batches[index].remove(self)
@@ -318,6 +311,17 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         let host = ConnectionSlots.host(of: request)
         lock.withLock { slot = .waiting(host: host) }
         if slots.acquire(self, host: host) { connectionGranted(host: host) }
+    }
+
+    /// Takes the task out of its host's queue, if it waits there. A slot granted meanwhile
+    /// is given back by ``connectionGranted(host:)``, which finds the task completed.
+    private func leaveConnectionQueue() {
+        let host: String? = lock.withLock {
+            guard case .waiting(let host) = slot else { return nil }
+            slot = .none
+            return host
+        }
+        if let host { pipeline.connectionSlots?.remove(self, host: host) }
     }
 
     /// Gives the task's connection slot back, if it holds one. Safe to call more than once.
