@@ -15,7 +15,15 @@ public enum GeneratedBody {
     /// Lowercase hex SHA-256 of the first `length` bytes of the pattern, computed in 64 KiB pieces.
     public static func sha256(length: Int) -> String {
         var hasher = SHA256()
-        let piece = 64 * 1024
+        forEachPiece(length: length, pieceSize: 64 * 1024) { hasher.update($0) }
+        return hasher.hexDigest()
+    }
+
+    /// Hands the first `length` bytes of the pattern to `body` in pieces of at most `pieceSize`
+    /// bytes, in order, through one reused buffer: a 100 MB body is never in memory at once.
+    /// The buffer is only valid during each call.
+    public static func forEachPiece(length: Int, pieceSize: Int, _ body: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+        let piece = max(1, min(pieceSize, length))
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: piece, alignment: 8)
         defer { scratch.deallocate() }
         var offset = 0
@@ -23,10 +31,9 @@ public enum GeneratedBody {
             let count = min(piece, length - offset)
             let slice = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<count])
             fill(slice, offset: offset)
-            hasher.update(UnsafeRawBufferPointer(slice))
+            try body(UnsafeRawBufferPointer(slice))
             offset += count
         }
-        return hasher.hexDigest()
     }
 
     /// Writes the pattern bytes starting at stream position `offset` into `buffer`.

@@ -67,18 +67,10 @@ struct ResponseWriter {
             }
             try writeText("0\r\n\r\n")
         case let .generated(length, chunkSize, _):
-            let piece = max(1, min(chunkSize, max(length, 1)))
-            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: piece, alignment: 8)
-            defer { scratch.deallocate() }
-            var offset = 0
-            while offset < length {
-                let count = min(piece, length - offset)
-                let slice = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<count])
-                GeneratedBody.fill(slice, offset: offset)
-                if chunked { try writeChunkHeader(count) }
-                try write(UnsafeRawBufferPointer(slice))
+            try GeneratedBody.forEachPiece(length: length, pieceSize: chunkSize) { piece in
+                if chunked { try writeChunkHeader(piece.count) }
+                try write(piece)
                 if chunked { try writeText("\r\n") }
-                offset += count
             }
             if chunked { try writeText("0\r\n\r\n") }
         }

@@ -70,17 +70,7 @@ final class FastSHA256 {
     /// returns, computed with this hasher).
     static func generatedBody(length: Int) -> String {
         let hasher = FastSHA256()
-        let piece = 1 << 20
-        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: piece, alignment: 8)
-        defer { scratch.deallocate() }
-        var offset = 0
-        while offset < length {
-            let count = min(piece, length - offset)
-            let slice = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<count])
-            GeneratedBody.fill(slice, offset: offset)
-            hasher.update(UnsafeRawBufferPointer(slice))
-            offset += count
-        }
+        GeneratedBody.forEachPiece(length: length, pieceSize: 1 << 20) { hasher.update($0) }
         return hasher.hexDigest()
     }
 }
