@@ -2,72 +2,8 @@ import XCTest
 import LoopbackServer
 @testable import URLTaskManager
 
-// Helpers for the interceptor integration tests. Every wait here is on an event, with a
-// deadline: a test never sleeps to let something happen.
-
-/// Collects values from any thread; a test waits, with a deadline, until enough have arrived.
-final class ProbeLog<Value: Sendable>: @unchecked Sendable {  // `values`, `waiters` and `nextWaiter` are guarded by `lock`.
-    struct Timeout: Error, CustomStringConvertible {
-        let expected: Int
-        let received: Int
-        var description: String { "timed out waiting for \(expected) events, \(received) arrived" }
-    }
-
-    private struct Waiter {
-        var count: Int
-        var continuation: CheckedContinuation<[Value], any Error>
-        var deadline: Task<Void, Never>?
-    }
-
-    private let lock = NSLock()
-    private var values: [Value] = []
-    private var waiters: [Int: Waiter] = [:]
-    private var nextWaiter = 0
-
-    var all: [Value] { lock.withLock { values } }
-    var count: Int { lock.withLock { values.count } }
-
-    func append(_ value: Value) {
-        let due: [(Waiter, [Value])] = lock.withLock {
-            values.append(value)
-            let ready = waiters.filter { $0.value.count <= values.count }
-            for id in ready.keys { waiters[id] = nil }
-            return ready.values.map { ($0, Array(values.prefix($0.count))) }
-        }
-        for (waiter, values) in due {
-            waiter.deadline?.cancel()
-            waiter.continuation.resume(returning: values)
-        }
-    }
-
-    /// The first `count` values once they have arrived; throws ``Timeout`` after `timeout`.
-    @discardableResult
-    func wait(count: Int, timeout: Duration = .seconds(5)) async throws -> [Value] {
-        try await withCheckedThrowingContinuation { continuation in
-            let id: Int? = lock.withLock {
-                guard values.count < count else { return nil }
-                defer { nextWaiter += 1 }
-                waiters[nextWaiter] = Waiter(count: count, continuation: continuation)
-                return nextWaiter
-            }
-            guard let id else {
-                continuation.resume(returning: Array(all.prefix(count)))
-                return
-            }
-            let deadline = Task {
-                do { try await Task.sleep(for: timeout) } catch { return }
-                let (expired, received) = self.lock.withLock { (self.waiters.removeValue(forKey: id), self.values.count) }
-                expired?.continuation.resume(throwing: Timeout(expected: count, received: received))
-            }
-            let stillWaiting = lock.withLock {
-                guard waiters[id] != nil else { return false }
-                waiters[id]?.deadline = deadline
-                return true
-            }
-            if !stillWaiting { deadline.cancel() }
-        }
-    }
-}
+// Helpers for the interceptor integration tests. Every wait is on an event, with a deadline
+// (``ProbeLog``): a test never sleeps to let something happen.
 
 /// What a ``ProbeInterceptor`` saw and decided.
 struct ProbeEvent: Sendable {

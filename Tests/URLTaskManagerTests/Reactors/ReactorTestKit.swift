@@ -74,46 +74,16 @@ enum ReactorTestKit {
     }
 
     /// Counts events from any thread; a test waits, with a deadline, until enough happened.
-    final class Signal: @unchecked Sendable {  // `count` and `waiters` are guarded by `lock`.
-        struct Timeout: Error, CustomStringConvertible {
-            let expected: Int
-            let seen: Int
-            var description: String { "timed out waiting for \(expected) events, \(seen) happened" }
-        }
+    final class Signal: Sendable {
+        private let events = ProbeLog<Void>()
 
-        private let lock = NSLock()
-        private var count = 0
-        private var nextID = 0
-        private var waiters: [Int: (target: Int, continuation: CheckedContinuation<Void, any Error>)] = [:]
+        var value: Int { events.count }
 
-        var value: Int { lock.withLock { count } }
+        func fire() { events.append(()) }
 
-        func fire() {
-            let ready: [CheckedContinuation<Void, any Error>] = lock.withLock {
-                count += 1
-                let ready = waiters.filter { $0.value.target <= count }
-                for id in ready.keys { waiters[id] = nil }
-                return ready.values.map(\.continuation)
-            }
-            ready.forEach { $0.resume() }
-        }
-
-        /// Returns once `target` events happened; throws ``Timeout`` after `timeout`.
+        /// Returns once `target` events happened; throws ``ProbeLog/Timeout`` after `timeout`.
         func wait(for target: Int, timeout: Duration = .seconds(10)) async throws {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let id: Int? = lock.withLock {
-                    if count >= target { return nil }
-                    nextID += 1
-                    waiters[nextID] = (target, continuation)
-                    return nextID
-                }
-                guard let id else { return continuation.resume() }
-                Task {
-                    try? await Task.sleep(for: timeout)
-                    let expired = self.lock.withLock { (self.waiters.removeValue(forKey: id), self.count) }
-                    expired.0?.continuation.resume(throwing: Timeout(expected: target, seen: expired.1))
-                }
-            }
+            try await events.wait(count: target, timeout: timeout)
         }
     }
 
