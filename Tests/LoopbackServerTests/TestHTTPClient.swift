@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import LoopbackServer
 import XCTest
 
 /// A URLSession (the real client LoopbackServer is meant for) with helpers that return typed
@@ -34,5 +35,21 @@ final class TestHTTPClient: Sendable {
     /// Cancels outstanding tasks and releases the session's connections.
     func invalidate() {
         session.invalidateAndCancel()
+    }
+}
+
+/// A fresh server and client per test, released after it.
+class ServerAndClientTestCase: XCTestCase {
+    var server: LoopbackServer!
+    var client: TestHTTPClient!
+
+    override func setUpWithError() throws {
+        server = try LoopbackServer()
+        client = TestHTTPClient()
+    }
+
+    override func tearDown() {
+        client.invalidate()
+        server.shutdown()
     }
 }

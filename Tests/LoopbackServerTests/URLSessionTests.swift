@@ -6,20 +6,7 @@ import LoopbackServer
 import XCTest
 
 /// End-to-end tests with URLSession as the client, the way the library under test uses the server.
-final class URLSessionTests: XCTestCase {
-    private var server: LoopbackServer!
-    private var client: TestHTTPClient!
-
-    override func setUpWithError() throws {
-        server = try LoopbackServer()
-        client = TestHTTPClient()
-    }
-
-    override func tearDown() {
-        client.invalidate()
-        server.shutdown()
-    }
-
+final class URLSessionTests: ServerAndClientTestCase {
     func testGetText() async throws {
         server.route("GET", "/hello") { request in .text("hello \(request.query ?? "")") }
         let (data, response) = try await client.get(server.url("/hello?name=x"))

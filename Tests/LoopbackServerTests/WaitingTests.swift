@@ -6,20 +6,7 @@ import LoopbackServer
 import XCTest
 
 /// `waitForRequests`, `Gate` and shutdown while requests are held: the synchronisation features.
-final class WaitingTests: XCTestCase {
-    private var server: LoopbackServer!
-    private var client: TestHTTPClient!
-
-    override func setUpWithError() throws {
-        server = try LoopbackServer()
-        client = TestHTTPClient()
-    }
-
-    override func tearDown() {
-        client.invalidate()
-        server.shutdown()
-    }
-
+final class WaitingTests: ServerAndClientTestCase {
     func testWaitReturnsWhenConcurrentRequestsArriveWhileHeldOnAGate() async throws {
         let gate = Gate()
         server.route("/held") { _ in

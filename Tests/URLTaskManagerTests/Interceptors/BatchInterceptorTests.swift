@@ -3,19 +3,7 @@ import LoopbackServer
 @testable import URLTaskManager
 
 /// Batches over real HTTP: what the server sees while tasks are held and when they go.
-final class BatchInterceptorTests: XCTestCase {
-    private var server: LoopbackServer!
-
-    override func setUpWithError() throws {
-        server = try LoopbackServer()
-        server.route(prefix: "/") { _ in .text("ok") }
-    }
-
-    override func tearDown() {
-        server.shutdown()
-        server = nil
-    }
-
+final class BatchInterceptorTests: OKServerTestCase {
     /// Starts `count` tasks for `path`; each outcome is appended to `outcomes` as it ends.
     private func start(_ count: Int, path: String, on manager: URLTaskManager, into outcomes: ProbeLog<Fetched>) {
         let request = URLRequest(url: server.url(path))

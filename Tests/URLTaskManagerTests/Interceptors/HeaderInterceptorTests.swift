@@ -3,19 +3,7 @@ import LoopbackServer
 @testable import URLTaskManager
 
 /// Headers set by interceptors, as the server receives them.
-final class HeaderInterceptorTests: XCTestCase {
-    private var server: LoopbackServer!
-
-    override func setUpWithError() throws {
-        server = try LoopbackServer()
-        server.route(prefix: "/") { _ in .text("ok") }
-    }
-
-    override func tearDown() {
-        server.shutdown()
-        server = nil
-    }
-
+final class HeaderInterceptorTests: OKServerTestCase {
     func testFixedAndComputedHeadersReachTheServer() async throws {
         let computedCalls = ProbeLog<URLTask.ID>()
         let manager = URLTaskManager(interceptors: [

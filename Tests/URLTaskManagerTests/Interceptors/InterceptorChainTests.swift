@@ -3,19 +3,7 @@ import LoopbackServer
 @testable import URLTaskManager
 
 /// How the chain treats each command, and what happens when interceptors disagree.
-final class InterceptorChainTests: XCTestCase {
-    private var server: LoopbackServer!
-
-    override func setUpWithError() throws {
-        server = try LoopbackServer()
-        server.route(prefix: "/") { _ in .text("ok") }
-    }
-
-    override func tearDown() {
-        server.shutdown()
-        server = nil
-    }
-
+final class InterceptorChainTests: OKServerTestCase {
     struct Boom: Error, Equatable {
         let path: String
     }

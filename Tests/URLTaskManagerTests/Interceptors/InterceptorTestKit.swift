@@ -5,6 +5,22 @@ import LoopbackServer
 // Helpers for the interceptor integration tests. Every wait is on an event, with a deadline
 // (``ProbeLog``): a test never sleeps to let something happen.
 
+/// The interceptor suites' fixture: a fresh loopback server per test that answers `ok` to
+/// every path, so a test only routes what it needs differently.
+class OKServerTestCase: XCTestCase {
+    var server: LoopbackServer!
+
+    override func setUpWithError() throws {
+        server = try LoopbackServer()
+        server.route(prefix: "/") { _ in .text("ok") }
+    }
+
+    override func tearDown() {
+        server.shutdown()
+        server = nil
+    }
+}
+
 /// What a ``ProbeInterceptor`` saw and decided.
 struct ProbeEvent: Sendable {
     enum Decision: Sendable, Equatable {
