@@ -171,40 +171,30 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
 
     // MARK: Async API
 
-    func asyncData(_ request: URLRequest, session: URLSession? = nil) async -> Outcome {
+    /// The outcome of one async URLSession call: its data and response, or its error.
+    private func captured(_ call: () async throws -> (Data, URLResponse)) async -> Outcome {
         do {
-            let (data, response) = try await (session ?? self.session).data(for: request)
+            let (data, response) = try await call()
             return outcome(data: data, response: response, error: nil)
         } catch {
             return outcome(data: nil, response: nil, error: error)
         }
+    }
+
+    func asyncData(_ request: URLRequest, session: URLSession? = nil) async -> Outcome {
+        await captured { try await (session ?? self.session).data(for: request) }
     }
 
     func asyncData(from url: URL) async -> Outcome {
-        do {
-            let (data, response) = try await session.data(from: url)
-            return outcome(data: data, response: response, error: nil)
-        } catch {
-            return outcome(data: nil, response: nil, error: error)
-        }
+        await captured { try await session.data(from: url) }
     }
 
     func asyncUpload(_ request: URLRequest, from body: Data) async -> Outcome {
-        do {
-            let (data, response) = try await session.upload(for: request, from: body)
-            return outcome(data: data, response: response, error: nil)
-        } catch {
-            return outcome(data: nil, response: nil, error: error)
-        }
+        await captured { try await session.upload(for: request, from: body) }
     }
 
     func asyncUpload(_ request: URLRequest, fromFile file: URL) async -> Outcome {
-        do {
-            let (data, response) = try await session.upload(for: request, fromFile: file)
-            return outcome(data: data, response: response, error: nil)
-        } catch {
-            return outcome(data: nil, response: nil, error: error)
-        }
+        await captured { try await session.upload(for: request, fromFile: file) }
     }
 
     /// `download(for:)`; the outcome's body is the downloaded file, which is then removed.
