@@ -8,23 +8,25 @@
 /// ordinary response or error, exactly once.
 ///
 /// ```swift
-/// let manager = URLTaskManager(interceptors: [HeaderInterceptor(["User-Agent": "MyApp/1.0"])])
-/// let (data, response) = try await manager.session.data(from: url)
+/// let session = URLTaskManager(interceptors: [HeaderInterceptor(["User-Agent": "MyApp/1.0"])]).session
+/// let (data, response) = try await session.data(from: url)
 /// ```
 ///
-/// Keep the manager alive while its session is used: when it is deallocated it lets running
-/// tasks finish, then releases its inner session, and tasks started afterwards on `session`
-/// fail with ``URLTaskError/managerInvalidated`` (never a crash). Several managers can live side by side; each routes
-/// only its own tasks.
+/// The session owns everything the manager set up, as a `URLSession` owns its delegate: it
+/// works for as long as you keep it and have not invalidated it, whether or not you keep the
+/// manager. Keep the manager only to reach its own methods (``flush()``,
+/// ``download(for:)``). Invalidating the session, directly or through the manager, releases
+/// everything; so does releasing it. Several managers can live side by side: a task only ever
+/// runs through the interceptors and reactors of the session that created it.
 public final class URLTaskManager: Sendable {
     /// The session to use in place of your own. Its delegate (if you passed one) receives the
-    /// usual callbacks.
+    /// usual callbacks. It keeps the manager's interceptors and reactors alive until it is
+    /// invalidated or released.
     public let session: URLSession
     /// The manager's own settings.
     public let options: Options
 
     let pipeline: Pipeline
-    private let slot: Int
 
     /// Creates a manager and its session.
     ///
@@ -50,25 +52,13 @@ public final class URLTaskManager: Sendable {
         let inner = configuration.copy() as! URLSessionConfiguration
         let pipeline = Pipeline(interceptors: interceptors, reactors: reactors, configuration: inner, options: options)
         self.pipeline = pipeline
-        let slot = BridgeRegistry.shared.register(pipeline)
-        self.slot = slot
 
         let outer = configuration.copy() as! URLSessionConfiguration
-        outer.protocolClasses = [BridgeSlots.protocolClass(for: slot)] + (configuration.protocolClasses ?? [])
         // The inner session caches and sets cookies; doing it twice would duplicate them.
         outer.urlCache = nil
         outer.httpShouldSetCookies = false
         outer.httpCookieStorage = nil
-        self.session = URLSession(configuration: outer, delegate: delegate, delegateQueue: delegateQueue)
-    }
-
-    deinit {
-        // The outer session is left valid on purpose: corelibs crashes when a task is created
-        // on an invalidated session, and the caller may still hold `session`. Its tasks now
-        // fail with `URLTaskError.managerInvalidated`; running ones finish on the inner session,
-        // which is released once they are done.
-        BridgeRegistry.shared.unregister(slot)
-        pipeline.finishAndInvalidate()
+        self.session = Platform.makeSession(configuration: outer, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline)
     }
 
     /// Releases every task held by every interceptor's batch now.
@@ -87,16 +77,20 @@ public final class URLTaskManager: Sendable {
         pipeline.batches[index].count
     }
 
-    /// Cancels every task (held ones complete with `cancelled`) and releases both sessions.
+    /// Cancels every task (held ones complete with `cancelled`) and releases both sessions:
+    /// the same as `session.invalidateAndCancel()`.
     public func invalidateAndCancel() {
         session.invalidateAndCancel()
+        // Already done by the session where it can report its own invalidation; idempotent.
         pipeline.invalidateAndCancel()
     }
 
     /// Lets running tasks finish, then releases both sessions. New tasks are refused by the
-    /// session, as with `URLSession.finishTasksAndInvalidate()`.
+    /// session, as with `URLSession.finishTasksAndInvalidate()`: the same as
+    /// `session.finishTasksAndInvalidate()`.
     public func finishTasksAndInvalidate() {
         session.finishTasksAndInvalidate()
-        pipeline.finishAndInvalidate()
+        // Already done by the session where it can report its own invalidation; idempotent.
+        pipeline.outerSessionFinishing(session)
     }
 }

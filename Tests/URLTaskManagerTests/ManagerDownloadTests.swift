@@ -41,26 +41,3 @@ final class ManagerDownloadTests: XCTestCase {
         }
     }
 }
-
-final class ManagerLifetimeTests: XCTestCase {
-    /// A manager used as a temporary must not take the process down: its session's tasks fail
-    /// with the typed error once the manager is gone.
-    func testSessionOfADeallocatedManagerFailsWithTypedError() async throws {
-        let server = try LoopbackServer()
-        defer { server.shutdown() }
-        server.route(nil, "/x") { _ in .text("x") }
-        weak var weakManager: URLTaskManager?
-        let session: URLSession = {
-            let manager = URLTaskManager()
-            weakManager = manager
-            return manager.session
-        }()
-        XCTAssertNil(weakManager, "the manager should be gone")
-        do {
-            _ = try await session.data(from: server.url("/x"))
-            XCTFail("expected managerInvalidated")
-        } catch URLTaskError.managerInvalidated {
-            XCTAssertEqual(server.requestCount(path: "/x"), 0)
-        }
-    }
-}

@@ -1,24 +1,29 @@
-/// Gives every manager its own `URLProtocol` class.
+#if !canImport(FoundationNetworking)
+/// Apple platforms only: gives every manager's session its own `URLProtocol` class.
 ///
-/// A `URLProtocol` subclass only sees the request and the outer task. On Linux neither
-/// carries anything that says which session made it (`URLProtocol.setProperty` values and
-/// the configuration's `httpAdditionalHeaders` do not reach the protocol), so a single bridge
-/// class shared by all managers could not tell their tasks apart. Instead each manager
-/// registers a distinct specialisation `BridgeURLProtocol<Slot>` in its own session's
-/// `protocolClasses`; the slot type spells the manager's number in binary
-/// (`Bit1<Bit0<SlotRoot>>` is 5) and the class looks its pipeline up by that number.
-/// Numbers are reused after a manager goes away, so the set of types stays bounded.
+/// There a `URLProtocol` cannot see which session made its task, and `URLSession` cannot be
+/// subclassed, so each session lists a distinct specialisation
+/// `SlottedBridgeURLProtocol<Slot>` whose slot type spells a number in binary
+/// (`Bit1<Bit0<SlotRoot>>` is 5), and the class looks its pipeline up by that number. A number
+/// is taken once for the life of the process and never reused: a session that outlives its
+/// pipeline's registration finds nothing, never another session's pipeline.
+/// (swift-corelibs-foundation needs none of this: see ``ManagedURLSession``.)
 protocol BridgeSlot { static var number: Int { get } }
 
 enum SlotRoot: BridgeSlot { static var number: Int { 1 } }
 enum Bit0<Rest: BridgeSlot>: BridgeSlot { static var number: Int { Rest.number &* 2 } }
 enum Bit1<Rest: BridgeSlot>: BridgeSlot { static var number: Int { Rest.number &* 2 &+ 1 } }
 
+/// The bridge of the session whose number `Slot` spells.
+final class SlottedBridgeURLProtocol<Slot: BridgeSlot>: BridgeURLProtocol {
+    override class var slotNumber: Int? { Slot.number }
+}
+
 enum BridgeSlots {
-    /// The `BridgeURLProtocol` specialisation for slot `number` (1 or more).
+    /// The `SlottedBridgeURLProtocol` specialisation for slot `number` (1 or more).
     static func protocolClass(for number: Int) -> AnyClass {
         precondition(number >= 1)
-        func bridge<S: BridgeSlot>(_: S.Type) -> AnyClass { BridgeURLProtocol<S>.self }
+        func bridge<S: BridgeSlot>(_: S.Type) -> AnyClass { SlottedBridgeURLProtocol<S>.self }
         return bridge(slotType(for: number))
     }
 
@@ -38,8 +43,8 @@ enum BridgeSlots {
     }
 }
 
-/// Maps slot numbers to live pipelines.
-final class BridgeRegistry: @unchecked Sendable {  // all state is guarded by `lock`.
+/// Maps slot numbers to the pipelines of live sessions.
+final class BridgeRegistry: @unchecked Sendable {  // `entries` and `nextNumber` are guarded by `lock`.
     static let shared = BridgeRegistry()
 
     private struct Entry {
@@ -48,25 +53,23 @@ final class BridgeRegistry: @unchecked Sendable {  // all state is guarded by `l
 
     private let lock = NSLock()
     private var entries: [Int: Entry] = [:]
-    private var freeNumbers: [Int] = []
     private var nextNumber = 1
 
+    /// A new number, never handed out before.
     func register(_ pipeline: Pipeline) -> Int {
         lock.withLock {
-            let number = freeNumbers.popLast() ?? { defer { nextNumber += 1 }; return nextNumber }()
-            entries[number] = Entry(pipeline: pipeline)
-            return number
+            defer { nextNumber += 1 }
+            entries[nextNumber] = Entry(pipeline: pipeline)
+            return nextNumber
         }
     }
 
     func unregister(_ number: Int) {
-        lock.withLock {
-            guard entries.removeValue(forKey: number) != nil else { return }
-            freeNumbers.append(number)
-        }
+        lock.withLock { _ = entries.removeValue(forKey: number) }
     }
 
     func pipeline(for number: Int) -> Pipeline? {
         lock.withLock { entries[number]?.pipeline }
     }
 }
+#endif

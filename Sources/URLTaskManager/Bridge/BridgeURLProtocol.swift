@@ -1,17 +1,22 @@
 /// The `URLProtocol` subclass a manager puts first in its session's `protocolClasses`.
 ///
-/// It holds no logic: `startLoading` hands the request to the manager's ``Pipeline`` with a
-/// ``ProtocolSink`` to answer through, and `stopLoading` cancels that work. Both run on the
-/// session's serial work queue, which must never block, so the pipeline does everything on
-/// its own threads.
-final class BridgeURLProtocol<Slot: BridgeSlot>: URLProtocol {
+/// It holds no logic: `startLoading` hands the request to the ``Pipeline`` of the session that
+/// created the task (``OuterTaskFacts/pipeline``) with a ``ProtocolSink`` to answer through,
+/// and `stopLoading` cancels that work. Both run on the session's serial work queue, which
+/// must never block, so the pipeline does everything on its own threads.
+class BridgeURLProtocol: URLProtocol {
+    /// The number of the session this class serves, on platforms where each session needs a
+    /// class of its own (Apple's: see `SlottedBridgeURLProtocol`); `nil` where the task's
+    /// session says which pipeline runs it.
+    class var slotNumber: Int? { nil }
+
     private var handle: PipelineTaskHandle?
     private var sink: ProtocolSink?
     private var native: URLProtocol?
 
     override class func canInit(with request: URLRequest) -> Bool {
-        // Only this manager's session lists this class, so every request it is asked about is
-        // one of ours.
+        // Only managers' sessions list this class, so every request it is asked about is one
+        // of theirs.
         guard let scheme = request.url?.scheme?.lowercased() else { return false }
         return scheme == "http" || scheme == "https"
     }
@@ -24,7 +29,7 @@ final class BridgeURLProtocol<Slot: BridgeSlot>: URLProtocol {
             client.urlProtocol(self, didFailWithError: URLError(.unsupportedURL))
             return
         }
-        let facts = Platform.facts(for: task, request: request)
+        let facts = Platform.facts(for: task, request: request, bridge: Self.self)
         if facts.isDownload, let nativeClass = Platform.nativeHTTPProtocol {
             // See Platform.swift: only the native protocol can complete a download task.
             let native = nativeClass.init(task: task, cachedResponse: cachedResponse, client: client)
@@ -34,7 +39,7 @@ final class BridgeURLProtocol<Slot: BridgeSlot>: URLProtocol {
         }
         let sink = ProtocolSink(urlProtocol: self, client: client, facts: facts)
         self.sink = sink
-        guard let pipeline = BridgeRegistry.shared.pipeline(for: Slot.number) else {
+        guard let pipeline = facts.pipeline else {
             sink.fail(URLTaskError.managerInvalidated)
             return
         }

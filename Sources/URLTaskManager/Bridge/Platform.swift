@@ -40,12 +40,15 @@ struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; t
     /// A download task: corelibs cannot complete one through a custom protocol (it reads a
     /// temporary file URL only its own protocol can set), so it is handed to the native one.
     var isDownload: Bool
+    /// The pipeline of the session that created the task, and only that one: `nil` if the
+    /// session is gone from under it (it cannot be while the task lives) or the platform hid it.
+    var pipeline: Pipeline?
 }
 
 enum Platform {
     /// Inspects `task` from inside `startLoading`, which runs on the session's work queue (the
     /// only place the session's task registry may be read).
-    static func facts(for task: URLSessionTask, request: URLRequest) -> OuterTaskFacts {
+    static func facts(for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self) -> OuterTaskFacts {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
         let session = Reflection.unwrapOptional(Reflection.child(task, "session"))
@@ -67,13 +70,39 @@ enum Platform {
         }
         var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.bodyFromDelegate = fromDelegate
+        facts.pipeline = (session as? ManagedURLSession)?.pipeline
         return facts
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls
         // from any thread.
         let body = RequestBodySource(request: request)
         let missing = task is URLSessionUploadTask && body.isNone
-        return OuterTaskFacts(delivery: .stream, workQueue: nil, body: body, bodyMissing: missing, isDownload: isDownload)
+        var facts = OuterTaskFacts(delivery: .stream, workQueue: nil, body: body, bodyMissing: missing, isDownload: isDownload)
+        facts.pipeline = bridge.slotNumber.flatMap { BridgeRegistry.shared.pipeline(for: $0) }
+        return facts
+        #endif
+    }
+
+    /// Creates the session a manager hands out, owning `pipeline` for as long as it lives.
+    ///
+    /// On swift-corelibs-foundation it is a ``ManagedURLSession``: invalidating it ends the
+    /// pipeline, and the bridge finds the pipeline through the task's own session, so a task
+    /// can only ever run through the pipeline of the session that created it. On Apple
+    /// platforms `URLSession` cannot be subclassed (its initializer is a factory method) and a
+    /// `URLProtocol` cannot see its task's session: the session owns the pipeline through an
+    /// associated object, and gets a protocol class of its own whose number is never reused.
+    /// - Parameter configuration: The outer configuration, whose `protocolClasses` this puts
+    ///   the bridge in front of.
+    static func makeSession(configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline) -> URLSession {
+        #if canImport(FoundationNetworking)
+        configuration.protocolClasses = [BridgeURLProtocol.self] + (configuration.protocolClasses ?? [])
+        return ManagedURLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline)
+        #else
+        let number = BridgeRegistry.shared.register(pipeline)
+        configuration.protocolClasses = [BridgeSlots.protocolClass(for: number)] + (configuration.protocolClasses ?? [])
+        let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
+        PipelineOwner.attach(PipelineOwner(pipeline: pipeline, number: number), to: session)
+        return session
         #endif
     }
 
@@ -137,6 +166,65 @@ enum Platform {
     }
     #endif
 }
+
+#if canImport(FoundationNetworking)
+/// The session a manager hands out on swift-corelibs-foundation: an ordinary `URLSession` that
+/// owns its manager's pipeline.
+///
+/// Invalidating it, whether through the manager or directly, ends the pipeline as it ends the
+/// session: `invalidateAndCancel()` cancels held tasks and the inner transfers,
+/// `finishTasksAndInvalidate()` lets every task it accepted finish, then releases the inner
+/// session. Released without invalidation, it releases the pipeline too (no task of it can be
+/// running then: a running task keeps its session).
+final class ManagedURLSession: URLSession, @unchecked Sendable {  // restated from URLSession (its state is confined to its work queue); adds only an immutable Sendable `let`.
+    let pipeline: Pipeline
+
+    init(configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline) {
+        self.pipeline = pipeline
+        super.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
+    }
+
+    deinit {
+        pipeline.outerSessionReleased()
+    }
+
+    override func finishTasksAndInvalidate() {
+        super.finishTasksAndInvalidate()
+        pipeline.outerSessionFinishing(self)
+    }
+
+    override func invalidateAndCancel() {
+        // The session cancels its own tasks first (each reaches `stopLoading`), then the pipeline
+        // cancels what it holds and the inner transfers.
+        super.invalidateAndCancel()
+        pipeline.invalidateAndCancel()
+    }
+}
+#else
+import ObjectiveC
+
+/// Apple platforms: keeps a manager's pipeline alive for as long as its session, as an
+/// associated object of the session, and retires the session's protocol class number with it.
+final class PipelineOwner: NSObject {
+    nonisolated(unsafe) private static var key: UInt8 = 0
+    let pipeline: Pipeline
+    let number: Int
+
+    init(pipeline: Pipeline, number: Int) {
+        self.pipeline = pipeline
+        self.number = number
+    }
+
+    static func attach(_ owner: PipelineOwner, to session: URLSession) {
+        objc_setAssociatedObject(session, &key, owner, .OBJC_ASSOCIATION_RETAIN_NONATOMIC)
+    }
+
+    deinit {
+        BridgeRegistry.shared.unregister(number)
+        pipeline.outerSessionReleased()
+    }
+}
+#endif
 
 /// Minimal `Mirror` helpers for reading a stored property by name through a class hierarchy.
 enum Reflection {

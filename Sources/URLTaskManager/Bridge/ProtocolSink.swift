@@ -73,18 +73,31 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     }
 
     private func openProtocol() -> URLProtocol? {
-        lock.withLock {
+        let urlProtocol: URLProtocol? = lock.withLock {
             guard case .open = state else { return nil }
-            return urlProtocol
+            return self.urlProtocol
         }
+        guard let urlProtocol, !Self.isBeingCancelled(urlProtocol) else { return nil }
+        return urlProtocol
     }
 
     private func takeForCompletion() -> (URLProtocol, Data?)? {
-        lock.withLock {
+        guard let candidate = lock.withLock({ urlProtocol }), !Self.isBeingCancelled(candidate) else { return nil }
+        return lock.withLock {
             guard case .open(let buffer) = state, let urlProtocol else { return nil }
             state = .closed
             self.urlProtocol = nil
             return (urlProtocol, buffer)
         }
+    }
+
+    /// corelibs marks a cancelled task `.canceling` at once, inside `cancel()`, but calls
+    /// `stopLoading` and reports the cancellation later, from a block queued on this same work
+    /// queue. A completion reported in between would complete the task a second time (a
+    /// `fatalError` in the session's task registry, seen when `invalidateAndCancel()` raced
+    /// with held tasks failing): the caller's cancel wins, and the sink stays silent.
+    /// Called on the work queue, without the lock (the task's state has a lock of its own).
+    private static func isBeingCancelled(_ urlProtocol: URLProtocol) -> Bool {
+        urlProtocol.task?.state == .canceling
     }
 }

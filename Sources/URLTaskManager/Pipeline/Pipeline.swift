@@ -1,15 +1,10 @@
-/// Everything one manager runs: its interceptors, their batches, and the transport.
+/// Everything one manager runs: its interceptors, their batches, the reactors and the transport.
 ///
-/// The bridge calls ``start(request:body:sink:)`` for each outer task; the pipeline creates a
-/// ``TaskRun`` and counts it until it completes, so that ``finishAndInvalidate()`` can release
-/// the inner session once the last task is done.
-final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are guarded by `lock`; the rest is immutable.
-    private enum Invalidation {
-        case none
-        case whenIdle
-        case done
-    }
-
+/// The session the manager hands out owns it (see ``Platform/makeSession(configuration:delegate:delegateQueue:pipeline:)``):
+/// the bridge calls ``start(request:body:sink:)`` for each outer task, and the session's
+/// invalidation or release ends it. Its life (which tasks are accepted, when the inner session
+/// may be released) is a ``PipelineLifecycleStateMachine``.
+final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are guarded by `lock`; the rest is immutable.
     let interceptors: [any URLTaskInterceptor]
     let batches: [BatchStorage]
     /// One per interceptor that intercepts one task at a time, `nil` for the others.
@@ -19,11 +14,10 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
     /// Requests per host handed to the transport at once; `nil` when no reactor holds new
     /// tasks (nothing can make a queued request's headers stale, so URLSession queues them).
     let connectionSlots: ConnectionSlots?
-    private(set) var transport: Transport!
+    let transport: Transport
 
     private let lock = NSLock()
-    private var activeTasks = 0
-    private var invalidation = Invalidation.none
+    private var lifecycle = PipelineLifecycleStateMachine()
     private var nextID: UInt64 = 0
 
     init(interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], configuration: URLSessionConfiguration, options: URLTaskManager.Options) {
@@ -35,60 +29,91 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
         let holding = reactors.contains { $0.configuration.holdsNewTasks }
         let limit = options.maximumRequestsInFlightPerHost ?? configuration.httpMaximumConnectionsPerHost
         self.connectionSlots = holding && limit > 0 ? ConnectionSlots(limit: limit) : nil
-        self.transport = Transport(configuration: configuration, onInvalidated: {})
+        self.transport = Transport(configuration: configuration)
     }
 
     /// Called by the bridge on the outer session's work queue: returns at once.
     func start(request: URLRequest, body: RequestBodySource, sink: any TaskSink) -> any PipelineTaskHandle {
-        let id: URLTask.ID = lock.withLock {
-            activeTasks += 1
+        let (admission, id): (PipelineLifecycleStateMachine.TaskStartAction, UInt64) = lock.withLock {
             nextID += 1
-            return URLTask.ID(rawValue: nextID)
+            return (lifecycle.taskStarted(), nextID)
         }
-        let run = TaskRun(id: id, request: request, body: body, sink: sink, pipeline: self)
+        switch admission {
+        case .run:
+            break
+        case .refuseCancelled:
+            sink.fail(URLError(.cancelled))
+            return RefusedTask()
+        case .refuseInvalidated:
+            sink.fail(URLTaskError.managerInvalidated)
+            return RefusedTask()
+        }
+        let run = TaskRun(id: URLTask.ID(rawValue: id), request: request, body: body, sink: sink, pipeline: self)
         // The work queue must not block, and creating the inner task syncs onto it.
         DispatchQueue.global().async { run.start() }
         return run
     }
 
+    /// A task accepted by ``start(request:body:sink:)`` has completed.
     func taskEnded() {
-        let invalidate: Bool = lock.withLock {
-            activeTasks -= 1
-            guard activeTasks == 0, case .whenIdle = invalidation else { return false }
-            invalidation = .done
-            return true
-        }
-        if invalidate { transport.session.finishTasksAndInvalidate() }
+        perform(lock.withLock { lifecycle.taskEnded() })
     }
 
-    /// Lets running tasks finish, then releases the inner session.
-    func finishAndInvalidate() {
-        let now: Bool = lock.withLock {
-            guard case .none = invalidation else { return false }
-            if activeTasks == 0 {
-                invalidation = .done
-                return true
-            }
-            invalidation = .whenIdle
-            return false
+    /// Creates and resumes the inner task for `request`, unless the session was invalidated
+    /// meanwhile: then returns the error to fail the task with. The inner session is never
+    /// invalidated while this runs (corelibs crashes when a task is created on an invalidated
+    /// session).
+    func startTransfer(_ request: URLRequest, body: RequestBodySource, events: any TransportEvents) -> Result<URLSessionTask, any Error> {
+        switch lock.withLock({ lifecycle.transferStarting() }) {
+        case .run:
+            break
+        case .refuseCancelled:
+            return .failure(URLError(.cancelled))
+        case .refuseInvalidated:
+            return .failure(URLTaskError.managerInvalidated)
         }
-        if now { transport.session.finishTasksAndInvalidate() }
+        let task = transport.start(request, body: body, events: events)
+        perform(lock.withLock { lifecycle.transferStarted() })
+        return .success(task)
     }
 
-    /// Cancels everything now: held tasks complete with `cancelled`, never sent.
+    /// The outer session was told to finish its tasks and invalidate. Tasks it resumed before
+    /// that may not have reached ``start(request:body:sink:)`` yet (`startLoading` is queued on
+    /// its work queue), so the pipeline finishes only once the session's work queue has passed
+    /// this point: `getAllTasks` answers from that queue.
+    func outerSessionFinishing(_ session: URLSession) {
+        session.getAllTasks { [self] _ in
+            perform(lock.withLock { lifecycle.finishRequested() })
+        }
+    }
+
+    /// The outer session was deallocated: no task of it is left, so the pipeline finishes
+    /// whatever runs without one (``URLTaskManager/download(for:)``) and releases the inner session.
+    func outerSessionReleased() {
+        perform(lock.withLock { lifecycle.finishRequested() })
+    }
+
+    /// The outer session was invalidated and cancelled: held tasks complete with `cancelled`,
+    /// never sent, and the inner session's transfers are cancelled.
     func invalidateAndCancel() {
-        lock.withLock { invalidation = .done }
+        guard case .cancelHeldTasks(let inner) = lock.withLock({ lifecycle.cancelRequested() }) else { return }
         for batch in batches {
             for run in batch.removeAll() { run.failUnsent(URLError(.cancelled)) }
         }
-        transport.session.invalidateAndCancel()
+        perform(inner)
     }
 
-    /// Whether the inner session still accepts tasks. Creating a task on an invalidated
-    /// session is a crash in corelibs, so a task that reaches the network after this fails
-    /// with ``URLTaskError/managerInvalidated`` instead.
-    var acceptsNewTransfers: Bool {
-        lock.withLock { if case .done = invalidation { false } else { true } }
+    /// Whether the inner session is released or about to be (for tests).
+    var isInvalidated: Bool {
+        lock.withLock { lifecycle.isInvalidated }
+    }
+
+    private func perform(_ action: PipelineLifecycleStateMachine.InnerSessionAction) {
+        switch action {
+        case .none: return
+        case .finish: transport.session.finishTasksAndInvalidate()
+        case .cancel: transport.invalidateAndCancel()
+        }
     }
 
     /// Whether a reactor that holds new tasks exempts `request`: its own work's traffic (a
@@ -105,4 +130,9 @@ final class Pipeline: @unchecked Sendable {  // `activeTasks`/`invalidation` are
             for batch in batches { batch.flush() }
         }
     }
+}
+
+/// The handle of a task the pipeline refused: it already failed, there is nothing to cancel.
+private struct RefusedTask: PipelineTaskHandle {
+    func cancel() {}
 }

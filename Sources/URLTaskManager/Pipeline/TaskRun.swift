@@ -202,7 +202,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .react(let index, let outcome, let body):
             react(index, outcome: outcome, body: body)
         case .cancelTransport:
-            lock.withLock { innerTask }?.cancel()
+            if let inner = lock.withLock({ innerTask }) { pipeline.transport.cancel(inner) }
             pipeline.taskEnded()
         case .leaveConnectionQueue:
             leaveConnectionQueue()
@@ -377,11 +377,6 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             perform(lock.withLock { machine.failSending(error) })
             return
         }
-        guard pipeline.acceptsNewTransfers else {
-            releaseConnection()
-            perform(lock.withLock { machine.failSending(URLTaskError.managerInvalidated) })
-            return
-        }
         let stamps = pipeline.reactors.map(\.stamp)
         lock.withLock {
             // A requeue without the interceptors resends the same headers: stamp it now.
@@ -390,13 +385,22 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 stampedAttempt = attempt
             }
         }
-        let inner = pipeline.transport.start(request, body: body, events: self)
+        let inner: URLSessionTask
+        switch pipeline.startTransfer(request, body: body, events: self) {
+        case .success(let task):
+            inner = task
+        case .failure(let error):
+            // The session was invalidated meanwhile.
+            releaseConnection()
+            perform(lock.withLock { machine.failSending(error) })
+            return
+        }
         let cancelled = lock.withLock {
             innerTask = inner
             return machine.isCompleted
         }
         // A cancel that raced with the send found no inner task to stop.
-        if cancelled { inner.cancel() }
+        if cancelled { pipeline.transport.cancel(inner) }
     }
 
     private enum OutdatedHeaders {

@@ -19,16 +19,17 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
     /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
     /// is the normal end of the 401 response.
     private var handedOver: Set<Int> = []
+    /// Holds this object as its delegate until it is invalidated, which the pipeline does when
+    /// the outer session ends (``PipelineLifecycleStateMachine``).
     private(set) var session: URLSession!
-    private let invalidated: @Sendable () -> Void
+    /// Serial: every delegate callback, and every cancel (see ``cancel(_:)``).
+    private let delegateQueue = OperationQueue()
 
-    init(configuration: URLSessionConfiguration, onInvalidated: @escaping @Sendable () -> Void) {
-        self.invalidated = onInvalidated
+    init(configuration: URLSessionConfiguration) {
         super.init()
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        queue.name = "URLTaskManager.Transport"
-        session = URLSession(configuration: configuration, delegate: self, delegateQueue: queue)
+        delegateQueue.maxConcurrentOperationCount = 1
+        delegateQueue.name = "URLTaskManager.Transport"
+        session = URLSession(configuration: configuration, delegate: self, delegateQueue: delegateQueue)
     }
 
     /// Starts `request`. Must not be called on the outer session's work queue (corelibs
@@ -57,6 +58,26 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
         lock.withLock { routes[task.taskIdentifier] = events }
         task.resume()
         return task
+    }
+
+    /// Cancels an inner task, from the inner session's delegate queue.
+    ///
+    /// corelibs completes a task in two steps: on its work queue the protocol reports the end,
+    /// then, on the delegate queue, the task is marked completed and dropped from the session's
+    /// registry. A `cancel()` made between the two, from any other thread, is accepted (the task
+    /// still looks running) and later reports the cancellation for a task the registry no
+    /// longer knows: a `fatalError` in `URLSession.behaviour(for:)`, seen under
+    /// `invalidateAndCancel()` with 50 tasks in flight. Made on the delegate queue, a cancel
+    /// comes either before the second step (and is then ignored, the protocol being gone) or
+    /// after it (and finds the task completed).
+    func cancel(_ task: URLSessionTask) {
+        delegateQueue.addOperation { task.cancel() }
+    }
+
+    /// Cancels every inner task and releases the inner session, from its delegate queue (see
+    /// ``cancel(_:)``).
+    func invalidateAndCancel() {
+        delegateQueue.addOperation { [session] in session!.invalidateAndCancel() }
     }
 
     private func events(for task: URLSessionTask) -> (any TransportEvents)? {
@@ -105,8 +126,18 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
         completionHandler(request)
     }
 
+    /// corelibs lets go of the delegate right after this call, and a task that ends after that
+    /// (one cancelled by `invalidateAndCancel()` whose end was still queued) reports nothing.
+    /// Its pipeline task must still end, and release what it holds: it ends here, cancelled.
     func urlSession(_ session: URLSession, didBecomeInvalidWithError error: (any Error)?) {
-        invalidated()
+        let orphans: [any TransportEvents] = lock.withLock {
+            defer {
+                routes = [:]
+                handedOver = []
+            }
+            return Array(routes.values)
+        }
+        for events in orphans { events.transportDidComplete(error: URLError(.cancelled)) }
     }
 
     static func sameOrigin(_ a: URL, _ b: URL) -> Bool {

@@ -39,16 +39,27 @@ enum Fetched: Sendable {
     }
 }
 
-/// Runs `request` with async `data(for:)`.
-func fetched(_ session: URLSession, _ request: URLRequest) async -> Fetched {
-    do {
-        let (data, response) = try await session.data(for: request)
+extension Fetched {
+    /// What a completion handler received.
+    init(data: Data?, response: URLResponse?, error: (any Error)?) {
+        if let error {
+            self = .failure(error)
+            return
+        }
         let http = response as? HTTPURLResponse
         var headers: [String: String] = [:]
         for (name, value) in http?.allHeaderFields ?? [:] {
             if let name = name as? String, let value = value as? String { headers[name.lowercased()] = value }
         }
-        return .response(status: http?.statusCode ?? -1, headers: headers, body: data)
+        self = .response(status: http?.statusCode ?? -1, headers: headers, body: data ?? Data())
+    }
+}
+
+/// Runs `request` with async `data(for:)`.
+func fetched(_ session: URLSession, _ request: URLRequest) async -> Fetched {
+    do {
+        let (data, response) = try await session.data(for: request)
+        return Fetched(data: data, response: response, error: nil)
     } catch {
         return .failure(error)
     }

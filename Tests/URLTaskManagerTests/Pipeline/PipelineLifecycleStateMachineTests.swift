@@ -1,0 +1,67 @@
+import XCTest
+@testable import URLTaskManager
+
+/// ``PipelineLifecycleStateMachine``: when tasks are accepted, and when the inner session may
+/// be released.
+final class PipelineLifecycleStateMachineTests: XCTestCase {
+    typealias Machine = PipelineLifecycleStateMachine
+
+    func testFinishingWaitsForTheLastTask() {
+        var m = Machine()
+        XCTAssertEqual(m.taskStarted(), .run)
+        XCTAssertEqual(m.taskStarted(), .run)
+        XCTAssertEqual(m.finishRequested(), .none, "two tasks still run")
+        XCTAssertEqual(m.taskStarted(), .run, "a task the session accepted before invalidating still runs")
+        XCTAssertEqual(m.transferStarting(), .run, "and is sent")
+        XCTAssertEqual(m.transferStarted(), .none)
+        XCTAssertEqual(m.taskEnded(), .none)
+        XCTAssertEqual(m.taskEnded(), .none)
+        XCTAssertFalse(m.isInvalidated)
+        XCTAssertEqual(m.taskEnded(), .finish, "the last task ended: release the inner session")
+        XCTAssertTrue(m.isInvalidated)
+        XCTAssertEqual(m.taskStarted(), .refuseInvalidated)
+        XCTAssertEqual(m.finishRequested(), .none, "finishing twice does nothing")
+        XCTAssertEqual(m.cancelRequested(), .none, "nothing is left to cancel")
+    }
+
+    func testFinishingAnIdlePipelineReleasesAtOnce() {
+        var m = Machine()
+        XCTAssertEqual(m.taskStarted(), .run)
+        XCTAssertEqual(m.taskEnded(), .none)
+        XCTAssertEqual(m.finishRequested(), .finish)
+        XCTAssertEqual(m.transferStarting(), .refuseInvalidated)
+    }
+
+    func testCancelWaitsForTransfersBeingHandedOver() {
+        var m = Machine()
+        XCTAssertEqual(m.taskStarted(), .run)
+        XCTAssertEqual(m.taskStarted(), .run)
+        XCTAssertEqual(m.transferStarting(), .run)
+        XCTAssertEqual(m.transferStarting(), .run)
+        XCTAssertEqual(m.cancelRequested(), .cancelHeldTasks(inner: .none), "two inner tasks are being created: the inner session must stay valid")
+        XCTAssertEqual(m.taskStarted(), .refuseCancelled)
+        XCTAssertEqual(m.transferStarting(), .refuseCancelled, "nothing new is sent")
+        XCTAssertEqual(m.transferStarted(), .none)
+        XCTAssertFalse(m.isInvalidated)
+        XCTAssertEqual(m.transferStarted(), .cancel, "the last one exists: cancel the inner session now")
+        XCTAssertTrue(m.isInvalidated)
+        XCTAssertEqual(m.taskEnded(), .none, "tasks ending after the cancel change nothing")
+        XCTAssertEqual(m.cancelRequested(), .none)
+    }
+
+    func testCancelWithNothingBeingHandedOverCancelsAtOnce() {
+        var m = Machine()
+        XCTAssertEqual(m.taskStarted(), .run)
+        XCTAssertEqual(m.cancelRequested(), .cancelHeldTasks(inner: .cancel))
+        XCTAssertEqual(m.taskEnded(), .none)
+        XCTAssertEqual(m.taskStarted(), .refuseInvalidated)
+    }
+
+    func testCancelWhileFinishingCancels() {
+        var m = Machine()
+        XCTAssertEqual(m.taskStarted(), .run)
+        XCTAssertEqual(m.finishRequested(), .none)
+        XCTAssertEqual(m.cancelRequested(), .cancelHeldTasks(inner: .cancel), "invalidateAndCancel() after finishTasksAndInvalidate() still cancels")
+        XCTAssertEqual(m.taskEnded(), .none, "and the inner session is not released twice")
+    }
+}
