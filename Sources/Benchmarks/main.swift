@@ -5,7 +5,8 @@
 // Sequential: 1,000 small GETs one after another, per configuration, in interleaved blocks so
 // that drift (CPU frequency, other load) spreads over every configuration alike. Concurrent:
 // 100 GETs started together; the wall time until the last completes, median of several runs.
-// Never run by the tests.
+// Never run by the tests. `swift run -c release Benchmarks lifetime` measures instead what a
+// dropped session leaves behind (Lifetime.swift).
 
 import Foundation
 #if canImport(FoundationNetworking)
@@ -56,6 +57,11 @@ func concurrent(_ session: URLSession, _ request: URLRequest, count: Int) async 
             try await group.waitForAll()
         }
     }
+}
+
+if CommandLine.arguments.dropFirst().first == "lifetime" {
+    try await LifetimeBenchmark.run(iterations: 10_000)
+    exit(0)
 }
 
 let server = try LoopbackServer()

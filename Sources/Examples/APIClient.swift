@@ -6,10 +6,9 @@ import URLTaskManager
 /// signs in with. Every request through `session` gets the bearer token (only on `api`'s
 /// origin), is held while the token is renewed, and is resent after a 401 once it has been.
 struct APIClient: Sendable {
-    let manager: URLTaskManager
+    let session: URLSession
     let auth: OAuth2Authenticator
     let tokenEndpoint: OAuth2TokenEndpoint
-    var session: URLSession { manager.session }
 
     init(api: URL, tokenURL: URL, store: any CredentialStore = InMemoryCredentialStore(),
          showLogin: @escaping @Sendable () async -> Void = {}) {
@@ -20,10 +19,10 @@ struct APIClient: Sendable {
             store: store,
             onRefreshFailure: { _ in await showLogin() }  // once per failed refresh, not per request
         )
-        manager = URLTaskManager(
+        session = URLTaskManager(
             interceptors: [BearerInterceptor(authenticator: auth)],
             reactors: [OAuth2RefreshReactor(authenticator: auth), RetryReactor()]
-        )
+        ).session
     }
 
     func signIn(username: String, password: String) async throws {

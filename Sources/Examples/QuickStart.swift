@@ -13,11 +13,11 @@ extension Scenario {
         let url = server.url("/me")
 
         // README quick start: begin
-        let manager = URLTaskManager(
+        let session = URLTaskManager(
             interceptors: [HeaderInterceptor(["X-Client": "quick-start"])],
             configuration: .default
-        )
-        let (data, response) = try await manager.session.data(from: url)
+        ).session
+        let (data, response) = try await session.data(from: url)
         print(String(decoding: data, as: UTF8.self), (response as? HTTPURLResponse)?.statusCode ?? 0)
         // README quick start: end
 

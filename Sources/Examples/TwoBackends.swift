@@ -79,8 +79,7 @@ struct TwoBackendApp: Sendable {
     let modernAuth: OAuth2Authenticator
     private let legacyEndpoint: OAuth2TokenEndpoint
     private let modernEndpoint: OAuth2TokenEndpoint
-    private let manager: URLTaskManager
-    var session: URLSession { manager.session }
+    let session: URLSession
 
     init(legacy: (api: URL, token: URL), modern: (api: URL, token: URL)) {
         legacyEndpoint = OAuth2TokenEndpoint(url: legacy.token, clientID: "example-app")
@@ -88,10 +87,10 @@ struct TwoBackendApp: Sendable {
         legacyAuth = OAuth2Authenticator(origins: [legacy.api], tokenEndpoint: legacyEndpoint)
         modernAuth = OAuth2Authenticator(origins: [modern.api], tokenEndpoint: modernEndpoint)
         // README two backends: begin
-        manager = URLTaskManager(
+        session = URLTaskManager(
             interceptors: [BearerInterceptor(authenticator: legacyAuth), BearerInterceptor(authenticator: modernAuth)],
             reactors: [OAuth2RefreshReactor(authenticator: legacyAuth), OAuth2RefreshReactor(authenticator: modernAuth)]
-        )
+        ).session
         // README two backends: end
     }
 

@@ -37,7 +37,10 @@ public enum URLTaskError: Error, Sendable {
     /// An upload task whose body the platform does not expose to a `URLProtocol`. The task
     /// fails rather than send an empty body.
     case uploadBodyUnavailable
-    /// The manager was invalidated (or deallocated) before the task could be sent.
+    /// The task reached a session that was already invalidated: on Linux, a task created
+    /// before `finishTasksAndInvalidate()` but resumed only after every other task had ended,
+    /// or a ``URLTaskManager/download(for:)`` started after the session was invalidated. A plain
+    /// session would refuse such a task too.
     case managerInvalidated
 }
 
@@ -63,7 +66,7 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
         case .uploadBodyUnavailable:
             "The upload body is not visible to URLTaskManager on this platform; the task was not sent"
         case .managerInvalidated:
-            "The URLTaskManager was invalidated before the task was sent"
+            "The URLTaskManager's session was invalidated before the task was sent"
         }
     }
 
