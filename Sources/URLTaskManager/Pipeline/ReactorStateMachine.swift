@@ -11,6 +11,13 @@
 /// runs ended since it was sent, the work it needs has already been tried and failed: it
 /// fails at once with that run's error (the "late failure") instead of running the failed
 /// work again for every response that was already on its way.
+///
+/// A task that was already sent again after a successful run, with headers decided after the
+/// latest one, and that needs the reactor once more is not helped by another run (a resource
+/// that refuses every token): its caller gets the response as the server gave it
+/// (``NeedAction/deliverNow``), and no run starts for it. The loop guard counts only runs that
+/// start right after a successful one, so one such resource cannot lock out the refreshes
+/// every other request may genuinely need.
 struct ReactorStateMachine {
     typealias TaskID = URLTask.ID
 
@@ -29,6 +36,9 @@ struct ReactorStateMachine {
         case requeueNow
         /// Only failed runs finished after this task was sent: fail it with the last one's error.
         case failNow
+        /// The task already went out again after a successful run, with headers decided after
+        /// the latest one: another run cannot help; give the caller what the server said.
+        case deliverNow
         /// The loop guard tripped: fail this task.
         case refuseLoop(runs: Int)
     }
@@ -50,7 +60,10 @@ struct ReactorStateMachine {
     private(set) var version = 0
     private(set) var failures = 0
     private var runCount = 0
+    /// When runs that followed a successful run started, for the loop guard.
     private var runStarts: [ContinuousClock.Instant] = []
+    /// How the latest run ended: `nil` before the first.
+    private var lastRunSucceeded: Bool?
     private let loopGuard: URLTaskReactorConfiguration.LoopGuard?
 
     init(loopGuard: URLTaskReactorConfiguration.LoopGuard?) {
@@ -70,7 +83,10 @@ struct ReactorStateMachine {
         return nil
     }
 
-    mutating func taskNeedsReaction(_ id: TaskID, sentUnder: Stamp, now: ContinuousClock.Instant) -> NeedAction {
+    /// - Parameters:
+    ///   - sentUnder: The stamp of the headers the task was sent with.
+    ///   - alreadyRequeued: Whether this reactor already sent the task again after a successful run.
+    mutating func taskNeedsReaction(_ id: TaskID, sentUnder: Stamp, alreadyRequeued: Bool = false, now: ContinuousClock.Instant) -> NeedAction {
         switch state {
         case .running(let run, var waiters, let gated):
             waiters.append(id)
@@ -79,11 +95,12 @@ struct ReactorStateMachine {
         case .idle:
             if sentUnder.version < version { return .requeueNow }
             if sentUnder.failures < failures { return .failNow }
-            if let loopGuard {
+            if alreadyRequeued { return .deliverNow }
+            if let loopGuard, lastRunSucceeded == true {
                 runStarts.removeAll { $0.duration(to: now) > loopGuard.window }
                 if runStarts.count >= loopGuard.maximumRuns { return .refuseLoop(runs: runStarts.count) }
+                runStarts.append(now)
             }
-            runStarts.append(now)
             runCount += 1
             state = .running(run: runCount, waiters: [id], gated: [])
             return .startRun(run: runCount)
@@ -102,6 +119,7 @@ struct ReactorStateMachine {
     mutating func runFinished(run: Int, succeeded: Bool) -> RunEnd? {
         guard case .running(let current, let waiters, let gated) = state, current == run else { return nil }
         state = .idle
+        lastRunSucceeded = succeeded
         if succeeded { version += 1 } else { failures += 1 }
         return RunEnd(waiters: waiters, gated: gated)
     }

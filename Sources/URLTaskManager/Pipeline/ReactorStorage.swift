@@ -4,6 +4,8 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
     enum Outcome {
         case succeeded
         case failed(any Error)
+        /// No run can help this task: give its caller the response it received.
+        case declined
     }
 
     let index: Int
@@ -55,12 +57,12 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
     }
 
     /// `run` needs this reactor. Starts, joins, or skips the work.
-    func need(_ run: TaskRun, sentUnder: ReactorStateMachine.Stamp, outcome: URLTaskOutcome, body: Data, task: URLTask) {
+    func need(_ run: TaskRun, sentUnder: ReactorStateMachine.Stamp, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask) {
         let (action, lateError) = lock.withLock {
-            let action = machine.taskNeedsReaction(run.id, sentUnder: sentUnder, now: .now)
+            let action = machine.taskNeedsReaction(run.id, sentUnder: sentUnder, alreadyRequeued: alreadyRequeued, now: .now)
             switch action {
             case .startRun, .wait: members[run.id] = run
-            case .requeueNow, .failNow, .refuseLoop: break
+            case .requeueNow, .failNow, .deliverNow, .refuseLoop: break
             }
             return (action, lastRunError)
         }
@@ -71,6 +73,8 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
             run.reactionFinished(reactor: index, outcome: .succeeded)
         case .failNow:
             run.reactionFinished(reactor: index, outcome: .failed(lateError))
+        case .deliverNow:
+            run.reactionFinished(reactor: index, outcome: .declined)
         case .refuseLoop(let runs):
             let window = configuration.loopGuard?.window ?? .zero
             run.reactionFinished(reactor: index, outcome: .failed(URLTaskError.reactionLoop(reactor: name, runs: runs, window: window)))
@@ -114,7 +118,7 @@ final class ReactorStorage: @unchecked Sendable {  // `machine`, `members` and `
         for run in waiters { run.reactionFinished(reactor: index, outcome: result) }
         for run in gated {
             switch result {
-            case .succeeded: run.gateOpened()
+            case .succeeded, .declined: run.gateOpened()
             case .failed(let error): run.failUnsent(error)
             }
         }

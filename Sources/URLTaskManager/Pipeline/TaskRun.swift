@@ -43,7 +43,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         self.sentUnder = Array(repeating: ReactorStateMachine.Stamp(), count: pipeline.reactors.count)
         self.machine = TaskStateMachine(
             interceptorCount: pipeline.interceptors.count,
-            reactors: pipeline.reactors.map { ($0.name, $0.configuration.maximumReactionsPerTask) }
+            reactors: pipeline.reactors.map {
+                TaskStateMachine.ReactorTraits(name: $0.name, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue)
+            }
         )
     }
 
@@ -116,6 +118,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             result = configuration.requeue ? .requeue(reintercept: configuration.reintercept) : .deliver
         case .failed(let error):
             result = .fail(error)
+        case .declined:
+            result = .deliver
         }
         perform(lock.withLock { machine.reactionFinished(reactor: index, result: result) })
     }
@@ -287,10 +291,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     private func react(_ index: Int, outcome: URLTaskOutcome, body: Data) {
         let reactor = pipeline.reactors[index]
-        let (snapshot, stamp) = lock.withLock { (task, sentUnder[index]) }
+        let (snapshot, stamp, requeued) = lock.withLock { (task, sentUnder[index], machine.wasRequeued(by: index)) }
         switch reactor.configuration.sharing {
         case .singleFlight:
-            reactor.need(self, sentUnder: stamp, outcome: outcome, body: body, task: snapshot)
+            reactor.need(self, sentUnder: stamp, alreadyRequeued: requeued, outcome: outcome, body: body, task: snapshot)
         case .perTask:
             let work = Task {
                 let result = await reactor.runWork(outcome: outcome, body: body, task: snapshot)

@@ -24,7 +24,10 @@ struct TaskStateMachine {
     enum ReactionResult {
         /// The work succeeded (or had already been done): send the task again.
         case requeue(reintercept: Bool)
-        /// The work succeeded and the reactor does not requeue: give the caller what arrived.
+        /// Give the caller what arrived, whole: the response and its body, or the transport's
+        /// own error. For a reactor that does not requeue, and for a task that already went
+        /// out again with headers decided after the reactor's latest run and met the same
+        /// reaction (a resource that refuses every token: sending it again cannot help).
         case deliver
         /// The work failed: fail the task with this error.
         case fail(any Error)
@@ -74,27 +77,54 @@ struct TaskStateMachine {
         case awaitingConnection
         case sending
         case receiving
-        case collecting(reactor: Int, response: HTTPURLResponse, body: Data)
-        case reacting(reactor: Int, response: HTTPURLResponse?, body: Data)
+        /// `whole`: the body may be delivered to the caller, so none of it is dropped.
+        case collecting(reactor: Int, response: HTTPURLResponse, body: Data, whole: Bool)
+        case reacting(reactor: Int, outcome: URLTaskOutcome, body: Data)
         case completed
     }
 
-    /// Bodies collected for reactors are kept up to this size.
+    /// What the task state machine needs to know of one reactor.
+    struct ReactorTraits {
+        /// For errors.
+        var name: String
+        /// How often one task may trigger it.
+        var maximumReactions: Int
+        /// Whether it gives the caller the response it reacted to (it does not requeue).
+        var delivers: Bool
+
+        init(name: String, maximumReactions: Int, delivers: Bool = false) {
+            self.name = name
+            self.maximumReactions = maximumReactions
+            self.delivers = delivers
+        }
+    }
+
+    /// Bodies collected for reactors that will not deliver them are kept up to this size (the
+    /// reactor sees the first MiB; the caller never sees them).
     static let reactionBodyLimit = 1 << 20
 
     private var state: State = .created
     private let interceptorCount: Int
-    private let reactors: [(name: String, maximumReactions: Int)]
+    private let reactors: [ReactorTraits]
     private var reactions: [Int]
+    /// Per reactor: whether this task was already sent again after one of its runs succeeded.
+    private var requeuedBy: [Bool]
     private(set) var attempt = 1
 
     /// - Parameters:
     ///   - interceptorCount: The length of the interceptor chain.
-    ///   - reactors: Each reactor's name (for errors) and how often one task may trigger it.
-    init(interceptorCount: Int, reactors: [(name: String, maximumReactions: Int)] = []) {
+    ///   - reactors: What the machine needs to know of each reactor.
+    init(interceptorCount: Int, reactors: [ReactorTraits] = []) {
         self.interceptorCount = interceptorCount
         self.reactors = reactors
         self.reactions = Array(repeating: 0, count: reactors.count)
+        self.requeuedBy = Array(repeating: false, count: reactors.count)
+    }
+
+    /// Whether reactor `reactor` already sent this task again after a successful run: if its
+    /// new headers meet the same reaction, the caller gets that answer (see ``ReactionResult/deliver``).
+    func wasRequeued(by reactor: Int) -> Bool {
+        requeuedBy[reactor]
     }
 
     /// Whether a transport error now would be the task's outcome (no head has arrived).
@@ -197,7 +227,9 @@ struct TaskStateMachine {
     mutating func transportReceived(response: URLResponse, reactor: Int?) -> Action {
         guard case .sending = state else { return .none }
         if let reactor, let http = response as? HTTPURLResponse {
-            state = .collecting(reactor: reactor, response: http, body: Data())
+            // Kept whole when it may reach the caller: never a truncated body without an error.
+            let whole = reactors[reactor].delivers || requeuedBy[reactor]
+            state = .collecting(reactor: reactor, response: http, body: Data(), whole: whole)
             return .none
         }
         state = .receiving
@@ -208,12 +240,14 @@ struct TaskStateMachine {
         switch state {
         case .receiving:
             return .forwardData(data)
-        case .collecting(let reactor, let response, var body):
+        case .collecting(let reactor, let response, var body, let whole):
             state = .completed  // keep `body` uniquely referenced while appending
-            if body.count < Self.reactionBodyLimit {
+            if whole {
+                body.append(data)
+            } else if body.count < Self.reactionBodyLimit {
                 body.append(data.prefix(Self.reactionBodyLimit - body.count))
             }
-            state = .collecting(reactor: reactor, response: response, body: body)
+            state = .collecting(reactor: reactor, response: response, body: body, whole: whole)
             return .none
         default:
             return .none
@@ -225,7 +259,7 @@ struct TaskStateMachine {
         switch state {
         case .sending:
             if let error, let reactor {
-                return beginReaction(reactor: reactor, outcome: .failure(error), response: nil, body: Data())
+                return beginReaction(reactor: reactor, outcome: .failure(error), body: Data())
             }
             state = .completed
             if let error { return .fail(error) }
@@ -234,22 +268,23 @@ struct TaskStateMachine {
             state = .completed
             if let error { return .fail(error) }
             return .finish
-        case .collecting(let reactor, let response, let body):
+        case .collecting(let reactor, let response, let body, _):
             if let error {
                 // The body of the response to react to was cut: react to the failure.
-                return beginReaction(reactor: reactor, outcome: .failure(error), response: nil, body: Data())
+                return beginReaction(reactor: reactor, outcome: .failure(error), body: Data())
             }
-            return beginReaction(reactor: reactor, outcome: .response(response), response: response, body: body)
+            return beginReaction(reactor: reactor, outcome: .response(response), body: body)
         case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .completed:
             return .none
         }
     }
 
     mutating func reactionFinished(reactor: Int, result: ReactionResult) -> Action {
-        guard case .reacting(let current, let response, let body) = state, current == reactor else { return .none }
+        guard case .reacting(let current, let outcome, let body) = state, current == reactor else { return .none }
         switch result {
         case .requeue(let reintercept):
             attempt += 1
+            requeuedBy[reactor] = true
             if reintercept {
                 state = .gated(gate: nil)
                 return .checkGates
@@ -258,8 +293,10 @@ struct TaskStateMachine {
             return .acquireConnection
         case .deliver:
             state = .completed
-            if let response { return .respond(response, body) }
-            return .fail(URLError(.unknown))
+            switch outcome {
+            case .response(let response): return .respond(response, body)
+            case .failure(let error): return .fail(error)
+            }
         case .fail(let error):
             state = .completed
             return .fail(error)
@@ -305,13 +342,13 @@ struct TaskStateMachine {
         }
     }
 
-    private mutating func beginReaction(reactor: Int, outcome: URLTaskOutcome, response: HTTPURLResponse?, body: Data) -> Action {
+    private mutating func beginReaction(reactor: Int, outcome: URLTaskOutcome, body: Data) -> Action {
         reactions[reactor] += 1
         if reactions[reactor] > reactors[reactor].maximumReactions {
             state = .completed
             return .fail(URLTaskError.tooManyAttempts(reactor: reactors[reactor].name, attempts: attempt))
         }
-        state = .reacting(reactor: reactor, response: response, body: body)
+        state = .reacting(reactor: reactor, outcome: outcome, body: body)
         return .react(reactor: reactor, outcome: outcome, body: body)
     }
 

@@ -98,7 +98,7 @@ final class PipelineModelTests: XCTestCase {
             self.scenario = scenario
             rng = SplitMix64(state: seed)
             machines = (0..<scenario.tasks).map { _ in
-                TaskStateMachine(interceptorCount: scenario.interceptors, reactors: [(name: "Refresh", maximumReactions: scenario.maximumReactions)])
+                TaskStateMachine(interceptorCount: scenario.interceptors, reactors: [.init(name: "Refresh", maximumReactions: scenario.maximumReactions)])
             }
             reactor = ReactorStateMachine(loopGuard: scenario.loopGuard)
             slots = ConnectionSlotsStateMachine(limit: scenario.connectionLimit ?? .max)
@@ -232,7 +232,7 @@ final class PipelineModelTests: XCTestCase {
                 if holdsSlot[t] { inFlight -= 1 }
                 releaseSlot(t)
             case .need(let t):
-                switch reactor.taskNeedsReaction(Self.id(t), sentUnder: sentUnder[t], now: clock) {
+                switch reactor.taskNeedsReaction(Self.id(t), sentUnder: sentUnder[t], alreadyRequeued: machines[t].wasRequeued(by: 0), now: clock) {
                 case .startRun(let run):
                     runsInFlight += 1
                     if runsInFlight > 1 { violate("two runs in flight") }
@@ -242,7 +242,8 @@ final class PipelineModelTests: XCTestCase {
                     members.insert(t)
                 case .requeueNow:
                     pending.append(.reactionFinished(t, succeeded: true))
-                case .failNow, .refuseLoop:
+                case .failNow, .deliverNow, .refuseLoop:
+                    // Either way the task completes: with the run's error, or with its response.
                     pending.append(.reactionFinished(t, succeeded: false))
                 }
             case .runEnds(let run):

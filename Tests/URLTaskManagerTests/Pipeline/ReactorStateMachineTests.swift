@@ -81,19 +81,37 @@ final class ReactorStateMachineTests: XCTestCase {
         XCTAssertEqual(m.runFinished(run: 1, succeeded: true), Machine.RunEnd(waiters: [Self.id(2)], gated: [Self.id(3)]))
     }
 
-    func testTheLoopGuardRefusesTooManyRunsInItsWindow() {
+    func testTheLoopGuardCountsOnlyRunsThatFollowASuccess() {
         var m = Machine(loopGuard: .init(maximumRuns: 2, window: .seconds(10)))
-        for run in 1...2 {
-            XCTAssertEqual(m.taskNeedsReaction(Self.id(UInt64(run)), sentUnder: m.stamp, now: t0 + .seconds(run)), .startRun(run: run))
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, now: t0), .startRun(run: 1))
+        _ = m.runFinished(run: 1, succeeded: false)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(2), sentUnder: m.stamp, now: t0 + .seconds(1)), .startRun(run: 2), "after a failure: not counted")
+        _ = m.runFinished(run: 2, succeeded: true)
+        for run in 3...4 {
+            XCTAssertEqual(m.taskNeedsReaction(Self.id(UInt64(run)), sentUnder: m.stamp, now: t0 + .seconds(run)), .startRun(run: run), "counted")
             _ = m.runFinished(run: run, succeeded: true)
         }
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(3), sentUnder: m.stamp, now: t0 + .seconds(3)), .refuseLoop(runs: 2))
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(5), sentUnder: m.stamp, now: t0 + .seconds(5)), .refuseLoop(runs: 2))
         XCTAssertFalse(m.isRunning, "a refused task starts nothing")
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(4), sentUnder: m.stamp, now: t0 + .seconds(11.5)), .startRun(run: 3),
-                       "run 1 left the window, run 2 is still in it")
-        _ = m.runFinished(run: 3, succeeded: true)
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(5), sentUnder: m.stamp, now: t0 + .seconds(12)), .refuseLoop(runs: 2))
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(6), sentUnder: m.stamp, now: t0 + .seconds(13.5)), .startRun(run: 5),
+                       "run 3 left the window, run 4 is still in it")
+        _ = m.runFinished(run: 5, succeeded: true)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(7), sentUnder: m.stamp, now: t0 + .seconds(14)), .refuseLoop(runs: 2))
         // A task that is merely late is requeued whatever the guard says: no run is started.
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(6), sentUnder: Machine.Stamp(), now: t0 + .seconds(12)), .requeueNow)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(8), sentUnder: Machine.Stamp(), now: t0 + .seconds(14)), .requeueNow)
+    }
+
+    func testATaskRequeuedOnceWithCurrentHeadersIsDeliveredNotRefreshedAgain() {
+        var m = Machine(loopGuard: nil)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, now: t0), .startRun(run: 1))
+        _ = m.runFinished(run: 1, succeeded: true)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, alreadyRequeued: true, now: t0), .deliverNow,
+                       "resent with the new headers and refused again: the server's answer stands")
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(2), sentUnder: Machine.Stamp(), alreadyRequeued: true, now: t0), .requeueNow,
+                       "headers older than the latest run: still just late")
+        XCTAssertFalse(m.isRunning)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(3), sentUnder: m.stamp, now: t0), .startRun(run: 2), "a task not yet requeued still starts a run")
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: Machine.Stamp(version: 1), alreadyRequeued: true, now: t0), .wait(run: 2),
+                       "a run already going is joined: it will produce newer headers")
     }
 }

@@ -62,7 +62,7 @@ final class TaskStateMachineTests: XCTestCase {
 
     /// A machine with `interceptors` interceptors and one reactor "Refresh" allowed `maximumReactions`.
     static func machine(interceptors: Int = 2, maximumReactions: Int = 2) -> Machine {
-        Machine(interceptorCount: interceptors, reactors: [(name: "Refresh", maximumReactions: maximumReactions)])
+        Machine(interceptorCount: interceptors, reactors: [.init(name: "Refresh", maximumReactions: maximumReactions)])
     }
 
     // MARK: Drivers to each state
@@ -360,7 +360,8 @@ final class TaskStateMachineTests: XCTestCase {
 
         var noResponse = Self.sending()
         _ = noResponse.transportCompleted(error: URLError(.timedOut), reactor: 0)
-        XCTAssertEqual(Step(noResponse.reactionFinished(reactor: 0, result: .deliver)), .fail(String(describing: URLError(.unknown))))
+        XCTAssertEqual(Step(noResponse.reactionFinished(reactor: 0, result: .deliver)), .fail(String(describing: URLError(.timedOut))),
+                       "the transport's own error, as a plain session reports it")
     }
 
     func testAFailedReactionFailsTheTask() {

@@ -204,24 +204,54 @@ final class ReactorEngineTests: XCTestCase {
         XCTAssertLessThan(elapsed, .seconds(3))
     }
 
-    func testTheLoopGuardEndsARefreshThatKeepsBeingRefused() async throws {
-        tokens.serverToken = nil  // no token is ever accepted
-        var configuration = URLTaskReactorConfiguration.authentication
-        configuration.maximumReactionsPerTask = 10
-        configuration.loopGuard = .init(maximumRuns: 3, window: .seconds(10))
-        let manager = manager(configuration)
-        let result = await Kit.fetch(manager.session, url())
-        guard case .reactionLoop(let reactor, let runs, let window)? = result.taskError else { return XCTFail(result.label) }
-        XCTAssertEqual(reactor, "ControlledReactor")
-        XCTAssertEqual(runs, 3)
-        XCTAssertEqual(window, .seconds(10))
+    /// A resource that refuses every token: the task goes out once more after one run, with the
+    /// new token, and its caller then gets the server's 401 (no second run, no error of ours).
+    /// A second such request costs one more run; then a genuine revocation still refreshes:
+    /// the loop guard was not tripped by the one bad resource.
+    func testAResourceThatRefusesEveryTokenGetsItsAnswerAfterOneRun() async throws {
+        server.route("/api/always-401") { _ in .status(401) }
+        let manager = manager()
+        let first = await Kit.fetch(manager.session, url("/always-401"))
+        XCTAssertEqual(first.status, 401, first.label)
+        XCTAssertEqual(tokens.runs, 1, "one refresh for the task, not two")
+        XCTAssertEqual(server.requestCount(path: "/api/always-401"), 2)
+
+        let second = await Kit.fetch(manager.session, url("/always-401"))
+        XCTAssertEqual(second.status, 401, second.label)
+        XCTAssertEqual(tokens.runs, 2)
+
+        tokens.serverToken = "t3"  // revoked server-side: the next run's token is the valid one
+        let genuine = await Kit.fetch(manager.session, url())
+        XCTAssertEqual(genuine.status, 200, "a legitimate refresh is not refused: \(genuine.label)")
         XCTAssertEqual(tokens.runs, 3)
-        XCTAssertEqual(server.requestCount(path: "/api/r"), 4)
     }
 
+    /// The loop guard counts runs that start right after a successful one: requests to a
+    /// resource that refuses every token, one after another, trip it at the limit.
+    func testTheLoopGuardCountsRunsThatFollowASuccess() async throws {
+        server.route("/api/always-401") { _ in .status(401) }
+        var configuration = URLTaskReactorConfiguration.authentication
+        configuration.loopGuard = .init(maximumRuns: 2, window: .seconds(60))
+        let manager = manager(configuration)
+        for _ in 1...3 {
+            let result = await Kit.fetch(manager.session, url("/always-401"))
+            XCTAssertEqual(result.status, 401, result.label)
+        }
+        XCTAssertEqual(tokens.runs, 3, "the first run follows no success; the next two are counted")
+        let refused = await Kit.fetch(manager.session, url("/always-401"))
+        guard case .reactionLoop(let reactor, let runs, _)? = refused.taskError else { return XCTFail(refused.label) }
+        XCTAssertEqual(reactor, "ControlledReactor")
+        XCTAssertEqual(runs, 2)
+        XCTAssertEqual(tokens.runs, 3)
+    }
+
+    /// A reactor that runs once per task (no shared version to compare with) keeps reacting
+    /// until its per-task limit.
     func testThePerTaskLimitFailsATaskRefusedAgainAfterEveryRun() async throws {
         tokens.serverToken = nil
         var configuration = URLTaskReactorConfiguration.authentication
+        configuration.sharing = .perTask
+        configuration.holdsNewTasks = false
         configuration.loopGuard = nil
         let manager = manager(configuration)
         let result = await Kit.fetch(manager.session, url())
