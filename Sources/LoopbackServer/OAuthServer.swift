@@ -13,6 +13,10 @@ import Foundation
 ///     or ``acceptExchange(where:)``;
 ///   - anything else: 400 `invalid_grant`.
 ///
+/// After ``requireClient(id:secret:)``, a token request must also authenticate as that client
+/// (RFC 6749 §2.3.1), with HTTP Basic or in the form but not both, or it is answered 401
+/// `invalid_client` (400 `invalid_request` for both at once).
+///
 /// Tokens are `<name>-access-<n>` and `<name>-refresh-<n>`, so two servers' tokens differ and a
 /// test can tell which server issued what. Every request is recorded by ``server``.
 public final class OAuthServer: @unchecked Sendable {  // all mutable state is guarded by `lock`.
@@ -42,6 +46,7 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var receivedRefreshTokens: [String] = []
     private var onTokenRequest: (@Sendable () -> Void)?
     private var unauthorizedDelay: Duration?
+    private var requiredClient: (id: String, secret: String)?
 
     /// - Parameters:
     ///   - name: Prefixes every token, so two servers' tokens differ.
@@ -106,6 +111,10 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     public func onTokenRequest(_ action: @escaping @Sendable () -> Void) { lock.withLock { onTokenRequest = action } }
     /// Delays every 401, so more requests are in flight with a refused token at once.
     public func delayUnauthorized(by delay: Duration?) { lock.withLock { unauthorizedDelay = delay } }
+    /// Makes the token endpoint check client authentication, as a server does for a confidential
+    /// client, so a test can tell a client configuration error from a rejected grant. Until it
+    /// is called, any client is accepted.
+    public func requireClient(id: String, secret: String) { lock.withLock { requiredClient = (id, secret) } }
     /// Makes the current access token invalid: revoked, or expired by the server's clock.
     public func revokeAccess() { lock.withLock { validAccess = nil } }
     /// Makes the current refresh token invalid too: only a new sign-in helps.
@@ -115,12 +124,24 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     public static func decodeForm(_ text: String) -> [String: String] {
         var fields: [String: String] = [:]
         for pair in text.split(separator: "&") {
-            let parts = pair.split(separator: "=", maxSplits: 1).map {
-                String($0).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String($0)
-            }
+            let parts = pair.split(separator: "=", maxSplits: 1).map { decodeFormComponent(String($0)) }
             if parts.count == 2 { fields[parts[0]] = parts[1] }
         }
         return fields
+    }
+
+    /// Decodes `Authorization: Basic` client credentials as RFC 6749 §2.3.1 encodes them (each
+    /// part form-urlencoded, then joined by `:`), or `nil` if the header is not that.
+    public static func decodeBasicClient(_ header: String?) -> (id: String, secret: String)? {
+        guard let header, header.lowercased().hasPrefix("basic "),
+              let data = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+              let text = String(data: data, encoding: .utf8),
+              let colon = text.firstIndex(of: ":") else { return nil }
+        return (decodeFormComponent(String(text[..<colon])), decodeFormComponent(String(text[text.index(after: colon)...])))
+    }
+
+    private static func decodeFormComponent(_ text: String) -> String {
+        text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? text
     }
 
     private func install() {
@@ -148,15 +169,17 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             _ = gate?.wait(timeout: .seconds(10))
             // The test's predicate runs outside the lock (it may ask another server).
             let exchangeAllowed = form["subject_token"].map(accepts) ?? false
-            return lock.withLock { answerToken(form, exchangeAllowed: exchangeAllowed) }
+            let basic = Self.decodeBasicClient(request.headers["authorization"])
+            return lock.withLock { answerToken(form, basic: basic, exchangeAllowed: exchangeAllowed) }
         }
     }
 
     /// Must be called with `lock` held.
-    private func answerToken(_ form: [String: String], exchangeAllowed: Bool) -> ServerResponse {
+    private func answerToken(_ form: [String: String], basic: (id: String, secret: String)?, exchangeAllowed: Bool) -> ServerResponse {
         if case .reject(let status, let error) = answer {
             return .json(["error": error, "error_description": "refused by the server"], status: status)
         }
+        if let refusal = refuseClient(form, basic: basic) { return refusal }
         switch form["grant_type"] {
         case "refresh_token" where validRefresh != nil && form["refresh_token"] == validRefresh:
             break
@@ -167,6 +190,27 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         default:
             return .json(["error": "invalid_grant"], status: 400)
         }
+        return issue()
+    }
+
+    /// The answer to a token request whose client authentication is missing or wrong, or `nil`
+    /// when it passes (or none is required). Must be called with `lock` held.
+    private func refuseClient(_ form: [String: String], basic: (id: String, secret: String)?) -> ServerResponse? {
+        guard let requiredClient else { return nil }
+        if basic != nil, form["client_secret"] != nil {
+            return .json(["error": "invalid_request", "error_description": "more than one client authentication method"], status: 400)
+        }
+        let presented = basic ?? form["client_id"].map { ($0, form["client_secret"] ?? "") }
+        guard let presented, presented.id == requiredClient.id, presented.secret == requiredClient.secret else {
+            return ServerResponse.json(["error": "invalid_client"], status: 401).with {
+                $0.headers["WWW-Authenticate"] = "Basic realm=\"oauth\""
+            }
+        }
+        return nil
+    }
+
+    /// Issues the next pair of tokens. Must be called with `lock` held.
+    private func issue() -> ServerResponse {
         issued += 1
         let access = "\(name)-access-\(issued)"
         let refresh = "\(name)-refresh-\(issued)"

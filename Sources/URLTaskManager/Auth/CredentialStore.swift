@@ -5,6 +5,12 @@
 /// matters: a server that rotates refresh tokens invalidates the old one as soon as it issues
 /// the new one, so a store that kept the old one would force a new sign-in at the next launch.
 ///
+/// The authenticator writes one at a time: a ``save(_:)`` or ``clear()`` starts only once
+/// the previous one has returned, in the order of the changes they record, so a store that is not
+/// an actor needs no lock of its own to end up holding the latest credential. For the same
+/// reason a store must not call back into its authenticator's ``OAuth2Authenticator/signIn(_:)``
+/// or ``OAuth2Authenticator/signOut()``: that call would wait for the very write it is made from.
+///
 /// The default is ``InMemoryCredentialStore``; an app plugs in the Keychain or a file:
 ///
 /// ```swift

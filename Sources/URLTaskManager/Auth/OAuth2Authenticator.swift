@@ -41,12 +41,23 @@
 /// all left with the old token).
 ///
 /// **Hard cases.**
-/// - A refresh that fails because the server rejected the refresh token (a 400 or 401 from the
-///   token endpoint, see ``OAuth2Error/requiresSignIn``) is final: ``onRefreshFailure`` is called
-///   once, and every request for these origins then fails at once with the same error, without
-///   touching the network, until ``signIn(_:)``. Other failures (the token endpoint unreachable,
-///   a 5xx) are tried again by the next request that needs a token.
+/// - A refresh that fails because the server rejected the refresh token (`invalid_grant`, see
+///   ``OAuth2Error/requiresSignIn``) is final: ``onRefreshFailure`` is called once, and every
+///   request for these origins then fails at once with the same error, without touching the
+///   network, until ``signIn(_:)``. Other failures (the token endpoint unreachable, a 5xx, a
+///   client configuration error such as `invalid_client`, see
+///   ``OAuth2Error/isConfigurationError``) are tried again by the next request that needs a
+///   token, so a fix on the server's side is picked up without a relaunch.
+/// - ``onRefreshFailure`` runs on a task of its own and nobody waits for it: the requests
+///   waiting for the refresh fail as soon as the token endpoint's answer arrives, even while the
+///   hook is still showing a sign-in screen. It is still called exactly once per failed refresh.
 /// - Signing in or out while a refresh is in flight wins: the refresh's result is dropped.
+/// - Writes to the store happen one at a time, in the order of the changes they record, so the
+///   store ends up holding what the last change made even when a slow `save` (a Keychain write)
+///   is overtaken. Once ``signOut()`` returns, the store is empty and no refresh begun before it
+///   can store or apply a credential: a refresh's save that is still under way is waited for
+///   and then cleared, and one that has not started yet is skipped. Likewise a ``signIn(_:)``
+///   overtaking a refresh's save is what the store keeps.
 /// - A refreshed credential is made current before it is saved: the server may have rotated the
 ///   refresh token, making the old one useless. If saving fails, requests still use the new
 ///   credential and ``onRefreshFailure`` hears the store's error, because at the next launch the
@@ -78,6 +89,9 @@ public actor OAuth2Authenticator {
     private var refreshedVersion: Int?
     /// A refresh failure that only a sign-in can fix, and the version it belongs to.
     private var rejection: (version: Int, error: any Error)?
+    /// The store write enqueued last. Each write starts once the one before it has ended, so
+    /// the store's calls land in the order of the changes they record (see the hard cases).
+    private var lastWrite: Task<Void, any Error>?
 
     /// Incremented on every change of the credential: sign-in, refresh, sign-out.
     public private(set) var version = 0
@@ -91,9 +105,11 @@ public actor OAuth2Authenticator {
     ///     bearer token nor held behind a refresh, even if they go through the manager.
     ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
     ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
-    ///   - onRefreshFailure: Called once per failed refresh, before the requests waiting for it
-    ///     fail: the place to show a sign-in screen. Keep it short, and do not wait in it for
-    ///     requests that need this authenticator.
+    ///   - onRefreshFailure: Called once per failed refresh (and when a refreshed credential
+    ///     could not be saved): the place to show a sign-in screen. It runs on a task of its own;
+    ///     the requests waiting for the refresh fail without waiting for it, so it may take as
+    ///     long as the user does. Check ``OAuth2Error/requiresSignIn`` before asking the user to
+    ///     sign in: a configuration error or an unreachable server is not the user's to fix.
     public init(
         origins: [URL],
         tokenEndpoint: OAuth2TokenEndpoint,
@@ -195,18 +211,56 @@ public actor OAuth2Authenticator {
     }
 
     /// Saves `credential` and makes it current. Nothing changes if the store fails.
+    ///
+    /// A save of a refreshed credential still under way is waited for first, so it cannot land
+    /// after this one and leave the store holding the credential this sign-in replaced.
     public func signIn(_ credential: OAuth2Credential) async throws {
-        try await store.save(credential)
-        replace(with: credential)
+        try await enqueueWrite { [self, store] in
+            try await store.save(credential)
+            await replace(with: credential)
+        }.value
     }
 
     /// Forgets the credential, here and in the store. Requests are then sent without a token.
+    ///
+    /// The credential is forgotten at once; the store is cleared after any save already under
+    /// way (a refresh that finished just before), so when this returns the store is empty and no
+    /// earlier refresh can put a credential back.
     public func signOut() async throws {
         replace(with: nil)
-        try await store.clear()
+        try await enqueueWrite { [store] in try await store.clear() }.value
     }
 
     // MARK: Internals
+
+    /// Runs `write` once every store write enqueued before it has ended, whether it succeeded or
+    /// not. The order of the store's calls is then the order of this actor's changes, which a
+    /// store that is not an actor (a Keychain wrapper) could not promise on its own.
+    private func enqueueWrite(_ write: @escaping @Sendable () async throws -> Void) -> Task<Void, any Error> {
+        let previous = lastWrite
+        let task = Task {
+            _ = await previous?.result
+            try await write()
+        }
+        lastWrite = task
+        return task
+    }
+
+    /// Saves a credential this actor made current at `version`, unless a sign-in or sign-out
+    /// has replaced it before the write's turn came: that change's own write wins.
+    private func save(_ credential: OAuth2Credential, madeCurrentAt current: Int) async throws {
+        try await enqueueWrite { [self, store] in
+            guard await version == current else { return }
+            try await store.save(credential)
+        }.value
+    }
+
+    /// Tells ``onRefreshFailure`` on a task of its own: the requests waiting for the refresh
+    /// must not wait for a hook that may be showing a sign-in screen.
+    private func reportFailure(_ error: any Error) {
+        guard let onRefreshFailure else { return }
+        Task { await onRefreshFailure(error) }
+    }
 
     private func replace(with credential: OAuth2Credential?) {
         self.credential = credential
@@ -256,7 +310,7 @@ public actor OAuth2Authenticator {
             if version == startVersion, (error as? OAuth2Error)?.requiresSignIn == true {
                 rejection = (startVersion, error)
             }
-            await onRefreshFailure?(error)
+            reportFailure(error)
             throw error
         }
         refreshing = nil
@@ -268,9 +322,9 @@ public actor OAuth2Authenticator {
         replace(with: refreshed)
         refreshedVersion = version
         do {
-            try await store.save(refreshed)
+            try await save(refreshed, madeCurrentAt: version)
         } catch {
-            await onRefreshFailure?(error)
+            reportFailure(error)
         }
         return refreshed
     }

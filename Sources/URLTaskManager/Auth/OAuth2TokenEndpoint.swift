@@ -1,10 +1,26 @@
 /// An OAuth 2.0 token endpoint, and the requests the kit sends to it.
 ///
 /// ``refresh(_:)`` is the refresh-token grant of RFC 6749 §6: a form `POST` of
-/// `grant_type=refresh_token&refresh_token=...` (plus `client_id` and `client_secret` when
-/// given, in the body as §2.3.1 allows), answered by a JSON token response. The same request
-/// with other parameters signs in (``requestToken(_:previous:)``), for example a token
+/// `grant_type=refresh_token&refresh_token=...`, answered by a JSON token response. The same
+/// request with other parameters signs in (``requestToken(_:previous:)``), for example a token
 /// exchange where one service's token buys another's.
+///
+/// **Client authentication** (RFC 6749 §2.3.1). A confidential client (one with a
+/// ``clientSecret``) authenticates with HTTP Basic by default, the method every server must
+/// support; ``ClientAuthentication/requestBody`` puts `client_id` and `client_secret` in the form
+/// instead, for servers that only take that. A public client (no secret) sends `client_id` in
+/// the form (§3.2.1).
+///
+/// **Timeouts and dead connections.** Every request the kit holds waits for a refresh, so a
+/// token request that hangs holds the whole app. Token requests therefore carry their own
+/// ``timeout`` (10 seconds unless you say otherwise: a token endpoint answers in well under a
+/// second, and a failed refresh is simply tried again by the next request) and ask for
+/// `Connection: close`: refreshes are minutes apart, and a keep-alive connection left idle that
+/// long is the one a NAT or a load balancer has silently dropped, which the next refresh would
+/// only find out about when its timeout fires. Measured on Linux against a connection that
+/// stopped answering: 30 s to fail with a pooled connection, a fresh connection and an
+/// immediate answer with `Connection: close`. (Apple's URLSession may ignore a `Connection`
+/// header it manages itself; the timeout still bounds the wait there.)
 ///
 /// **Why a plain session.** The token request must not go through a manager that applies the
 /// token it renews: the ``BearerInterceptor`` would attach the expiring token to it (or wait
@@ -19,29 +35,63 @@ public struct OAuth2TokenEndpoint: Sendable {
     public var url: URL
     /// Sent as `client_id`, if set.
     public var clientID: String?
-    /// Sent as `client_secret`, if set (confidential clients only: an app binary keeps no secret).
+    /// The client's secret, if it has one (confidential clients only: an app binary keeps no
+    /// secret). Sent as ``clientAuthentication`` says.
     public var clientSecret: String?
+    /// How a confidential client proves who it is; ignored without a ``clientSecret``.
+    public var clientAuthentication: ClientAuthentication
+    /// How long a token request may go without an answer before it fails with
+    /// `URLError.timedOut`, set on each request as its `timeoutInterval`; `nil` leaves the
+    /// session's own `timeoutIntervalForRequest`. Short, because every request waiting for a
+    /// refresh waits this long too (see the type's "Timeouts and dead connections").
+    public var timeout: Duration?
     /// The session the requests go through.
     public var session: URLSession
 
-    /// The session used unless you pass one: ephemeral, no cache, no cookies, a 30-second
-    /// request timeout so a hung token endpoint cannot hold requests for long. One per
-    /// process, shared, so endpoints do not each leak a session.
+    /// How a confidential client authenticates to the token endpoint (RFC 6749 §2.3.1).
+    public enum ClientAuthentication: Sendable, Hashable {
+        /// `Authorization: Basic` with the form-urlencoded `client_id` and `client_secret`
+        /// joined by `:`. The default: every server must support it, and it keeps the secret out
+        /// of the form, which servers and proxies are more likely to log.
+        case basic
+        /// `client_id` and `client_secret` in the form body, which §2.3.1 allows and some
+        /// servers require (`client_secret_post` in OpenID Connect terms).
+        case requestBody
+    }
+
+    /// The ``timeout`` unless you pass another: long enough for a token endpoint under load,
+    /// short enough that requests waiting for a refresh are not held long by a dead one.
+    public static let defaultTimeout: Duration = .seconds(10)
+
+    /// The session used unless you pass one: ephemeral, no cache, no cookies, and the same
+    /// 10-second request timeout as ``defaultTimeout`` so a hung token endpoint cannot hold
+    /// requests for long. One per process, shared, so endpoints do not each leak a session.
     public static let defaultSession: URLSession = {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         configuration.httpShouldSetCookies = false
         configuration.httpCookieAcceptPolicy = .never
-        configuration.timeoutIntervalForRequest = 30
+        configuration.timeoutIntervalForRequest = defaultTimeout.seconds
         return URLSession(configuration: configuration)
     }()
 
     /// Describes a token endpoint.
-    public init(url: URL, clientID: String? = nil, clientSecret: String? = nil, session: URLSession = OAuth2TokenEndpoint.defaultSession) {
+    ///
+    /// - Parameters:
+    ///   - clientAuthentication: How a confidential client sends its secret; HTTP Basic unless
+    ///     the server only accepts it in the form.
+    ///   - timeout: How long a token request may wait for an answer (``defaultTimeout``).
+    public init(
+        url: URL, clientID: String? = nil, clientSecret: String? = nil,
+        clientAuthentication: ClientAuthentication = .basic, timeout: Duration? = OAuth2TokenEndpoint.defaultTimeout,
+        session: URLSession = OAuth2TokenEndpoint.defaultSession
+    ) {
         self.url = url
         self.clientID = clientID
         self.clientSecret = clientSecret
+        self.clientAuthentication = clientAuthentication
+        self.timeout = timeout
         self.session = session
     }
 
@@ -81,19 +131,11 @@ public struct OAuth2TokenEndpoint: Sendable {
         return try await requestToken(fields)
     }
 
-    /// Posts `parameters` (plus the client's id and secret) as a form and reads the token
-    /// response. Fields the response leaves out (`refresh_token`, `scope`) are taken from
-    /// `previous`.
+    /// Posts `parameters` as a form, authenticated as ``clientAuthentication`` says, and reads
+    /// the token response. Fields the response leaves out (`refresh_token`, `scope`) are taken
+    /// from `previous`.
     public func requestToken(_ parameters: [String: String], previous: OAuth2Credential? = nil) async throws -> OAuth2Credential {
-        var fields = parameters
-        if let clientID { fields["client_id"] = clientID }
-        if let clientSecret { fields["client_secret"] = clientSecret }
-        var request = URLRequest(url: url)
-        request.httpMethod = "POST"
-        request.cachePolicy = .reloadIgnoringLocalCacheData
-        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
-        request.setValue("application/json", forHTTPHeaderField: "Accept")
-        request.httpBody = Data(Self.formEncoded(fields).utf8)
+        let request = tokenRequest(parameters)
         // `expires_in` counts from when the server answered; counting from before the request
         // left errs on the side of renewing early.
         let issuedAt = Date()
@@ -106,6 +148,33 @@ public struct OAuth2TokenEndpoint: Sendable {
         }
         guard let object else { throw OAuth2Error.invalidTokenResponse(reason: "the body is not a JSON object") }
         return try Self.credential(from: object, issuedAt: issuedAt, previous: previous)
+    }
+
+    /// The `POST` that carries `parameters` plus the client's authentication.
+    func tokenRequest(_ parameters: [String: String]) -> URLRequest {
+        var fields = parameters
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.cachePolicy = .reloadIgnoringLocalCacheData
+        if let timeout { request.timeoutInterval = timeout.seconds }
+        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        request.setValue("application/json", forHTTPHeaderField: "Accept")
+        request.setValue("close", forHTTPHeaderField: "Connection")
+        switch (clientID, clientSecret, clientAuthentication) {
+        case (let id?, let secret?, .basic):
+            request.setValue(Self.basicAuthorization(clientID: id, secret: secret), forHTTPHeaderField: "Authorization")
+        default:
+            if let clientID { fields["client_id"] = clientID }
+            if let clientSecret { fields["client_secret"] = clientSecret }
+        }
+        request.httpBody = Data(Self.formEncoded(fields).utf8)
+        return request
+    }
+
+    /// `Basic base64(urlencode(id) ":" urlencode(secret))`: RFC 6749 §2.3.1 encodes each part
+    /// as a form value first, so an id or secret holding `:` or non-ASCII survives the split.
+    static func basicAuthorization(clientID: String, secret: String) -> String {
+        "Basic " + Data("\(formEscaped(clientID)):\(formEscaped(secret))".utf8).base64EncodedString()
     }
 
     /// Whether `request` is addressed to this endpoint (same origin and path).
@@ -122,8 +191,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
             throw OAuth2Error.invalidTokenResponse(reason: "token_type is \(type), not Bearer")
         }
-        // Some servers send `expires_in` as a string.
-        let lifetime = (object["expires_in"] as? NSNumber)?.doubleValue ?? (object["expires_in"] as? String).flatMap(Double.init)
+        let lifetime = try Self.lifetime(object["expires_in"])
         return OAuth2Credential(
             accessToken: accessToken,
             refreshToken: (object["refresh_token"] as? String) ?? previous?.refreshToken,
@@ -132,13 +200,41 @@ public struct OAuth2TokenEndpoint: Sendable {
         )
     }
 
+    /// The longest lifetime taken from `expires_in`: beyond it a token is as good as
+    /// permanent, and `Date` arithmetic on absurd values (1e30 seconds) stops being meaningful.
+    static let maximumLifetime: TimeInterval = 10 * 365 * 24 * 60 * 60
+
+    /// The token's lifetime in seconds from `expires_in` (RFC 6749 §5.1), or `nil` when the
+    /// server left it out (the token is then renewed when a 401 says so).
+    ///
+    /// A number, or a string holding one (some servers send that). A lifetime that is not a
+    /// positive finite number (negative, zero, NaN, infinite, or not a number at all) makes the
+    /// answer invalid: such a token is expired on arrival, and accepting it would make every
+    /// request ask for another. Lifetimes beyond ``maximumLifetime`` are cut to it.
+    static func lifetime(_ value: Any?) throws -> TimeInterval? {
+        let seconds: Double?
+        switch value {
+        case nil, is NSNull: return nil
+        case let string as String: seconds = Double(string.trimmingCharacters(in: .whitespaces))
+        case let number as NSNumber: seconds = number.doubleValue
+        default: seconds = nil
+        }
+        guard let seconds else { throw OAuth2Error.invalidTokenResponse(reason: "expires_in is not a number") }
+        guard seconds.isFinite, seconds > 0 else {
+            throw OAuth2Error.invalidTokenResponse(reason: "expires_in is not a positive number of seconds")
+        }
+        return min(seconds, maximumLifetime)
+    }
+
     /// `application/x-www-form-urlencoded`, every byte but the unreserved ones escaped (a
     /// refresh token may contain `+`, `/`, `=` and `&`). Sorted, so the body is stable.
     static func formEncoded(_ fields: [String: String]) -> String {
+        fields.sorted { $0.key < $1.key }.map { "\(formEscaped($0.key))=\(formEscaped($0.value))" }.joined(separator: "&")
+    }
+
+    /// One form name or value, every byte but the unreserved ones percent-escaped.
+    static func formEscaped(_ string: String) -> String {
         let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
-        func escape(_ string: String) -> String {
-            string.addingPercentEncoding(withAllowedCharacters: unreserved) ?? string
-        }
-        return fields.sorted { $0.key < $1.key }.map { "\(escape($0.key))=\(escape($0.value))" }.joined(separator: "&")
+        return string.addingPercentEncoding(withAllowedCharacters: unreserved) ?? string
     }
 }

@@ -11,9 +11,8 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are gua
     let serialGates: [SerialGate?]
     let reactors: [ReactorStorage]
     let options: URLTaskManager.Options
-    /// Requests per host handed to the transport at once; `nil` when no reactor holds new
-    /// tasks (nothing can make a queued request's headers stale, so URLSession queues them).
-    let connectionSlots: ConnectionSlots?
+    /// Reactor runs and gates, credential stamps, and the per-host connection slots.
+    let admission: AdmissionStorage
     let transport: Transport
 
     private let lock = NSLock()
@@ -22,23 +21,26 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are gua
 
     init(interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], configuration: URLSessionConfiguration, options: URLTaskManager.Options) {
         self.interceptors = interceptors
-        self.reactors = reactors.enumerated().map { ReactorStorage(index: $0.offset, reactor: $0.element) }
+        let reactors = reactors.enumerated().map { ReactorStorage(index: $0.offset, reactor: $0.element) }
+        self.reactors = reactors
         self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
         self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }
         self.options = options
+        // Slots only matter while a reactor may hold new tasks: otherwise nothing can make a
+        // queued request's headers stale, and URLSession queues them itself.
         let holding = reactors.contains { $0.configuration.holdsNewTasks }
         let limit = options.maximumRequestsInFlightPerHost ?? configuration.httpMaximumConnectionsPerHost
-        self.connectionSlots = holding && limit > 0 ? ConnectionSlots(limit: limit) : nil
+        self.admission = AdmissionStorage(reactors: reactors, slotsPerHost: holding && limit > 0 ? limit : nil)
         self.transport = Transport(configuration: configuration)
     }
 
     /// Called by the bridge on the outer session's work queue: returns at once.
     func start(request: URLRequest, body: RequestBodySource, sink: any TaskSink) -> any PipelineTaskHandle {
-        let (admission, id): (PipelineLifecycleStateMachine.TaskStartAction, UInt64) = lock.withLock {
+        let (decision, id): (PipelineLifecycleStateMachine.TaskStartAction, UInt64) = lock.withLock {
             nextID += 1
             return (lifecycle.taskStarted(), nextID)
         }
-        switch admission {
+        switch decision {
         case .run:
             break
         case .refuseCancelled:
@@ -49,13 +51,17 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are gua
             return RefusedTask()
         }
         let run = TaskRun(id: URLTask.ID(rawValue: id), request: request, body: body, sink: sink, pipeline: self)
+        // Before anything can cancel it: the end of a task is always one admission knows.
+        self.admission.register(run, request: request)
         // The work queue must not block, and creating the inner task syncs onto it.
         DispatchQueue.global().async { run.start() }
         return run
     }
 
-    /// A task accepted by ``start(request:body:sink:)`` has completed.
-    func taskEnded() {
+    /// A task accepted by ``start(request:body:sink:)`` has completed: it leaves admission (its
+    /// slot, if any, goes to the next task) and the lifecycle counts it out.
+    func taskEnded(_ run: TaskRun) {
+        admission.finished(run)
         perform(lock.withLock { lifecycle.taskEnded() })
     }
 
@@ -114,12 +120,6 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are gua
         case .finish: transport.session.finishTasksAndInvalidate()
         case .cancel: transport.invalidateAndCancel()
         }
-    }
-
-    /// Whether a reactor that holds new tasks exempts `request`: its own work's traffic (a
-    /// token request) must not wait behind the requests that wait for that work.
-    func isReactorTraffic(_ request: URLRequest) -> Bool {
-        reactors.contains { $0.configuration.holdsNewTasks && $0.configuration.exempts(request) }
     }
 
     /// Releases held tasks: every batch, or the one of interceptor `index`.

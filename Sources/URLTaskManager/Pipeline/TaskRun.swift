@@ -14,25 +14,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private var holdGeneration = 0
     /// The batch's flush count when the interceptor that returned last began deciding.
     private var decidedUnderFlushes = 0
-    /// What each reactor had done when the current attempt's headers were decided: when its
-    /// interceptors began (or, for a resend without them, when it was sent). A run that ended
-    /// after that point is one this attempt's response may be late for.
-    private var sentUnder: [ReactorStateMachine.Stamp]
-    /// The attempt `sentUnder` belongs to.
-    private var stampedAttempt = 0
-    /// This task's place in ``Pipeline/connectionSlots``: waiting for a slot of a host, or holding one.
-    private var slot = Slot.none
     private var bodyUsed = false
     /// Replaced once, in ``start()``, by a replayable copy when it is a stream.
     private var body: RequestBodySource
     private let sink: any TaskSink
     private let pipeline: Pipeline
-
-    private enum Slot {
-        case none
-        case waiting(host: String)
-        case holding(host: String)
-    }
 
     init(id: URLTask.ID, request: URLRequest, body: RequestBodySource, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
@@ -40,7 +26,6 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         self.body = body
         self.sink = sink
         self.pipeline = pipeline
-        self.sentUnder = Array(repeating: ReactorStateMachine.Stamp(), count: pipeline.reactors.count)
         self.machine = TaskStateMachine(
             interceptorCount: pipeline.interceptors.count,
             reactors: pipeline.reactors.map {
@@ -81,33 +66,45 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// A reactor whose gate held this task finished successfully: check the gates again.
     func gateOpened() {
-        checkGates()
+        decideHeaders()
     }
 
-    /// Fails the task if it has not been sent yet (hold timeout, invalidation, a failed run).
+    /// Fails the task if it has not been sent yet (hold timeout, invalidation, a failed run, a
+    /// slot wait longer than the request's timeout).
     func failUnsent(_ error: any Error) {
         let (action, heldIndex): (TaskStateMachine.Action, Int?) = lock.withLock {
             let held = hold?.index
             let action = machine.fail(error)
             return (action, held)
         }
-        if case .fail = action {
-            if let heldIndex { pipeline.batches[heldIndex].remove(self) }
-            leaveConnectionQueue()
-        }
+        if case .fail = action, let heldIndex { pipeline.batches[heldIndex].remove(self) }
         perform(action)
     }
 
-    /// A connection slot for the task's host is free: send, or give the slot back if the
-    /// task was cancelled while it waited.
-    /// - Parameter host: The host whose slot the task now holds; `nil` when requests are not limited.
-    func connectionGranted(host: String?) {
-        let action: TaskStateMachine.Action = lock.withLock {
-            if let host { slot = .holding(host: host) }
-            return machine.connectionGranted()
+    /// What admission decided for this task, now or on another task's event (a slot handed
+    /// over). `failure` is the error of a `.fail` decision.
+    func admitted(_ decision: AdmissionStateMachine.SendAction, failure: (any Error)?) {
+        switch decision {
+        case .send:
+            let action = lock.withLock { machine.connectionGranted() }
+            // Not sendable any more (cancelled meanwhile): the slot goes to the next task.
+            guard case .send = action else { return pipeline.admission.transferEnded(self) }
+            perform(action)
+        case .waitForSlot(let generation):
+            armSlotTimeout(generation: generation)
+        case .waitAtGate(let reactor):
+            perform(lock.withLock { machine.admissionGated(reactor: reactor) })
+            // The run may have ended before the line above; its `gateOpened` then found the
+            // task still awaiting admission and was ignored. Now that the task is gated, decide again.
+            decideHeaders()
+        case .reintercept:
+            perform(lock.withLock {
+                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt)
+                return machine.headersStale()
+            })
+        case .fail:
+            failUnsent(failure ?? URLTaskError.managerInvalidated)
         }
-        guard case .send = action else { return releaseConnection() }
-        perform(action)
     }
 
     func reactionFinished(reactor index: Int, outcome: ReactorStorage.Outcome) {
@@ -140,16 +137,12 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             innerTask = nil
             return machine.transportCompleted(error: error, reactor: reactor)
         }
-        if case .react = action {
-            // Start (or join) the refresh first: the task that gets this slot next then
-            // finds the reactor running and waits instead of going out with a stale token.
-            perform(action)
-            releaseConnection()
-        } else {
+        guard case .react(let index, let outcome, let body) = action else {
             // Free the slot before the caller hears of the end, so it never sees it taken.
-            releaseConnection()
-            perform(action)
+            pipeline.admission.transferEnded(self)
+            return perform(action)
         }
+        react(index, outcome: outcome, body: body)
     }
 
     // MARK: Actions
@@ -165,7 +158,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                     task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt)
                 }
             }
-            checkGates()
+            decideHeaders()
         case .runInterceptor(let index):
             runInterceptor(index)
         case .hold(let index, let maximumWait):
@@ -185,7 +178,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             }
             pipeline.batches[index].release(with: self)
         case .acquireConnection:
-            acquireConnection()
+            let (request, restamp) = lock.withLock { (task.request, machine.needsRestamp) }
+            let (decision, failure) = pipeline.admission.wantsToSend(self, host: Self.host(of: request), restamp: restamp)
+            admitted(decision, failure: failure)
         case .send(let attempt):
             send(attempt: attempt)
         case .forwardResponse(let response):
@@ -194,50 +189,45 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             sink.receive(data: data)
         case .finish:
             sink.finish()
-            pipeline.taskEnded()
+            pipeline.taskEnded(self)
         case .respond(let response, let data):
             sink.receive(response: response)
             if !data.isEmpty { sink.receive(data: data) }
             sink.finish()
-            pipeline.taskEnded()
+            pipeline.taskEnded(self)
         case .fail(let error):
             sink.fail(error)
-            pipeline.taskEnded()
-        case .react(let index, let outcome, let body):
-            react(index, outcome: outcome, body: body)
+            pipeline.taskEnded(self)
+        case .react:
+            preconditionFailure("a reaction begins only when the transport completes")
         case .cancelTransport:
             if let inner = lock.withLock({ innerTask }) { pipeline.transport.cancel(inner) }
-            pipeline.taskEnded()
+            pipeline.taskEnded(self)
         case .leaveConnectionQueue:
-            leaveConnectionQueue()
-            pipeline.taskEnded()
+            pipeline.taskEnded(self)
         case .leaveBatch(let index):
             pipeline.batches[index].remove(self)
-            pipeline.taskEnded()
-        case .leaveReactor(let index):
+            pipeline.taskEnded(self)
+        case .leaveReactor:
+            // Admission takes it off the reactor's gate or run (in `taskEnded`).
             lock.withLock { running }?.cancel()
-            pipeline.reactors[index].remove(self)
-            pipeline.taskEnded()
+            pipeline.taskEnded(self)
         case .abandon:
             lock.withLock { running }?.cancel()
-            pipeline.taskEnded()
+            pipeline.taskEnded(self)
         }
     }
 
-    private func checkGates() {
-        let request = lock.withLock { task.originalRequest }
-        for reactor in pipeline.reactors where reactor.gate(self, request: request) {
-            perform(lock.withLock { machine.waitingAtGate(reactor: reactor.index) })
-            return
+    /// Waits at a running reactor's gate, or records the credential stamps and goes on to the
+    /// interceptors. Stamped before the interceptors run, not at send: an interceptor (or a
+    /// batch hold) may apply a token, then a run may start and end before the task is sent.
+    private func decideHeaders() {
+        switch pipeline.admission.headersWillBeDecided(self) {
+        case .waitAtGate(let reactor):
+            perform(lock.withLock { machine.waitingAtGate(reactor: reactor) })
+        case .proceed:
+            perform(lock.withLock { machine.gateOpened() })
         }
-        // Stamped before the interceptors run, not at send: an interceptor (or a batch hold)
-        // may apply a token, then a run may start and end before the task is sent.
-        let stamps = pipeline.reactors.map(\.stamp)
-        perform(lock.withLock {
-            sentUnder = stamps
-            stampedAttempt = machine.attempt
-            return machine.gateOpened()
-        })
     }
 
     private func runInterceptor(_ index: Int) {
@@ -289,13 +279,17 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         return nil
     }
 
+    /// Hands the task's outcome to reactor `index`, and gives its connection slot back.
     private func react(_ index: Int, outcome: URLTaskOutcome, body: Data) {
         let reactor = pipeline.reactors[index]
-        let (snapshot, stamp, requeued) = lock.withLock { (task, sentUnder[index], machine.wasRequeued(by: index)) }
+        let (snapshot, requeued) = lock.withLock { (task, machine.wasRequeued(by: index)) }
         switch reactor.configuration.sharing {
         case .singleFlight:
-            reactor.need(self, sentUnder: stamp, alreadyRequeued: requeued, outcome: outcome, body: body, task: snapshot)
+            // The run starts (or is joined) and the slot is handed over in one transition.
+            let immediate = pipeline.admission.transferEnded(self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: snapshot)
+            if let immediate { reactionFinished(reactor: index, outcome: immediate) }
         case .perTask:
+            pipeline.admission.transferEnded(self)
             let work = Task {
                 let result = await reactor.runWork(outcome: outcome, body: body, task: snapshot)
                 reactionFinished(reactor: index, outcome: result)
@@ -304,90 +298,45 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         }
     }
 
-    /// Waits for a slot of the request's host when the manager limits requests per host
-    /// (see ``URLTaskManager/Options/maximumRequestsInFlightPerHost``), so that URLSession
-    /// never queues a request whose headers a refresh could make stale.
-    private func acquireConnection() {
-        let (request, original) = lock.withLock { (task.request, task.originalRequest) }
-        guard let slots = pipeline.connectionSlots, !pipeline.isReactorTraffic(original) else {
-            return connectionGranted(host: nil)
-        }
-        let host = ConnectionSlots.host(of: request)
-        lock.withLock { slot = .waiting(host: host) }
-        if slots.acquire(self, host: host) { connectionGranted(host: host) }
+    /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
+    static func host(of request: URLRequest) -> String {
+        guard let url = request.url else { return "" }
+        let scheme = url.scheme?.lowercased() ?? ""
+        let port = url.port ?? (scheme == "https" ? 443 : scheme == "http" ? 80 : 0)
+        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
     }
 
-    /// Takes the task out of its host's queue, if it waits there. A slot granted meanwhile
-    /// is given back by ``connectionGranted(host:)``, which finds the task completed.
-    private func leaveConnectionQueue() {
-        let host: String? = lock.withLock {
-            guard case .waiting(let host) = slot else { return nil }
-            slot = .none
-            return host
+    /// Bounds a wait for a connection slot by the request's timeout, as URLSession's own queue
+    /// does: the task then fails with `URLError.timedOut`.
+    private func armSlotTimeout(generation: Int) {
+        let (interval, url) = lock.withLock { (task.request.timeoutInterval, task.request.url) }
+        guard interval > 0, interval.isFinite else { return }
+        DispatchQueue.global().asyncAfter(deadline: .now() + interval) { [weak self] in
+            guard let self, self.pipeline.admission.slotWaitExpired(self, generation: generation) else { return }
+            var info: [String: Any] = [NSLocalizedDescriptionKey: "The request timed out while waiting for a connection"]
+            if let url {
+                info[NSURLErrorFailingURLErrorKey] = url
+            }
+            self.failUnsent(URLError(.timedOut, userInfo: info))
         }
-        if let host { pipeline.connectionSlots?.remove(self, host: host) }
-    }
-
-    /// Gives the task's connection slot back, if it holds one. Safe to call more than once.
-    private func releaseConnection() {
-        let host: String? = lock.withLock {
-            guard case .holding(let host) = slot else { return nil }
-            slot = .none
-            return host
-        }
-        if let host { pipeline.connectionSlots?.release(host: host) }
     }
 
     private func send(attempt: Int) {
-        let original = lock.withLock { task.originalRequest }
-        // A holding reactor that started while this task was being intercepted: its headers
-        // may be stale. Wait, then intercept again.
-        for reactor in pipeline.reactors where reactor.gate(self, request: original) {
-            releaseConnection()
-            perform(lock.withLock { machine.sendGated(reactor: reactor.index) })
-            // The run may have ended before the line above; its `gateOpened` then found the
-            // task still sending and was ignored. Now that the task is gated, check again.
-            checkGates()
-            return
-        }
-        // A holding reactor's run ended while this task waited (in a batch, for a slot) after
-        // its headers were decided: they are stale. Intercept again, or share the failure.
-        if let outdated = outdatedHeaders(attempt: attempt) {
-            releaseConnection()
-            switch outdated {
-            case .refreshed:
-                perform(lock.withLock {
-                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt)
-                    return machine.sendStale()
-                })
-            case .failed(let error):
-                perform(lock.withLock { machine.failSending(error) })
-            }
-            return
-        }
         let (request, body, replay): (URLRequest, RequestBodySource, Bool) = lock.withLock {
             task.attempt = attempt
             defer { bodyUsed = true }
             return (task.request, self.body, bodyUsed)
         }
         if let problem = HeaderValidation.firstProblem(in: request) {
-            releaseConnection()
+            pipeline.admission.transferEnded(self)
             perform(lock.withLock { machine.failSending(problem) })
             return
         }
         if replay, case .stream = body {
             let error = URLTaskError.bodyNotReplayable(reason: "a stream body larger than maximumReplayableBodySize was already sent once")
-            releaseConnection()
+            pipeline.admission.transferEnded(self)
             perform(lock.withLock { machine.failSending(error) })
             return
-        }
-        let stamps = pipeline.reactors.map(\.stamp)
-        lock.withLock {
-            // A requeue without the interceptors resends the same headers: stamp it now.
-            if stampedAttempt != attempt {
-                sentUnder = stamps
-                stampedAttempt = attempt
-            }
         }
         let inner: URLSessionTask
         switch pipeline.startTransfer(request, body: body, events: self) {
@@ -395,7 +344,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             inner = task
         case .failure(let error):
             // The session was invalidated meanwhile.
-            releaseConnection()
+            pipeline.admission.transferEnded(self)
             perform(lock.withLock { machine.failSending(error) })
             return
         }
@@ -405,28 +354,5 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         }
         // A cancel that raced with the send found no inner task to stop.
         if cancelled { pipeline.transport.cancel(inner) }
-    }
-
-    private enum OutdatedHeaders {
-        /// A run succeeded since: intercept again.
-        case refreshed
-        /// Only failed runs ended since: the task would meet the same failure.
-        case failed(any Error)
-    }
-
-    /// Whether this attempt's headers, decided by its interceptors, predate a run of a
-    /// reactor that holds new tasks and has ended since.
-    private func outdatedHeaders(attempt: Int) -> OutdatedHeaders? {
-        let (stamps, stampedNow): ([ReactorStateMachine.Stamp], Bool) = lock.withLock { (sentUnder, stampedAttempt == attempt) }
-        // A resend without the interceptors keeps its headers on purpose; it is stamped below.
-        guard stampedNow else { return nil }
-        for reactor in pipeline.reactors where reactor.configuration.holdsNewTasks {
-            let stamp = stamps[reactor.index]
-            if reactor.stamp.version > stamp.version { return .refreshed }
-        }
-        for reactor in pipeline.reactors where reactor.configuration.holdsNewTasks {
-            if let error = reactor.failure(since: stamps[reactor.index]) { return .failed(error) }
-        }
-        return nil
     }
 }

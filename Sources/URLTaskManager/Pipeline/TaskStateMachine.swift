@@ -12,8 +12,11 @@
 ///                                                                                                  v
 ///                        intercepting(0) or awaitingConnection  <─requeue─  reacting(r) ─fail─> completed
 /// ```
-/// A task whose headers were decided before a holding reactor's run that has ended since
-/// goes from `sending` back to the gates (``sendStale()``) instead of out with a stale token.
+/// In `awaitingConnection` the task waits for admission (``AdmissionStateMachine``): a slot, and
+/// the check that its headers are still current. A task whose headers were decided before a
+/// holding reactor's run that has ended since goes back to the gates (``headersStale()``)
+/// instead of out with a stale token; one that meets a run going waits at its gate
+/// (``admissionGated(reactor:)``).
 /// Any state but `completed` can be cancelled (the caller cancelled: the session reports it)
 /// or failed before sending (hold timeout, invalidation, a failed reactor run it was gated
 /// on). Each event returns the one action the storage performs once its lock is released.
@@ -110,6 +113,9 @@ struct TaskStateMachine {
     /// Per reactor: whether this task was already sent again after one of its runs succeeded.
     private var requeuedBy: [Bool]
     private(set) var attempt = 1
+    /// Whether the current attempt's headers were not decided by the interceptors (a requeue
+    /// without them): admission stamps them when the task is about to leave.
+    private(set) var needsRestamp = false
 
     /// - Parameters:
     ///   - interceptorCount: The length of the interceptor chain.
@@ -191,32 +197,34 @@ struct TaskStateMachine {
         return advance(to: index + 1)
     }
 
-    /// The task has a connection slot: send it. Returns `.none` if it no longer needs one
-    /// (cancelled meanwhile): the storage then gives the slot back.
+    /// Admission lets the task go (it holds a connection slot if it needs one): send it.
+    /// Returns `.none` if it no longer needs one (cancelled meanwhile).
     mutating func connectionGranted() -> Action {
         guard case .awaitingConnection = state else { return .none }
         state = .sending
+        needsRestamp = false
         return .send(attempt: attempt)
     }
 
-    /// Its headers were decided before a holding reactor's run that has ended since (it
-    /// waited in a batch or for a connection meanwhile): run the interceptors again instead
+    /// Admission found its headers decided before a holding reactor's run that has ended since
+    /// (it waited in a batch or for a connection meanwhile): run the interceptors again instead
     /// of sending a request known to be stale.
-    mutating func sendStale() -> Action {
-        guard case .sending = state else { return .none }
+    mutating func headersStale() -> Action {
+        guard case .awaitingConnection = state else { return .none }
         state = .gated(gate: nil)
         return .checkGates
     }
 
-    /// A holding reactor started while the task was on its way to the network: its headers
-    /// may be stale, so it waits and then runs the interceptors again.
-    mutating func sendGated(reactor: Int) -> Action {
-        guard case .sending = state else { return .none }
+    /// Admission found a holding reactor's run going: the task waits at its gate, then runs the
+    /// interceptors again.
+    mutating func admissionGated(reactor: Int) -> Action {
+        guard case .awaitingConnection = state else { return .none }
         state = .gated(gate: reactor)
         return .none
     }
 
-    /// The request could not be sent (an invalid header, the manager is gone).
+    /// The request could not be sent (an invalid header, a body that cannot be replayed, the
+    /// session invalidated).
     mutating func failSending(_ error: any Error) -> Action {
         guard case .sending = state else { return .none }
         state = .completed
@@ -289,6 +297,7 @@ struct TaskStateMachine {
                 state = .gated(gate: nil)
                 return .checkGates
             }
+            needsRestamp = true
             state = .awaitingConnection
             return .acquireConnection
         case .deliver:

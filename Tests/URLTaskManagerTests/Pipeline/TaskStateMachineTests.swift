@@ -134,7 +134,8 @@ final class TaskStateMachineTests: XCTestCase {
             ("interceptorReturned(1)", { $0.interceptorReturned(index: 1, command: .execute, interceptorName: "I") }),
             ("interceptorThrew", { $0.interceptorThrew(index: 0, error: Boom(), interceptorName: "I") }),
             ("released", { $0.released(index: 0) }),
-            ("sendGated", { $0.sendGated(reactor: 0) }),
+            ("admissionGated", { $0.admissionGated(reactor: 0) }),
+            ("headersStale", { $0.headersStale() }),
             ("failSending", { $0.failSending(Boom()) }),
             ("transportReceived(response)", { $0.transportReceived(response: response(200), reactor: nil) }),
             ("transportReceived(data)", { $0.transportReceived(data: Data("x".utf8)) }),
@@ -200,17 +201,19 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .runInterceptor(1), "and leaves the task intercepting")
     }
 
-    func testASendGatedTaskIsInterceptedAgainWhenTheGateOpens() {
-        var m = Self.sending()
-        XCTAssertEqual(Step(m.sendGated(reactor: 0)), .none)
+    func testATaskGatedByAdmissionIsInterceptedAgainWhenTheGateOpens() {
+        var m = Self.awaitingConnection()
+        XCTAssertEqual(Step(m.admissionGated(reactor: 0)), .none)
         XCTAssertFalse(m.isAwaitingResponseHead)
-        XCTAssertEqual(Step(m.sendGated(reactor: 0)), .none)
-        XCTAssertEqual(Step(m.cancel()), .leaveReactor(0), "a send-gated task waits at that reactor")
+        XCTAssertEqual(Step(m.admissionGated(reactor: 0)), .none)
+        XCTAssertEqual(Step(m.cancel()), .leaveReactor(0), "a task gated by admission waits at that reactor")
 
-        var reopened = Self.sending()
-        _ = reopened.sendGated(reactor: 0)
+        var reopened = Self.awaitingConnection()
+        _ = reopened.admissionGated(reactor: 0)
         XCTAssertEqual(Step(reopened.gateOpened()), .runInterceptor(0), "its headers may be stale: the chain runs again")
-        XCTAssertEqual(Step(reopened.sendGated(reactor: 0)), .none, "only a task about to send can be send-gated")
+        XCTAssertEqual(Step(reopened.admissionGated(reactor: 0)), .none, "only a task awaiting admission can be gated by it")
+        var sending = Self.sending()
+        XCTAssertEqual(Step(sending.admissionGated(reactor: 0)), .none, "a task on the network is past admission")
     }
 
     func testFailSendingOnlyWhileSending() {
@@ -328,14 +331,14 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 2))
     }
 
-    func testAStaleSendGoesBackThroughTheGatesWithoutANewAttempt() {
-        var m = Self.sending()
-        XCTAssertEqual(Step(m.sendStale()), .checkGates)
+    func testStaleHeadersGoBackThroughTheGatesWithoutANewAttempt() {
+        var m = Self.awaitingConnection()
+        XCTAssertEqual(Step(m.headersStale()), .checkGates)
         XCTAssertEqual(m.attempt, 1, "nothing was sent")
-        XCTAssertEqual(Step(m.sendStale()), .none, "only while sending")
+        XCTAssertEqual(Step(m.headersStale()), .none, "only while awaiting admission")
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0), "the headers are decided again")
-        var granted = Self.awaitingConnection()
-        XCTAssertEqual(Step(granted.sendStale()), .none, "not before it has a slot")
+        var sending = Self.sending()
+        XCTAssertEqual(Step(sending.headersStale()), .none, "not once it is on the network")
     }
 
     func testACancelledTaskDoesNotTakeAGrantedSlot() {

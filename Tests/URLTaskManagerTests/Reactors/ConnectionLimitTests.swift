@@ -55,14 +55,14 @@ final class ConnectionLimitTests: XCTestCase {
         let results = await Kit.storm(manager.session, count: 12) { _ in URLRequest(url: url) }
         XCTAssertEqual(Kit.tally(results), ["200": 12])
         XCTAssertEqual(limited.maximum, 2, "never more than the limit, and the limit is used")
-        XCTAssertEqual(manager.pipeline.connectionSlots?.busyHosts, 0, "every slot was given back")
+        XCTAssertEqual(manager.pipeline.admission.busyHosts, 0, "every slot was given back")
     }
 
     func testWithoutAHoldingReactorURLSessionQueuesAsUsual() async throws {
         let unlimited = Concurrency()
         routeSlowAnswers(unlimited)
         let manager = URLTaskManager(options: .init(maximumRequestsInFlightPerHost: 2))
-        XCTAssertNil(manager.pipeline.connectionSlots, "nothing can make a queued request stale")
+        XCTAssertNil(manager.pipeline.admission.slotsPerHost, "nothing can make a queued request stale")
         let url = server.url("/work")
         let results = await Kit.storm(manager.session, count: 12) { _ in URLRequest(url: url) }
         XCTAssertEqual(Kit.tally(results), ["200": 12])
@@ -77,14 +77,15 @@ final class ConnectionLimitTests: XCTestCase {
         }
         server.route("/next") { _ in .text("next") }
         let manager = URLTaskManager(reactors: [IdleAuthReactor()], options: .init(maximumRequestsInFlightPerHost: 1))
-        let slots = try XCTUnwrap(manager.pipeline.connectionSlots)
+        let slots = manager.pipeline.admission
+        XCTAssertEqual(slots.slotsPerHost, 1)
 
         let first = Kit.start(manager.session, server.url("/blocked"))
         _ = try await server.waitForRequests(path: "/blocked", count: 1)
         let queued = Kit.start(manager.session, server.url("/next"))
         let deadline = ContinuousClock.now.advanced(by: .seconds(5))
-        while slots.waitingCount == 0, ContinuousClock.now < deadline { await Task.yield() }
-        XCTAssertEqual(slots.waitingCount, 1, "the second request waits for the only slot")
+        while slots.waitingForSlot == 0, ContinuousClock.now < deadline { await Task.yield() }
+        XCTAssertEqual(slots.waitingForSlot, 1, "the second request waits for the only slot")
 
         queued.cancel()
         let cancelled = await queued.value
@@ -92,8 +93,8 @@ final class ConnectionLimitTests: XCTestCase {
         XCTAssertFalse(gate.isOpen, "it ended while the first request still held the slot")
         // The caller hears of the cancel first; the queue entry goes right after.
         let left = ContinuousClock.now.advanced(by: .seconds(5))
-        while slots.waitingCount != 0, ContinuousClock.now < left { await Task.yield() }
-        XCTAssertEqual(slots.waitingCount, 0, "the cancelled request left the queue")
+        while slots.waitingForSlot != 0, ContinuousClock.now < left { await Task.yield() }
+        XCTAssertEqual(slots.waitingForSlot, 0, "the cancelled request left the queue")
 
         gate.open()
         let firstResult = await first.value

@@ -1,0 +1,247 @@
+/// Which task may go to the network, and when, for one manager, without I/O.
+///
+/// Admission is everything between a task's interceptors and its transfer that depends on
+/// other tasks: the reactors' runs and their gates, the credential stamp each task's headers
+/// were decided under, the check that those headers are still current when the task is about
+/// to leave, and the per-host connection slots. It is one machine, under one lock, so a check
+/// and the act it allows are one transition (no window in which a refresh can start between
+/// "no refresh is running" and "the request is handed to URLSession").
+///
+/// **Coverage.** A reactor touches only the tasks it does not exempt
+/// (``URLTaskReactorConfiguration/exempts``): its runs gate them, its stamps and failures
+/// judge them, and only they count for it. A task is *covered* by the reactors that hold new
+/// tasks and do not exempt it; it takes a connection slot only when some reactor covers it.
+/// With two backends, one backend's failed refresh never fails the other backend's requests.
+///
+/// **Credential stamps.** Each reactor counts its successful runs (its version: the credential
+/// version) and its failed runs. When a task's headers are decided it records both, per
+/// reactor (``ReactorStateMachine/Stamp``). When it is about to be sent:
+/// - a covering reactor's run is going: the task waits at its gate, then is intercepted again;
+/// - a covering reactor's run succeeded since: its headers are stale, it is intercepted again;
+/// - only failed runs ended since: it fails with that run's error, as it would on the network.
+///
+/// Events return actions for the tasks they decide; ``AdmissionStorage`` performs them with its
+/// lock released.
+struct AdmissionStateMachine {
+    typealias TaskID = URLTask.ID
+
+    /// What happens to a task that wants to be sent, or that was waiting for a slot.
+    enum SendAction: Equatable {
+        /// Send it now (it holds its host's slot if it needs one).
+        case send
+        /// Every slot of its host is taken: it waits. A timer for generation `generation` bounds
+        /// the wait by the request's timeout (``slotWaitExpired(_:generation:)``).
+        case waitForSlot(generation: Int)
+        /// A covering reactor's run is going: it waits at that reactor's gate.
+        case waitAtGate(reactor: Int)
+        /// Its headers predate a successful run of a covering reactor: intercept it again.
+        case reintercept
+        /// Its headers predate only failed runs of covering reactor `reactor`: fail it with that
+        /// run's error.
+        case fail(reactor: Int)
+    }
+
+    /// What happens to a task whose headers are about to be decided (its interceptors begin).
+    enum DecideAction: Equatable {
+        /// Go on: its stamps are recorded.
+        case proceed
+        /// A covering reactor's run is going: it waits at that reactor's gate.
+        case waitAtGate(reactor: Int)
+    }
+
+    private enum Slot: Equatable {
+        case none
+        case waiting(host: String, generation: Int)
+        case holding(host: String)
+    }
+
+    private struct Record {
+        /// Reactors that do not exempt the task: their stamps are recorded for it.
+        var relevant: [Int]
+        /// Relevant reactors that hold new tasks: their gates, stamps and failures judge it.
+        var covering: [Int]
+        /// Stamps by reactor, taken when its headers were last decided.
+        var stamps: [Int: ReactorStateMachine.Stamp] = [:]
+        var slot = Slot.none
+        /// Whether it goes through the per-host queue.
+        var usesSlots: Bool { !covering.isEmpty }
+    }
+
+    private(set) var reactors: [ReactorStateMachine]
+    private let holdsNewTasks: [Bool]
+    private var slots: ConnectionSlotsStateMachine?
+    private var records: [TaskID: Record] = [:]
+    private var slotGeneration = 0
+
+    /// - Parameters:
+    ///   - reactors: Each reactor's loop guard and whether it holds new tasks.
+    ///   - slotsPerHost: Requests per host handed to the transport at once for covered tasks;
+    ///     `nil` for no limit.
+    init(reactors: [(loopGuard: URLTaskReactorConfiguration.LoopGuard?, holdsNewTasks: Bool)], slotsPerHost: Int?) {
+        self.reactors = reactors.map { ReactorStateMachine(loopGuard: $0.loopGuard) }
+        self.holdsNewTasks = reactors.map(\.holdsNewTasks)
+        self.slots = slotsPerHost.map(ConnectionSlotsStateMachine.init(limit:))
+    }
+
+    /// Tasks admission knows (registered and not finished).
+    var taskCount: Int { records.count }
+    /// Hosts with a request in flight or waiting.
+    var busyHosts: Int { slots?.busyHosts ?? 0 }
+    /// Tasks waiting for a slot.
+    var waitingForSlot: Int { records.values.filter { if case .waiting = $0.slot { true } else { false } }.count }
+
+    // MARK: Task events
+
+    /// A task enters the pipeline. `exemptedBy` says, per reactor, whether that reactor exempts it.
+    mutating func register(_ id: TaskID, exemptedBy: [Bool]) {
+        precondition(exemptedBy.count == reactors.count)
+        let relevant = reactors.indices.filter { !exemptedBy[$0] }
+        let covering = relevant.filter { holdsNewTasks[$0] }
+        assert(records[id] == nil, "task \(id) registered twice")
+        records[id] = Record(relevant: relevant, covering: covering)
+    }
+
+    /// The task's interceptors are about to run (first time, or again after a requeue).
+    mutating func headersWillBeDecided(_ id: TaskID) -> DecideAction {
+        guard var record = records[id] else { return .proceed }
+        if let reactor = gatingReactor(for: id, record) { return .waitAtGate(reactor: reactor) }
+        for reactor in record.relevant { record.stamps[reactor] = reactors[reactor].stamp }
+        records[id] = record
+        return .proceed
+    }
+
+    /// The task is ready to leave for `host`.
+    /// - Parameter restamp: Its headers were not decided by the interceptors this attempt (a
+    ///   requeue without them): they are stamped now instead of judged.
+    mutating func wantsToSend(_ id: TaskID, host: String, restamp: Bool) -> SendAction {
+        guard var record = records[id] else { return .send }
+        if case .holding = record.slot {
+            assertionFailure("task \(id) wants to send before its previous transfer gave its slot back")
+        }
+        if restamp {
+            if let reactor = gatingReactor(for: id, record) { return .waitAtGate(reactor: reactor) }
+            for reactor in record.relevant { record.stamps[reactor] = reactors[reactor].stamp }
+            records[id] = record
+        }
+        let action = judge(id, record)
+        guard action == .send else { return action }
+        return acquireSlot(id, host: host)
+    }
+
+    /// The task's transfer ended (or it was not sent after all, or it completed): its slot, if
+    /// it held one, goes to the next task waiting for that host. Returns what that task does.
+    mutating func transferEnded(_ id: TaskID) -> [(TaskID, SendAction)] {
+        guard var record = records[id], case .holding(let host) = record.slot else { return [] }
+        record.slot = .none
+        records[id] = record
+        return handOver(host: host)
+    }
+
+    /// The task completed or was cancelled: it leaves every queue, and its slot is handed over.
+    mutating func finished(_ id: TaskID) -> [(TaskID, SendAction)] {
+        guard let record = records.removeValue(forKey: id) else { return [] }
+        for reactor in reactors.indices { _ = reactors[reactor].remove(id) }
+        switch record.slot {
+        case .none:
+            return []
+        case .waiting(let host, _):
+            _ = slots?.remove(id, host: host)
+            return []
+        case .holding(let host):
+            return handOver(host: host)
+        }
+    }
+
+    /// The timer of a slot wait fired. Returns `true` if the task still waits in that
+    /// generation: it leaves the queue and fails with `URLError.timedOut`.
+    mutating func slotWaitExpired(_ id: TaskID, generation: Int) -> Bool {
+        guard var record = records[id], case .waiting(let host, generation) = record.slot else { return false }
+        _ = slots?.remove(id, host: host)
+        record.slot = .none
+        records[id] = record
+        return true
+    }
+
+    // MARK: Reactor events
+
+    /// The task's transfer ended with an outcome that needs single-flight reactor `reactor` (see
+    /// ``ReactorStateMachine/taskNeedsReaction(_:sentUnder:alreadyRequeued:now:)``), judged
+    /// against the stamp its headers were decided under. One transition: the run is started or
+    /// joined before the task's slot is handed over, so the task that gets the slot finds the
+    /// run going and waits instead of leaving with a stale token; and the slot is free before
+    /// the task can be sent again.
+    mutating func transferEndedNeedingReaction(
+        _ id: TaskID, reactor: Int, alreadyRequeued: Bool, now: ContinuousClock.Instant
+    ) -> (need: ReactorStateMachine.NeedAction, handedOver: [(TaskID, SendAction)]) {
+        let stamp = records[id]?.stamps[reactor] ?? ReactorStateMachine.Stamp()
+        let need = reactors[reactor].taskNeedsReaction(id, sentUnder: stamp, alreadyRequeued: alreadyRequeued, now: now)
+        return (need, transferEnded(id))
+    }
+
+    /// Run `run` of reactor `reactor` ended.
+    mutating func runFinished(reactor: Int, run: Int, succeeded: Bool) -> ReactorStateMachine.RunEnd? {
+        reactors[reactor].runFinished(run: run, succeeded: succeeded)
+    }
+
+    /// The stamp task `id`'s headers were decided under for `reactor` (for tests and the model).
+    func stamp(of id: TaskID, reactor: Int) -> ReactorStateMachine.Stamp? { records[id]?.stamps[reactor] }
+
+    /// Whether reactor `reactor` covers task `id` (for tests and the model).
+    func covers(_ id: TaskID, reactor: Int) -> Bool { records[id]?.covering.contains(reactor) ?? false }
+
+    // MARK: Internals
+
+    /// A covering reactor whose run is going, after recording the task at its gate.
+    private mutating func gatingReactor(for id: TaskID, _ record: Record) -> Int? {
+        for reactor in record.covering where reactors[reactor].gate(id) {
+            return reactor
+        }
+        return nil
+    }
+
+    /// Whether headers stamped in `record` may still be sent.
+    private mutating func judge(_ id: TaskID, _ record: Record) -> SendAction {
+        if let reactor = gatingReactor(for: id, record) { return .waitAtGate(reactor: reactor) }
+        for reactor in record.covering {
+            let stamp = record.stamps[reactor] ?? ReactorStateMachine.Stamp()
+            if reactors[reactor].version > stamp.version { return .reintercept }
+        }
+        for reactor in record.covering {
+            let stamp = record.stamps[reactor] ?? ReactorStateMachine.Stamp()
+            if reactors[reactor].failures > stamp.failures { return .fail(reactor: reactor) }
+        }
+        return .send
+    }
+
+    private mutating func acquireSlot(_ id: TaskID, host: String) -> SendAction {
+        guard var record = records[id], record.usesSlots, slots != nil else { return .send }
+        switch slots!.acquire(id, host: host) {
+        case .send:
+            record.slot = .holding(host: host)
+            records[id] = record
+            return .send
+        case .wait:
+            slotGeneration += 1
+            record.slot = .waiting(host: host, generation: slotGeneration)
+            records[id] = record
+            return .waitForSlot(generation: slotGeneration)
+        }
+    }
+
+    /// A slot of `host` is free: the first waiting task takes it and is judged again; if it may
+    /// not go after all, the slot passes on.
+    private mutating func handOver(host: String) -> [(TaskID, SendAction)] {
+        var decided: [(TaskID, SendAction)] = []
+        while let next = slots?.release(host: host) {
+            guard var record = records[next] else { continue }
+            record.slot = .holding(host: host)
+            records[next] = record
+            let action = judge(next, record)
+            decided.append((next, action))
+            if action == .send { break }
+            record.slot = .none
+            records[next] = record
+        }
+        return decided
+    }
+}

@@ -1,0 +1,151 @@
+/// Runs one manager's ``AdmissionStateMachine`` under a lock, names every task it may call
+/// back, and runs the reactors' shared work.
+///
+/// The single map of live tasks (`runs`) is the only place a decision about one task made on
+/// another's event (a slot handed over, a gate opened, a run finished) finds the task to tell.
+final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `lastFailures` are guarded by `lock`.
+    let reactors: [ReactorStorage]
+    /// Requests per host handed to the transport at once for covered tasks; `nil`: no limit.
+    let slotsPerHost: Int?
+    private let lock = NSLock()
+    private var machine: AdmissionStateMachine
+    private var runs: [URLTask.ID: TaskRun] = [:]
+    /// Per reactor, the error of its last failed run: what tasks late for it fail with.
+    private var lastFailures: [(any Error)?]
+
+    /// - Parameter slotsPerHost: See ``AdmissionStateMachine/init(reactors:slotsPerHost:)``.
+    init(reactors: [ReactorStorage], slotsPerHost: Int?) {
+        self.reactors = reactors
+        self.slotsPerHost = slotsPerHost
+        self.machine = AdmissionStateMachine(
+            reactors: reactors.map { ($0.configuration.loopGuard, $0.configuration.holdsNewTasks) },
+            slotsPerHost: slotsPerHost
+        )
+        self.lastFailures = Array(repeating: nil, count: reactors.count)
+    }
+
+    // MARK: Task events
+
+    func register(_ run: TaskRun, request: URLRequest) {
+        let exempted = reactors.map { $0.configuration.exempts(request) }
+        lock.withLock {
+            machine.register(run.id, exemptedBy: exempted)
+            runs[run.id] = run
+        }
+    }
+
+    func headersWillBeDecided(_ run: TaskRun) -> AdmissionStateMachine.DecideAction {
+        lock.withLock { machine.headersWillBeDecided(run.id) }
+    }
+
+    /// The decision for a task about to leave; `.fail` is returned with the run's error.
+    func wantsToSend(_ run: TaskRun, host: String, restamp: Bool) -> (AdmissionStateMachine.SendAction, (any Error)?) {
+        lock.withLock {
+            let action = machine.wantsToSend(run.id, host: host, restamp: restamp)
+            return (action, failure(for: action))
+        }
+    }
+
+    func transferEnded(_ run: TaskRun) {
+        tell(lock.withLock { decisions(machine.transferEnded(run.id)) })
+    }
+
+    func finished(_ run: TaskRun) {
+        tell(lock.withLock {
+            let decided = decisions(machine.finished(run.id))
+            runs[run.id] = nil
+            return decided
+        })
+    }
+
+    /// Returns `true` if the task still waited for a slot in `generation`: it must fail.
+    func slotWaitExpired(_ run: TaskRun, generation: Int) -> Bool {
+        lock.withLock { machine.slotWaitExpired(run.id, generation: generation) }
+    }
+
+    // MARK: Reactors
+
+    /// `run`'s transfer ended with an outcome that needs single-flight reactor `index`: starts
+    /// or joins its work, or decides at once, and hands the task's slot over (one transition,
+    /// see ``AdmissionStateMachine/transferEndedNeedingReaction(_:reactor:alreadyRequeued:now:)``).
+    /// Returns the outcome when it is decided at once (late for a run, or no run can help).
+    func transferEnded(_ run: TaskRun, needing index: Int, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask) -> ReactorStorage.Outcome? {
+        let reactor = reactors[index]
+        let (action, lateError, decided) = lock.withLock {
+            let (need, handedOver) = machine.transferEndedNeedingReaction(run.id, reactor: index, alreadyRequeued: alreadyRequeued, now: .now)
+            return (need, lastRunError(index), decisions(handedOver))
+        }
+        tell(decided)
+        switch action {
+        case .wait:
+            return nil
+        case .requeueNow:
+            return .succeeded
+        case .failNow:
+            return .failed(lateError)
+        case .deliverNow:
+            return .declined
+        case .refuseLoop(let runs):
+            let window = reactor.configuration.loopGuard?.window ?? .zero
+            return .failed(URLTaskError.reactionLoop(reactor: reactor.name, runs: runs, window: window))
+        case .startRun(let number):
+            Task {
+                let result = await reactor.runWork(outcome: outcome, body: body, task: task)
+                self.runFinished(reactor: index, run: number, result: result)
+            }
+            return nil
+        }
+    }
+
+    private func runFinished(reactor index: Int, run number: Int, result: ReactorStorage.Outcome) {
+        let (waiters, gated): ([TaskRun], [TaskRun]) = lock.withLock {
+            var failure: (any Error)?
+            if case .failed(let error) = result { failure = error }
+            guard let end = machine.runFinished(reactor: index, run: number, succeeded: failure == nil) else { return ([], []) }
+            lastFailures[index] = failure
+            return (end.waiters.compactMap { runs[$0] }, end.gated.compactMap { runs[$0] })
+        }
+        for run in waiters { run.reactionFinished(reactor: index, outcome: result) }
+        for run in gated {
+            switch result {
+            case .succeeded, .declined: run.gateOpened()
+            case .failed(let error): run.failUnsent(error)
+            }
+        }
+    }
+
+    // MARK: For tests
+
+    /// Hosts with a request in flight: 0 once every transfer ended and gave its slot back.
+    var busyHosts: Int { lock.withLock { machine.busyHosts } }
+    /// Tasks waiting for a slot.
+    var waitingForSlot: Int { lock.withLock { machine.waitingForSlot } }
+    /// Tasks admission still knows: 0 once every task completed.
+    var taskCount: Int { lock.withLock { machine.taskCount } }
+
+    // MARK: Internals
+
+    /// Must be called with `lock` held.
+    private func lastRunError(_ index: Int) -> any Error {
+        lastFailures[index] ?? URLTaskError.reactorFailed(reactor: reactors[index].name, underlying: CancellationError())
+    }
+
+    /// Must be called with `lock` held.
+    private func failure(for action: AdmissionStateMachine.SendAction) -> (any Error)? {
+        if case .fail(let reactor) = action { return lastRunError(reactor) }
+        return nil
+    }
+
+    /// Must be called with `lock` held.
+    private func decisions(_ decided: [(URLTask.ID, AdmissionStateMachine.SendAction)]) -> [(TaskRun, AdmissionStateMachine.SendAction, (any Error)?)] {
+        decided.compactMap { id, action in runs[id].map { ($0, action, failure(for: action)) } }
+    }
+
+    /// Tells tasks what was decided for them on another task's event, off the caller's thread
+    /// (it may be the transport's delegate queue or a client callback).
+    private func tell(_ decided: [(TaskRun, AdmissionStateMachine.SendAction, (any Error)?)]) {
+        for (run, action, error) in decided {
+            DispatchQueue.global().async { run.admitted(action, failure: error) }
+        }
+    }
+}
