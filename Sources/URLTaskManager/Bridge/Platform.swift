@@ -52,7 +52,7 @@ enum Platform {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
         let session = Reflection.unwrapOptional(Reflection.child(task, "session"))
-        let workQueue = Reflection.child(task, "workQueue") as? DispatchQueue
+        let workQueue = workQueue(of: task)
         let delivery = session.map { behaviourDelivery(session: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
         var body = RequestBodySource(request: request)
         var missing = false
@@ -122,6 +122,16 @@ enum Platform {
             return
         }
         delegate.urlSession(session, task: task, needNewBodyStream: completion)
+    }
+
+    /// The serial queue corelibs runs `task`'s protocol and its cancellation on; `nil` on Apple
+    /// platforms (nothing needs to wait on it there) or where it cannot be found.
+    static func workQueue(of task: URLSessionTask) -> DispatchQueue? {
+        #if canImport(FoundationNetworking)
+        Reflection.child(task, "workQueue") as? DispatchQueue
+        #else
+        nil
+        #endif
     }
 
     /// The protocol class URLSession itself uses for HTTP, to which download tasks are handed.
@@ -194,10 +204,11 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {  // restated fr
     }
 
     override func invalidateAndCancel() {
-        // The session cancels its own tasks first (each reaches `stopLoading`), then the pipeline
-        // cancels what it holds and the inner transfers.
-        super.invalidateAndCancel()
+        // The pipeline first: held tasks fail with `cancelled`, nothing more is sent, and the
+        // transfers of the tasks the session then cancels (each reaches `stopLoading`) are
+        // abandoned rather than cancelled one by one.
         pipeline.invalidateAndCancel()
+        super.invalidateAndCancel()
     }
 }
 #else

@@ -45,8 +45,8 @@ struct PipelineLifecycleStateMachine {
     enum TaskStartAction: Equatable {
         /// Run the task.
         case run
-        /// The session was cancelled while this task was being handed over: fail it with
-        /// `URLError.cancelled`, as the session itself reports it.
+        /// The session was invalidated and cancelled: fail it with `URLError.cancelled`, as
+        /// the session itself reports it.
         case refuseCancelled
         /// The session was invalidated before this task reached the pipeline.
         case refuseInvalidated
@@ -60,6 +60,7 @@ struct PipelineLifecycleStateMachine {
     }
 
     private var state = State.active(tasks: 0, starting: 0)
+    private var cancelled = false
 
     /// Tasks the pipeline runs now (for tests and ``Pipeline``'s diagnostics).
     var tasks: Int {
@@ -68,6 +69,9 @@ struct PipelineLifecycleStateMachine {
         case .cancelling, .invalidated: 0
         }
     }
+
+    /// Whether the session was invalidated and cancelled.
+    var isCancelled: Bool { cancelled }
 
     /// Whether the inner session is released or about to be.
     var isInvalidated: Bool {
@@ -86,7 +90,7 @@ struct PipelineLifecycleStateMachine {
         case .cancelling:
             return .refuseCancelled
         case .invalidated:
-            return .refuseInvalidated
+            return cancelled ? .refuseCancelled : .refuseInvalidated
         }
     }
 
@@ -125,7 +129,7 @@ struct PipelineLifecycleStateMachine {
         case .cancelling:
             return .refuseCancelled
         case .invalidated:
-            return .refuseInvalidated
+            return cancelled ? .refuseCancelled : .refuseInvalidated
         }
     }
 
@@ -171,6 +175,7 @@ struct PipelineLifecycleStateMachine {
     mutating func cancelRequested() -> CancelAction {
         switch state {
         case .active(_, let starting), .finishing(_, let starting):
+            cancelled = true
             guard starting > 0 else {
                 state = .invalidated
                 return .cancelHeldTasks(inner: .cancel)

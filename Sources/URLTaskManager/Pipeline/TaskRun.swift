@@ -201,7 +201,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .react:
             preconditionFailure("a reaction begins only when the transport completes")
         case .cancelTransport:
-            if let inner = lock.withLock({ innerTask }) { pipeline.transport.cancel(inner) }
+            // A caller's own cancel stops the transfer; the session's invalidation abandons it
+            // (see `Pipeline.abandonsTransfers`).
+            if let inner = lock.withLock({ innerTask }), !pipeline.abandonsTransfers { pipeline.transport.cancel(inner) }
             pipeline.taskEnded(self)
         case .leaveConnectionQueue:
             pipeline.taskEnded(self)

@@ -1,3 +1,9 @@
+/// An inner task and where its events go.
+private struct Route {
+    let task: URLSessionTask
+    let events: any TransportEvents
+}
+
 /// Receives one inner task's events.
 protocol TransportEvents: AnyObject, Sendable {
     func transportDidReceive(response: URLResponse)
@@ -15,7 +21,7 @@ protocol TransportEvents: AnyObject, Sendable {
 /// caller's session (see ``urlSession(_:task:didReceive:completionHandler:)``).
 final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // `routes`, `handedOver` are guarded by `lock`; `session` is set once in init.
     private let lock = NSLock()
-    private var routes: [Int: any TransportEvents] = [:]
+    private var routes: [Int: Route] = [:]
     /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
     /// is the normal end of the 401 response.
     private var handedOver: Set<Int> = []
@@ -55,33 +61,32 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
             request.httpBodyStream = nil
             task = session.uploadTask(with: request, fromFile: url)
         }
-        lock.withLock { routes[task.taskIdentifier] = events }
+        lock.withLock { routes[task.taskIdentifier] = Route(task: task, events: events) }
         task.resume()
         return task
     }
 
-    /// Cancels an inner task, from the inner session's delegate queue.
+    /// Cancels an inner task without racing its own end.
     ///
-    /// corelibs completes a task in two steps: on its work queue the protocol reports the end,
-    /// then, on the delegate queue, the task is marked completed and dropped from the session's
-    /// registry. A `cancel()` made between the two, from any other thread, is accepted (the task
-    /// still looks running) and later reports the cancellation for a task the registry no
-    /// longer knows: a `fatalError` in `URLSession.behaviour(for:)`, seen under
-    /// `invalidateAndCancel()` with 50 tasks in flight. Made on the delegate queue, a cancel
-    /// comes either before the second step (and is then ignored, the protocol being gone) or
-    /// after it (and finds the task completed).
+    /// corelibs' `cancel()` marks the task cancelled at once and reports the cancellation later,
+    /// from a block queued on the task's work queue. If the transfer ends on its own in
+    /// between, the session completes the task on its delegate queue and drops it from its
+    /// registry; the queued cancellation then reports on a task the registry no longer knows:
+    /// a `fatalError` in `URLSession.behaviour(for:)` (seen in 3 of 40 runs of
+    /// `InvalidationStressTests`, and in plain sessions too). So the cancel is made on the
+    /// delegate queue, which then waits until the task's work queue has run that block: the
+    /// completion the session would queue behind it on the delegate queue runs only after.
     func cancel(_ task: URLSessionTask) {
-        delegateQueue.addOperation { task.cancel() }
+        delegateQueue.addOperation { Self.cancelAndDrain(task) }
     }
 
-    /// Cancels every inner task and releases the inner session, from its delegate queue (see
-    /// ``cancel(_:)``).
-    func invalidateAndCancel() {
-        delegateQueue.addOperation { [session] in session!.invalidateAndCancel() }
+    private static func cancelAndDrain(_ task: URLSessionTask) {
+        task.cancel()
+        Platform.workQueue(of: task)?.sync {}
     }
 
     private func events(for task: URLSessionTask) -> (any TransportEvents)? {
-        lock.withLock { routes[task.taskIdentifier] }
+        lock.withLock { routes[task.taskIdentifier]?.events }
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
@@ -95,7 +100,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         let (events, handedOver) = lock.withLock {
-            (routes.removeValue(forKey: task.taskIdentifier), self.handedOver.remove(task.taskIdentifier) != nil)
+            (routes.removeValue(forKey: task.taskIdentifier)?.events, self.handedOver.remove(task.taskIdentifier) != nil)
         }
         events?.transportDidComplete(error: handedOver ? nil : error)
     }
@@ -135,7 +140,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
                 routes = [:]
                 handedOver = []
             }
-            return Array(routes.values)
+            return routes.values.map(\.events)
         }
         for events in orphans { events.transportDidComplete(error: URLError(.cancelled)) }
     }

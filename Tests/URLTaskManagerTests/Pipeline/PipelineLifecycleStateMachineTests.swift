@@ -54,7 +54,8 @@ final class PipelineLifecycleStateMachineTests: XCTestCase {
         XCTAssertEqual(m.taskStarted(), .run)
         XCTAssertEqual(m.cancelRequested(), .cancelHeldTasks(inner: .cancel))
         XCTAssertEqual(m.taskEnded(), .none)
-        XCTAssertEqual(m.taskStarted(), .refuseInvalidated)
+        XCTAssertEqual(m.taskStarted(), .refuseCancelled, "a cancelled session's late tasks end cancelled, as the session reports them")
+        XCTAssertTrue(m.isCancelled)
     }
 
     func testCancelWhileFinishingCancels() {
