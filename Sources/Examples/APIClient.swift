@@ -48,6 +48,23 @@ func concurrentGETs(_ session: URLSession, _ url: URL, count: Int) async -> [Res
     }
 }
 
+/// Whether `stream` yields an element within `timeout`.
+func first(of stream: AsyncStream<Void>, within timeout: Duration) async -> Bool {
+    await withTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            for await _ in stream { return true }
+            return false
+        }
+        group.addTask {
+            try? await Task.sleep(for: timeout)  // the deadline, not a synchronisation
+            return false
+        }
+        let result = await group.next() ?? false
+        group.cancelAll()
+        return result
+    }
+}
+
 /// Counts calls from any thread (server handlers, hooks).
 final class Counter: @unchecked Sendable {  // `count` is guarded by `lock`.
     private let lock = NSLock()

@@ -7,7 +7,13 @@ extension Scenario {
         let server = try OAuthServer(name: "demo", users: ["ada": "lovelace"])
         defer { server.shutdown() }
         let logins = Counter()
-        let client = APIClient(api: server.baseURL, tokenURL: server.tokenURL, showLogin: { logins.next() })
+        // The hook runs on its own task (the failed requests do not wait for it): the example
+        // waits for its first call.
+        let (loginShown, shown) = AsyncStream<Void>.makeStream()
+        let client = APIClient(api: server.baseURL, tokenURL: server.tokenURL, showLogin: {
+            logins.next()
+            shown.yield()
+        })
         try await client.signIn(username: "ada", password: "lovelace")
         // Signed out on another device: both of the app's tokens are dead.
         server.revokeAccess()
@@ -23,6 +29,7 @@ extension Scenario {
         }
         // README sign in again: end
         transcript.client("\(sessionOver.count) of 20 failed with URLTaskError.reactorFailed(OAuth2RefreshReactor, invalid_grant)")
+        try transcript.check(await first(of: loginShown, within: .seconds(5)), "the login hook never ran")
         transcript.client("the app's login hook ran \(logins.value) time(s)")
         transcript.server("refresh attempts: \(server.refreshTokensReceived.count) (refused with 400 invalid_grant); 401s: \(server.unauthorizedCount)")
         try transcript.check(sessionOver.count == 20, "only \(sessionOver.count) failed with the typed error")

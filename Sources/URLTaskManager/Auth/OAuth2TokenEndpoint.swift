@@ -22,6 +22,15 @@
 /// immediate answer with `Connection: close`. (Apple's URLSession may ignore a `Connection`
 /// header it manages itself; the timeout still bounds the wait there.)
 ///
+/// **A 401 with `WWW-Authenticate`.** A token endpoint that refuses the client's credentials
+/// answers 401 with `WWW-Authenticate: Basic` (RFC 6749 §5.2). URLSession takes that as a
+/// challenge; without a delegate, swift-corelibs-foundation then never completes the `POST`,
+/// not even at its timeout. ``defaultSession`` therefore refuses such challenges (the kit has
+/// no other credentials to offer), and the refusal becomes
+/// ``OAuth2Error/tokenRequestRejected(status:error:description:)`` with the 401 (on Linux
+/// without the body's `error` code, which URLSession drops; a 401 counts as a
+/// configuration error either way). A session of your own needs a delegate that does the same.
+///
 /// **Why a plain session.** The token request must not go through a manager that applies the
 /// token it renews: the ``BearerInterceptor`` would attach the expiring token to it (or wait
 /// for the very refresh it is part of), the refresh reactor's gate would hold it behind its own
@@ -73,7 +82,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         configuration.httpShouldSetCookies = false
         configuration.httpCookieAcceptPolicy = .never
         configuration.timeoutIntervalForRequest = defaultTimeout.seconds
-        return URLSession(configuration: configuration)
+        return URLSession(configuration: configuration, delegate: TokenSessionDelegate(), delegateQueue: nil)
     }()
 
     /// Describes a token endpoint.
@@ -139,7 +148,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         // `expires_in` counts from when the server answered; counting from before the request
         // left errs on the side of renewing early.
         let issuedAt = Date()
-        let (data, response) = try await session.data(for: request)
+        let (data, response) = try await send(request)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
         guard (200..<300).contains(status) else {
@@ -148,6 +157,20 @@ public struct OAuth2TokenEndpoint: Sendable {
         }
         guard let object else { throw OAuth2Error.invalidTokenResponse(reason: "the body is not a JSON object") }
         return try Self.credential(from: object, issuedAt: issuedAt, previous: previous)
+    }
+
+    /// Sends `request`; an HTTP authentication challenge the session's ``TokenSessionDelegate``
+    /// refused (URLSession then reports a cancel) becomes the rejection it stands for.
+    private func send(_ request: URLRequest) async throws -> (Data, URLResponse) {
+        let delegate = session.delegate as? TokenSessionDelegate
+        do {
+            let answer = try await session.data(for: request)
+            _ = delegate?.takeRefusal(of: request)
+            return answer
+        } catch let error as URLError where error.code == .cancelled {
+            guard let status = delegate?.takeRefusal(of: request) else { throw error }
+            throw OAuth2Error.tokenRequestRejected(status: status, error: nil, description: nil)
+        }
     }
 
     /// The `POST` that carries `parameters` plus the client's authentication.
@@ -236,5 +259,37 @@ public struct OAuth2TokenEndpoint: Sendable {
     static func formEscaped(_ string: String) -> String {
         let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
         return string.addingPercentEncoding(withAllowedCharacters: unreserved) ?? string
+    }
+}
+
+/// The delegate of ``OAuth2TokenEndpoint/defaultSession``: refuses the HTTP authentication
+/// challenge of a token endpoint's 401 (see "A 401 with `WWW-Authenticate`" on the endpoint)
+/// and remembers the status, so the refusal can be reported as the rejection it is.
+final class TokenSessionDelegate: NSObject, URLSessionTaskDelegate, @unchecked Sendable {  // `refused` is guarded by `lock`.
+    private static let httpAuthentication: Set<String> = [
+        NSURLAuthenticationMethodDefault, NSURLAuthenticationMethodHTTPBasic, NSURLAuthenticationMethodHTTPDigest,
+        NSURLAuthenticationMethodNTLM, NSURLAuthenticationMethodNegotiate,
+    ]
+    private let lock = NSLock()
+    private var refused: [URLRequest: Int] = [:]
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        // Server trust and client certificates keep the system's handling.
+        guard Self.httpAuthentication.contains(challenge.protectionSpace.authenticationMethod) else {
+            completionHandler(.performDefaultHandling, nil)
+            return
+        }
+        if let request = task.originalRequest, let status = (challenge.failureResponse as? HTTPURLResponse)?.statusCode {
+            lock.withLock { refused[request] = status }
+        }
+        completionHandler(.rejectProtectionSpace, nil)
+    }
+
+    /// The status of the challenge refused for `request`, if there was one; forgets it.
+    func takeRefusal(of request: URLRequest) -> Int? {
+        lock.withLock { refused.removeValue(forKey: request) }
     }
 }

@@ -25,9 +25,14 @@ final class OAuth2StormTests: XCTestCase {
         private var failures: [String] = []
 
         var refreshStamps: [Int] { lock.withLock { stampsAtRefresh } }
+        /// Fulfilled by the first hook call: the hook runs on its own task, nobody waits for it.
+        let firstHook = Latch<Void>("onRefreshFailure")
         var hookCalls: [String] { lock.withLock { failures } }
         func refreshStarted(at stamp: Int) { lock.withLock { stampsAtRefresh.append(stamp) } }
-        func hook(_ error: any Error) { lock.withLock { failures.append("\(error)") } }
+        func hook(_ error: any Error) {
+            lock.withLock { failures.append("\(error)") }
+            firstHook.fulfill(())
+        }
     }
 
     private func makeManager(_ api: OAuthServer, stamps: Kit.Counter, recorder: Recorder) -> (URLTaskManager, OAuth2Authenticator) {
@@ -120,6 +125,7 @@ final class OAuth2StormTests: XCTestCase {
             return reactor == "OAuth2RefreshReactor" && underlying as? OAuth2Error == expected
         }
         XCTAssertEqual(typed.count, Self.stormSize, "\(Kit.tally(results))")
+        try await recorder.firstHook.wait(timeout: .seconds(5))
         XCTAssertEqual(recorder.hookCalls.count, 1, "\(recorder.hookCalls)")
         XCTAssertEqual(api.tokenRequestCount, 1)
         let sent = api.apiRequests.count

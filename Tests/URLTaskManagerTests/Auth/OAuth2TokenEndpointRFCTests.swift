@@ -68,7 +68,11 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         guard case .reactorFailed(_, let underlying)? = first.taskError, let error = underlying as? OAuth2Error else {
             return XCTFail(first.label)
         }
-        XCTAssertEqual(error, .tokenRequestRejected(status: 401, error: "invalid_client", description: nil))
+        // The server answers 401 invalid_client with `WWW-Authenticate: Basic`, as §5.2 says.
+        // URLSession on Linux drops the body of a refused challenge, so the code may be absent.
+        guard case .tokenRequestRejected(401, let code, _) = error, code == nil || code == "invalid_client" else {
+            return XCTFail("\(error)")
+        }
         XCTAssertTrue(error.isConfigurationError)
         XCTAssertFalse(error.requiresSignIn, "a new sign-in would be refused the same way")
         XCTAssertTrue(error.description.contains("client configuration"), error.description)
