@@ -93,8 +93,12 @@ public actor OAuth2Authenticator {
     /// the store's calls land in the order of the changes they record (see the hard cases).
     private var lastWrite: Task<Void, any Error>?
 
-    /// Incremented on every change of the credential: sign-in, refresh, sign-out.
-    public private(set) var version = 0
+    /// The credential version: incremented on every change of the credential (sign-in, refresh,
+    /// sign-out). Readable without awaiting, because the manager's engine compares it with the
+    /// version a request was sent with when deciding whether a 401 is late (see
+    /// ``OAuth2RefreshReactor/credentialVersion(of:)``).
+    public nonisolated var version: Int { versionCell.value }
+    private nonisolated let versionCell = VersionCell()
 
     /// An authenticator that renews its credential with the refresh-token grant (RFC 6749 §6).
     ///
@@ -250,7 +254,7 @@ public actor OAuth2Authenticator {
     /// has replaced it before the write's turn came: that change's own write wins.
     private func save(_ credential: OAuth2Credential, madeCurrentAt current: Int) async throws {
         try await enqueueWrite { [self, store] in
-            guard await version == current else { return }
+            guard version == current else { return }
             try await store.save(credential)
         }.value
     }
@@ -265,7 +269,7 @@ public actor OAuth2Authenticator {
     private func replace(with credential: OAuth2Credential?) {
         self.credential = credential
         loaded = true
-        version += 1
+        versionCell.increment()
         rejection = nil
     }
 
@@ -327,5 +331,17 @@ public actor OAuth2Authenticator {
             reportFailure(error)
         }
         return refreshed
+    }
+}
+
+/// The authenticator's credential version, readable from any thread.
+private final class VersionCell: @unchecked Sendable {  // `stored` is guarded by `lock`.
+    private let lock = NSLock()
+    private var stored = 0
+
+    var value: Int { lock.withLock { stored } }
+
+    func increment() {
+        lock.withLock { stored += 1 }
     }
 }

@@ -38,11 +38,25 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
     }
 
     public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
-        outcome.statusCode == 401 && task.values[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)] != nil
+        outcome.statusCode == 401 && credentialVersion(of: task) != nil
     }
 
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
-        guard let sent = task.values[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)] else { return }
+        guard let sent = credentialVersion(of: task) else { return }
+        // The engine already sent late 401s again without calling this; the check closes the
+        // window between its decision and this call.
         try await authenticator.refresh(ifUnchangedSince: sent)
+    }
+
+    /// The authenticator's credential version the ``BearerInterceptor`` applied to `task`: the
+    /// one version the engine judges this reactor's requests by.
+    public func credentialVersion(of task: URLTask) -> Int? {
+        task.values[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)]
+    }
+
+    /// The authenticator's credential version now: it changes on sign-in, sign-out and every
+    /// renewal, including the ones the interceptor makes before a token expires.
+    public func currentCredentialVersion() -> Int? {
+        authenticator.version
     }
 }

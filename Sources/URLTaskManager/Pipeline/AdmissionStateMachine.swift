@@ -170,11 +170,12 @@ struct AdmissionStateMachine {
     /// joined before the task's slot is handed over, so the task that gets the slot finds the
     /// run going and waits instead of leaving with a stale token; and the slot is free before
     /// the task can be sent again.
+    /// - Parameter outdated: The reactor's own credential version says the headers are old.
     mutating func transferEndedNeedingReaction(
-        _ id: TaskID, reactor: Int, alreadyRequeued: Bool, now: ContinuousClock.Instant
+        _ id: TaskID, reactor: Int, alreadyRequeued: Bool, outdated: Bool = false, now: ContinuousClock.Instant
     ) -> (need: ReactorStateMachine.NeedAction, handedOver: [(TaskID, SendAction)]) {
         let stamp = records[id]?.stamps[reactor] ?? ReactorStateMachine.Stamp()
-        let need = reactors[reactor].taskNeedsReaction(id, sentUnder: stamp, alreadyRequeued: alreadyRequeued, now: now)
+        let need = reactors[reactor].taskNeedsReaction(id, sentUnder: stamp, alreadyRequeued: alreadyRequeued, outdated: outdated, now: now)
         return (need, transferEnded(id))
     }
 
@@ -185,6 +186,9 @@ struct AdmissionStateMachine {
 
     /// The stamp task `id`'s headers were decided under for `reactor` (for tests and the model).
     func stamp(of id: TaskID, reactor: Int) -> ReactorStateMachine.Stamp? { records[id]?.stamps[reactor] }
+
+    /// The reactors covering task `id`.
+    func covering(_ id: TaskID) -> [Int] { records[id]?.covering ?? [] }
 
     /// Whether reactor `reactor` covers task `id` (for tests and the model).
     func covers(_ id: TaskID, reactor: Int) -> Bool { records[id]?.covering.contains(reactor) ?? false }

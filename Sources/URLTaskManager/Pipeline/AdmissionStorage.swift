@@ -58,6 +58,15 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         })
     }
 
+    /// Whether a reactor covering `run` keeps a credential version of its own by which `task`'s
+    /// headers are older than the current ones (``URLTaskReactor/credentialVersion(of:)``): a
+    /// change the engine did not make itself (a sign-in, a token renewed before it expired).
+    /// Asked just before the task leaves, outside the lock: the version is the reactor's.
+    func headersAreOutdated(_ run: TaskRun, task: URLTask) -> Bool {
+        let covering = lock.withLock { machine.covering(run.id) }
+        return covering.contains { reactors[$0].reactor.headersAreOutdated(task) }
+    }
+
     /// Returns `true` if the task still waited for a slot in `generation`: it must fail.
     func slotWaitExpired(_ run: TaskRun, generation: Int) -> Bool {
         lock.withLock { machine.slotWaitExpired(run.id, generation: generation) }
@@ -71,8 +80,11 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// Returns the outcome when it is decided at once (late for a run, or no run can help).
     func transferEnded(_ run: TaskRun, needing index: Int, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask) -> ReactorStorage.Outcome? {
         let reactor = reactors[index]
+        // The reactor's own credential version, read before the lock: it is the reactor's code.
+        let outdated = reactor.reactor.headersAreOutdated(task)
         let (action, lateError, decided) = lock.withLock {
-            let (need, handedOver) = machine.transferEndedNeedingReaction(run.id, reactor: index, alreadyRequeued: alreadyRequeued, now: .now)
+            let (need, handedOver) = machine.transferEndedNeedingReaction(
+                run.id, reactor: index, alreadyRequeued: alreadyRequeued, outdated: outdated, now: .now)
             return (need, lastRunError(index), decisions(handedOver))
         }
         tell(decided)

@@ -86,6 +86,12 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     func admitted(_ decision: AdmissionStateMachine.SendAction, failure: (any Error)?) {
         switch decision {
         case .send:
+            // Headers older than a covering reactor's own credential version (a token renewed
+            // before it expired by another request): give the slot back, intercept again.
+            if pipeline.admission.headersAreOutdated(self, task: lock.withLock({ task })) {
+                pipeline.admission.transferEnded(self)
+                return admitted(.reintercept, failure: nil)
+            }
             let action = lock.withLock { machine.connectionGranted() }
             // Not sendable any more (cancelled meanwhile): the slot goes to the next task.
             guard case .send = action else { return pipeline.admission.transferEnded(self) }

@@ -51,10 +51,37 @@ public protocol URLTaskReactor: Sendable {
     ///   - body: That response's body (up to 1 MiB), empty for transport errors.
     ///   - task: The task that started this run.
     func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws
+
+    /// The version of the state this reactor's work renews (the credential version) that
+    /// `task`'s headers carry, for a reactor whose state also changes outside its runs: a sign-in,
+    /// a token renewed before it expired. `nil`, the default, lets the engine count the reactor's
+    /// successful runs instead.
+    ///
+    /// Whatever the source, the engine uses this one version for every decision: a response
+    /// to headers older than ``currentCredentialVersion()`` is late (the task is sent again
+    /// without running the work), a task about to leave with older headers is intercepted
+    /// again, and a task sent again with the current version that meets the same reaction gets
+    /// the server's answer. Called without any lock held; keep it cheap and synchronous.
+    func credentialVersion(of task: URLTask) -> Int?
+
+    /// The current version of the state this reactor's work renews; `nil`, the default, when the
+    /// reactor keeps none (see ``credentialVersion(of:)``).
+    func currentCredentialVersion() -> Int?
 }
 
 extension URLTaskReactor {
     public var configuration: URLTaskReactorConfiguration { .default }
+    public func credentialVersion(of task: URLTask) -> Int? { nil }
+    public func currentCredentialVersion() -> Int? { nil }
+}
+
+extension URLTaskReactor {
+    /// Whether `task`'s headers carry an older version of this reactor's state than the current
+    /// one; `false` when the reactor keeps no version of its own.
+    func headersAreOutdated(_ task: URLTask) -> Bool {
+        guard let sent = credentialVersion(of: task), let current = currentCredentialVersion() else { return false }
+        return sent < current
+    }
 }
 
 /// How one send of a task ended, as reactors see it.

@@ -272,3 +272,47 @@ final class OAuth2FlowTests: XCTestCase {
         func clear() async throws { credential = nil }
     }
 }
+
+/// The engine judges the OAuth2 reactor's requests by the authenticator's own credential
+/// version: one version, whoever changed the credential.
+final class OAuth2CredentialVersionTests: XCTestCase {
+    typealias Kit = ReactorTestKit
+
+    /// One connection to the API. A request whose token was applied waits for it while the app
+    /// renews the credential itself (`auth.refresh()`, no engine run). When it gets the
+    /// connection its headers are older than the authenticator's version: it is intercepted
+    /// again and the server never sees the replaced token after the renewal.
+    func testARequestWaitingForAConnectionWhileTheAppRenewsTheTokenLeavesWithTheNewOne() async throws {
+        let api = try OAuthServer(access: "a0")
+        defer { api.shutdown() }
+        let auth = OAuth2Authenticator(
+            origins: [api.server.baseURL], tokenEndpoint: api.endpoint,
+            store: InMemoryCredentialStore(api.credential(access: "a0"))
+        )
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)],
+            reactors: [OAuth2RefreshReactor(authenticator: auth)],
+            options: .init(maximumRequestsInFlightPerHost: 1)
+        )
+        defer { manager.invalidateAndCancel() }
+        let gate = Gate()
+        defer { gate.open() }
+        api.holdResponses(to: "/first", on: gate)
+
+        let first = Kit.start(manager.session, api.apiURL("/first"))
+        _ = try await api.server.waitForRequests(path: "/api/first", count: 1)
+        let waiting = Kit.start(manager.session, api.apiURL("/second"))
+        let deadline = ContinuousClock.now.advanced(by: .seconds(5))
+        while manager.pipeline.admission.waitingForSlot == 0, ContinuousClock.now < deadline { await Task.yield() }
+        XCTAssertEqual(manager.pipeline.admission.waitingForSlot, 1, "the second request waits for the only connection, its token applied")
+
+        let renewed = try await auth.refresh()  // the app renews: the engine ran nothing
+        XCTAssertNotEqual(renewed.accessToken, "a0")
+        gate.open()
+        let results = [await first.value, await waiting.value]
+        XCTAssertEqual(results.map(\.status), [200, 200], "\(results.map(\.label))")
+        let second = api.server.requests(path: "/api/second").map { $0.headers["authorization"] }
+        XCTAssertEqual(second, ["Bearer \(renewed.accessToken)"], "the replaced token never reached the server after the renewal")
+        XCTAssertEqual(api.tokenRequestCount, 1, "only the app's own renewal")
+    }
+}

@@ -114,4 +114,12 @@ final class ReactorStateMachineTests: XCTestCase {
         XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: Machine.Stamp(version: 1), alreadyRequeued: true, now: t0), .wait(run: 2),
                        "a run already going is joined: it will produce newer headers")
     }
+
+    func testHeadersOutdatedByTheReactorsOwnVersionAreLateWithoutARun() {
+        var m = Machine(loopGuard: nil)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, outdated: true, now: t0), .requeueNow,
+                       "the credential changed outside any run (a sign-in, an early renewal): no run needed")
+        XCTAssertFalse(m.isRunning)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(2), sentUnder: m.stamp, outdated: false, now: t0), .startRun(run: 1))
+    }
 }

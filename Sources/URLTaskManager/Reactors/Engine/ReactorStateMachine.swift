@@ -86,14 +86,17 @@ struct ReactorStateMachine {
     /// - Parameters:
     ///   - sentUnder: The stamp of the headers the task was sent with.
     ///   - alreadyRequeued: Whether this reactor already sent the task again after a successful run.
-    mutating func taskNeedsReaction(_ id: TaskID, sentUnder: Stamp, alreadyRequeued: Bool = false, now: ContinuousClock.Instant) -> NeedAction {
+    ///   - outdated: Whether the reactor's own credential version says the task's headers are
+    ///     older than the current ones (``URLTaskReactor/credentialVersion(of:)``): late, as if
+    ///     a run had succeeded since.
+    mutating func taskNeedsReaction(_ id: TaskID, sentUnder: Stamp, alreadyRequeued: Bool = false, outdated: Bool = false, now: ContinuousClock.Instant) -> NeedAction {
         switch state {
         case .running(let run, var waiters, let gated):
             waiters.append(id)
             state = .running(run: run, waiters: waiters, gated: gated)
             return .wait(run: run)
         case .idle:
-            if sentUnder.version < version { return .requeueNow }
+            if sentUnder.version < version || outdated { return .requeueNow }
             if sentUnder.failures < failures { return .failNow }
             if alreadyRequeued { return .deliverNow }
             if let loopGuard, lastRunSucceeded == true {
