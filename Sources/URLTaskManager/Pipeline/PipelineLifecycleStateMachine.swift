@@ -87,10 +87,8 @@ struct PipelineLifecycleStateMachine {
         case .finishing(let tasks, let starting):
             state = .finishing(tasks: tasks + 1, starting: starting)
             return .run
-        case .cancelling:
-            return .refuseCancelled
-        case .invalidated:
-            return cancelled ? .refuseCancelled : .refuseInvalidated
+        case .cancelling, .invalidated:
+            return refusal
         }
     }
 
@@ -126,11 +124,15 @@ struct PipelineLifecycleStateMachine {
         case .finishing(let tasks, let starting):
             state = .finishing(tasks: tasks, starting: starting + 1)
             return .run
-        case .cancelling:
-            return .refuseCancelled
-        case .invalidated:
-            return cancelled ? .refuseCancelled : .refuseInvalidated
+        case .cancelling, .invalidated:
+            return refusal
         }
+    }
+
+    /// Why nothing new may start once the inner session is going away: a cancelled session's
+    /// tasks end `cancelled`, as the session reports them; otherwise the session was invalidated.
+    private var refusal: TaskStartAction {
+        cancelled ? .refuseCancelled : .refuseInvalidated
     }
 
     /// The inner task of a ``transferStarting()`` that returned ``TaskStartAction/run`` exists
