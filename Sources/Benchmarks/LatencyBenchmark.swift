@@ -1,0 +1,107 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import URLTaskManager
+
+/// Plain URLSession beside the manager's configurations: sequential and concurrent GETs.
+enum LatencyBenchmark {
+    struct Configuration {
+        let name: String
+        let session: URLSession
+    }
+
+    static let rounds = 5
+    static let sequentialCount = 2_000
+    static let concurrency = [10, 200, 1_000]
+
+    static func run() async throws {
+        let (server, base) = try ServerProcess.start()
+        defer { server.terminate() }
+        let url = base.appendingPathComponent("small")
+
+        let authenticator = OAuth2Authenticator(
+            origins: [base],
+            store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
+            refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
+        )
+        let configurations = [
+            Configuration(name: "plain URLSession", session: URLSession(configuration: .default)),
+            Configuration(name: "manager, no interceptors", session: URLTaskManager().session),
+            Configuration(name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
+            // A bearer header on every request and a refresh reactor that holds new tasks, so
+            // the manager also keeps the per-host queue.
+            Configuration(name: "manager, OAuth2 bearer + refresh", session: URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: authenticator)],
+                reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
+            ).session),
+        ]
+        defer { for configuration in configurations { configuration.session.finishTasksAndInvalidate() } }
+
+        // Warm up: connections, caches, lazy initialisation.
+        for configuration in configurations {
+            try await sequential(configuration.session, url, count: 200)
+            try await concurrent(configuration.session, url, count: 200)
+        }
+
+        var sequentialRounds = Array(repeating: [PerRequest](), count: configurations.count)
+        var concurrentRounds = Array(repeating: Array(repeating: [PerRequest](), count: configurations.count), count: concurrency.count)
+        for _ in 0..<rounds {
+            for (index, configuration) in configurations.enumerated() {
+                let start = Usage.now
+                try await sequential(configuration.session, url, count: sequentialCount / rounds)
+                sequentialRounds[index].append(Usage.perRequest(since: start, requests: sequentialCount / rounds))
+            }
+            for (level, count) in concurrency.enumerated() {
+                for (index, configuration) in configurations.enumerated() {
+                    let start = Usage.now
+                    try await concurrent(configuration.session, url, count: count)
+                    concurrentRounds[level][index].append(Usage.perRequest(since: start, requests: count))
+                }
+            }
+        }
+
+        print("URLTaskManager benchmarks: \(ProcessInfo.processInfo.activeProcessorCount) cores, server in a child process on 127.0.0.1, GET of a 2-byte body")
+        print("medians of \(rounds) interleaved rounds, per request; ratio = manager / plain URLSession in this run\n")
+        report("\(sequentialCount) sequential GETs", configurations, sequentialRounds)
+        for (level, count) in concurrency.enumerated() {
+            report("\(count) concurrent GETs", configurations, concurrentRounds[level])
+        }
+    }
+
+    static func get(_ session: URLSession, _ url: URL) async throws {
+        let (_, response) = try await session.data(from: url)
+        guard (response as? HTTPURLResponse)?.statusCode == 200 else { throw URLError(.badServerResponse) }
+    }
+
+    static func sequential(_ session: URLSession, _ url: URL, count: Int) async throws {
+        for _ in 0..<count { try await get(session, url) }
+    }
+
+    static func concurrent(_ session: URLSession, _ url: URL, count: Int) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<count { group.addTask { try await get(session, url) } }
+            try await group.waitForAll()
+        }
+    }
+
+    static func report(_ title: String, _ configurations: [Configuration], _ rounds: [[PerRequest]]) {
+        func cell(_ text: String, _ width: Int, left: Bool = false) -> String {
+            let pad = String(repeating: " ", count: max(0, width - text.count))
+            return left ? text + pad : pad + text
+        }
+        func number(_ value: Double, _ digits: Int) -> String { String(format: "%.\(digits)f", value) }
+        let medians = rounds.map(PerRequest.median)
+        let plain = medians[0]
+        print(title)
+        print(cell("", 34, left: true) + cell("wall ms", 9) + cell("ratio", 7) + cell("CPU ms", 9) + cell("ratio", 7) + cell("ctx sw", 8) + cell("+plain", 8))
+        for (index, configuration) in configurations.enumerated() {
+            let m = medians[index]
+            print(cell("  " + configuration.name, 34, left: true)
+                  + cell(number(m.wallMilliseconds, 3), 9) + cell(number(m.wallMilliseconds / plain.wallMilliseconds, 2) + "x", 7)
+                  + cell(number(m.cpuMilliseconds, 3), 9) + cell(number(m.cpuMilliseconds / plain.cpuMilliseconds, 2) + "x", 7)
+                  + cell(number(m.contextSwitches, 1), 8) + cell((index == 0 ? "" : "+") + number(m.contextSwitches - plain.contextSwitches, 1), 8))
+        }
+        print("")
+    }
+}
