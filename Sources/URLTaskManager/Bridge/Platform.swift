@@ -143,9 +143,11 @@ enum Platform {
     #if canImport(FoundationNetworking)
     /// Reads `session.taskRegistry.behaviours[taskIdentifier]` and maps its case name.
     private static func behaviourDelivery(session: Any, taskIdentifier: Int) -> BodyDelivery {
+        // One key is looked up in place: `as? [Int: Any]` would convert every live task's entry,
+        // O(live tasks) for every task started.
         guard let registry = Reflection.child(session, "taskRegistry"),
-              let behaviours = Reflection.child(registry, "behaviours") as? [Int: Any],
-              let behaviour = behaviours[taskIdentifier]
+              let behaviours = Reflection.child(registry, "behaviours") as? any IntKeyedDictionary,
+              let behaviour = behaviours.value(forKey: taskIdentifier)
         else { return .buffer }
         let name = Mirror(reflecting: behaviour).children.first?.label ?? String(describing: behaviour)
         if name == "callDelegate" {
@@ -234,6 +236,17 @@ final class PipelineOwner: NSObject {
         BridgeRegistry.shared.unregister(number)
         pipeline.outerSessionReleased()
     }
+}
+#endif
+
+#if canImport(FoundationNetworking)
+/// A dictionary keyed by `Int` whose value type is internal to corelibs, read one key at a time.
+private protocol IntKeyedDictionary {
+    func value(forKey key: Int) -> Any?
+}
+
+extension Dictionary: IntKeyedDictionary where Key == Int {
+    fileprivate func value(forKey key: Int) -> Any? { self[key] }
 }
 #endif
 
