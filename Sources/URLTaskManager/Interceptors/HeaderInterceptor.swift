@@ -38,20 +38,25 @@ public struct HeaderInterceptor: URLTaskInterceptor {
 
     private let fields: [(name: String, value: Value)]
     private let conflict: Conflict
+    /// No value is computed: the interceptor decides without suspending.
+    private let fixedOnly: Bool
 
     /// Headers to set, in order.
     public init(_ fields: KeyValuePairs<String, Value>, conflict: Conflict = .replace) {
         self.fields = fields.map { ($0.key, $0.value) }
         self.conflict = conflict
+        self.fixedOnly = self.fields.allSatisfy { if case .fixed = $0.value { true } else { false } }
     }
 
     /// Fixed headers from a dictionary.
     public init(_ headers: [String: String], conflict: Conflict = .replace) {
         self.fields = headers.sorted { $0.key < $1.key }.map { ($0.key, .fixed($0.value)) }
         self.conflict = conflict
+        self.fixedOnly = true
     }
 
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        if let command = try interceptWithoutSuspending(&task, context: context) { return command }
         for (name, value) in fields {
             if let problem = HeaderValidation.problem(name: name) { throw problem }
             if conflict == .keepExisting, task.request.value(forHTTPHeaderField: name) != nil { continue }
@@ -61,6 +66,21 @@ public struct HeaderInterceptor: URLTaskInterceptor {
             case .computed(let compute): resolved = try await compute(task)
             }
             guard let resolved else { continue }
+            if let problem = HeaderValidation.problem(name: name, value: resolved) { throw problem }
+            task.request.setValue(resolved, forHTTPHeaderField: name)
+        }
+        return .execute
+    }
+}
+
+extension HeaderInterceptor: SynchronousInterception {
+    /// Fixed values only: a computed one may suspend.
+    func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
+        guard fixedOnly else { return nil }
+        for (name, value) in fields {
+            guard case .fixed(let resolved) = value else { continue }
+            if let problem = HeaderValidation.problem(name: name) { throw problem }
+            if conflict == .keepExisting, task.request.value(forHTTPHeaderField: name) != nil { continue }
             if let problem = HeaderValidation.problem(name: name, value: resolved) { throw problem }
             task.request.setValue(resolved, forHTTPHeaderField: name)
         }

@@ -241,9 +241,20 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private func runInterceptor(_ index: Int) {
         lock.withLock { hold = nil }
         let interceptor = pipeline.interceptors[index]
-        let name = String(describing: type(of: interceptor))
         let serialGate = pipeline.serialGates[index]
         var snapshot = lock.withLock { task }
+        // An interceptor that decides without suspending runs right here: no Swift task, no hop.
+        if serialGate == nil, let synchronous = interceptor as? any SynchronousInterception {
+            let (count, flushes) = pipeline.batches[index].snapshot
+            let context = InterceptContext(currentBatchCount: count)
+            do {
+                if let command = try synchronous.interceptWithoutSuspending(&snapshot, context: context) {
+                    return interceptorDecided(index, .success(command), snapshot: snapshot, flushes: flushes)
+                }
+            } catch {
+                return interceptorDecided(index, .failure(error), snapshot: snapshot, flushes: flushes)
+            }
+        }
         let work = Task {
             await serialGate?.acquire()
             // Released only after the command took effect (a hold is in the batch), so the
@@ -251,20 +262,29 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             defer { serialGate?.release() }
             let (count, flushes) = pipeline.batches[index].snapshot
             let context = InterceptContext(currentBatchCount: count)
-            let action: TaskStateMachine.Action
             do {
                 let command = try await interceptor.intercept(&snapshot, context: context)
-                action = lock.withLock {
-                    task = snapshot
-                    decidedUnderFlushes = flushes
-                    return machine.interceptorReturned(index: index, command: command, interceptorName: name)
-                }
+                interceptorDecided(index, .success(command), snapshot: snapshot, flushes: flushes)
             } catch {
-                action = lock.withLock { machine.interceptorThrew(index: index, error: error, interceptorName: name) }
+                interceptorDecided(index, .failure(error), snapshot: snapshot, flushes: flushes)
             }
-            perform(action)
         }
         lock.withLock { running = work }
+    }
+
+    /// Interceptor `index` returned `outcome` for `snapshot`, deciding under `flushes` of its batch.
+    private func interceptorDecided(_ index: Int, _ outcome: Result<InterceptCommand, any Error>, snapshot: URLTask, flushes: Int) {
+        let name = String(describing: type(of: pipeline.interceptors[index]))
+        perform(lock.withLock {
+            switch outcome {
+            case .success(let command):
+                task = snapshot
+                decidedUnderFlushes = flushes
+                return machine.interceptorReturned(index: index, command: command, interceptorName: name)
+            case .failure(let error):
+                return machine.interceptorThrew(index: index, error: error, interceptorName: name)
+            }
+        })
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
