@@ -17,7 +17,8 @@
 /// manager. Keep the manager only to reach its own methods (``flush()``,
 /// ``download(for:)``). Invalidating the session, directly or through the manager, releases
 /// everything; so does releasing it. Several managers can live side by side: a task only ever
-/// runs through the interceptors and reactors of the session that created it.
+/// runs through the interceptors and reactors of the session that created it. (On Apple
+/// platforms a session cannot report its own invalidation: invalidate through the manager.)
 public final class URLTaskManager: Sendable {
     /// The session to use in place of your own. Its delegate (if you passed one) receives the
     /// usual callbacks. It keeps the manager's interceptors and reactors alive until it is
@@ -77,8 +78,13 @@ public final class URLTaskManager: Sendable {
         pipeline.batches[index].count
     }
 
-    /// Cancels every task (held ones complete with `cancelled`) and releases both sessions:
-    /// the same as `session.invalidateAndCancel()`.
+    /// Cancels every task and releases both sessions: the same as
+    /// `session.invalidateAndCancel()`.
+    ///
+    /// Every caller completes with `URLError.cancelled` at once, held tasks included, and nothing
+    /// more is sent. Transfers already on the wire are abandoned rather than cancelled one by one
+    /// (on Linux, cancelling dozens at once can crash corelibs); the inner session is released
+    /// when the last one ends, at the latest after its request timeout.
     public func invalidateAndCancel() {
         session.invalidateAndCancel()
         // Already done by the session where it can report its own invalidation; idempotent.
