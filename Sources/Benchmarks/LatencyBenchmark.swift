@@ -100,7 +100,7 @@ enum LatencyBenchmark {
             print(cell("  " + configuration.name, 34, left: true)
                   + cell(number(m.wallMilliseconds, 3), 9) + cell(number(m.wallMilliseconds / plain.wallMilliseconds, 2) + "x", 7)
                   + cell(number(m.cpuMilliseconds, 3), 9) + cell(number(m.cpuMilliseconds / plain.cpuMilliseconds, 2) + "x", 7)
-                  + cell(number(m.contextSwitches, 1), 8) + cell((index == 0 ? "" : "+") + number(m.contextSwitches - plain.contextSwitches, 1), 8))
+                  + cell(number(m.contextSwitches, 1), 8) + cell(String(format: index == 0 ? "%.1f" : "%+.1f", m.contextSwitches - plain.contextSwitches), 8))
         }
         print("")
     }

@@ -30,20 +30,35 @@ public struct BearerInterceptor: URLTaskInterceptor {
     }
 
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
-        guard let url = task.request.url, authenticator.authorizes(url), !authenticator.isTokenRequest(task.request) else {
-            return .execute
-        }
+        if let command = try interceptWithoutSuspending(&task, context: context) { return command }
         let current: (credential: OAuth2Credential, version: Int)?
         do {
             current = try await authenticator.validCredential()
         } catch {
             throw URLTaskError.reactorFailed(reactor: String(describing: OAuth2RefreshReactor.self), underlying: error)
         }
+        return apply(current, to: &task)
+    }
+
+    private func apply(_ current: (credential: OAuth2Credential, version: Int)?, to task: inout URLTask) -> InterceptCommand {
         guard let current else { return .execute }
         task.request.setValue("Bearer \(current.credential.accessToken)", forHTTPHeaderField: "Authorization")
         var applied = task.values[AppliedCredentialVersions.self] ?? [:]
         applied[ObjectIdentifier(authenticator)] = current.version
         task.values[AppliedCredentialVersions.self] = applied
         return .execute
+    }
+}
+
+extension BearerInterceptor: SynchronousInterception {
+    /// Decides without the authenticator's actor while its credential is settled and fresh
+    /// (``OAuth2Authenticator/credentialWithoutWaiting()``); a load, a refresh in flight, a
+    /// standing rejection or a token about to expire take the asynchronous path.
+    func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
+        guard let url = task.request.url, authenticator.authorizes(url), !authenticator.isTokenRequest(task.request) else {
+            return .execute
+        }
+        guard let current = authenticator.credentialWithoutWaiting() else { return nil }
+        return apply(current, to: &task)
     }
 }

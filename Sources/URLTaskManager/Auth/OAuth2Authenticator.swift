@@ -81,14 +81,14 @@ public actor OAuth2Authenticator {
     private let store: any CredentialStore
     private let onRefreshFailure: (@Sendable (any Error) async -> Void)?
 
-    private var credential: OAuth2Credential?
-    private var loaded = false
+    private var credential: OAuth2Credential? { didSet { publish() } }
+    private var loaded = false { didSet { publish() } }
     private var loading: Task<OAuth2Credential?, any Error>?
-    private var refreshing: Task<OAuth2Credential, any Error>?
+    private var refreshing: Task<OAuth2Credential, any Error>? { didSet { publish() } }
     /// The version a refresh produced last: it is not renewed early (see the hard cases).
-    private var refreshedVersion: Int?
+    private var refreshedVersion: Int? { didSet { publish() } }
     /// A refresh failure that only a sign-in can fix, and the version it belongs to.
-    private var rejection: (version: Int, error: any Error)?
+    private var rejection: (version: Int, error: any Error)? { didSet { publish() } }
     /// The store write enqueued last. Each write starts once the one before it has ended, so
     /// the store's calls land in the order of the changes they record (see the hard cases).
     private var lastWrite: Task<Void, any Error>?
@@ -97,8 +97,11 @@ public actor OAuth2Authenticator {
     /// sign-out). Readable without awaiting, because the manager's engine compares it with the
     /// version a request was sent with when deciding whether a 401 is late (see
     /// ``OAuth2RefreshReactor/credentialVersion(of:)``).
-    public nonisolated var version: Int { versionCell.value }
-    private nonisolated let versionCell = VersionCell()
+    public nonisolated var version: Int { published.value.version }
+    private var storedVersion = 0 { didSet { publish() } }
+    /// What the actor's state says about the credential, readable without awaiting (see
+    /// ``credentialWithoutWaiting()``); republished on every change of that state.
+    private nonisolated let published = PublishedCredential()
 
     /// An authenticator that renews its credential with the refresh-token grant (RFC 6749 §6).
     ///
@@ -176,11 +179,23 @@ public actor OAuth2Authenticator {
         if let refreshing { _ = try await refreshing.value }
         try throwIfRejected()
         guard let credential else { return nil }
-        let leeway = version == refreshedVersion ? .zero : refreshLeeway
+        let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
         if credential.isExpired(within: leeway) {
             _ = try await startRefresh().value
         }
-        return self.credential.map { ($0, version) }
+        return self.credential.map { ($0, storedVersion) }
+    }
+
+    /// The credential to send now and its version, when that needs no waiting: it is loaded, no
+    /// refresh is in flight, no rejection stands, and it does not expire within the leeway.
+    /// `.some(nil)` means signed out; `nil` means ask ``validCredential()``. What the
+    /// ``BearerInterceptor`` reads on every request, without a hop onto this actor.
+    public nonisolated func credentialWithoutWaiting() -> (credential: OAuth2Credential, version: Int)?? {
+        let snapshot = published.value
+        guard snapshot.settled else { return nil }
+        guard let credential = snapshot.credential else { return .some(nil) }
+        guard !credential.isExpired(within: snapshot.leeway) else { return nil }
+        return (credential, snapshot.version)
     }
 
     /// Renews the credential because a request sent with version `sentVersion` was refused,
@@ -192,7 +207,7 @@ public actor OAuth2Authenticator {
             _ = try await refreshing.value
             return
         }
-        guard sentVersion == version else { return }
+        guard sentVersion == storedVersion else { return }
         try throwIfRejected()
         _ = try await startRefresh().value
     }
@@ -266,15 +281,26 @@ public actor OAuth2Authenticator {
         Task { await onRefreshFailure(error) }
     }
 
+    /// Republishes the state ``credentialWithoutWaiting()`` and ``version`` read.
+    private func publish() {
+        let rejected = rejection.map { $0.version == storedVersion } ?? false
+        published.set(PublishedCredential.Snapshot(
+            credential: credential,
+            version: storedVersion,
+            settled: loaded && refreshing == nil && !rejected,
+            leeway: storedVersion == refreshedVersion ? .zero : refreshLeeway
+        ))
+    }
+
     private func replace(with credential: OAuth2Credential?) {
         self.credential = credential
         loaded = true
-        versionCell.increment()
+        storedVersion += 1
         rejection = nil
     }
 
     private func throwIfRejected() throws {
-        if let rejection, rejection.version == version { throw rejection.error }
+        if let rejection, rejection.version == storedVersion { throw rejection.error }
     }
 
     /// Loads the stored credential once; concurrent first callers share the load.
@@ -304,29 +330,29 @@ public actor OAuth2Authenticator {
 
     /// The body of the one refresh in flight; every caller awaits its task.
     private func performRefresh() async throws -> OAuth2Credential {
-        let startVersion = version
+        let startVersion = storedVersion
         let refreshed: OAuth2Credential
         do {
             guard let credential else { throw OAuth2Error.notSignedIn }
             refreshed = try await refresher(credential)
         } catch {
             refreshing = nil
-            if version == startVersion, (error as? OAuth2Error)?.requiresSignIn == true {
+            if storedVersion == startVersion, (error as? OAuth2Error)?.requiresSignIn == true {
                 rejection = (startVersion, error)
             }
             reportFailure(error)
             throw error
         }
         refreshing = nil
-        guard version == startVersion else {
+        guard storedVersion == startVersion else {
             // Signed in or out meanwhile: that credential wins.
             guard let credential else { throw OAuth2Error.notSignedIn }
             return credential
         }
         replace(with: refreshed)
-        refreshedVersion = version
+        refreshedVersion = storedVersion
         do {
-            try await save(refreshed, madeCurrentAt: version)
+            try await save(refreshed, madeCurrentAt: storedVersion)
         } catch {
             reportFailure(error)
         }
@@ -334,14 +360,22 @@ public actor OAuth2Authenticator {
     }
 }
 
-/// The authenticator's credential version, readable from any thread.
-private final class VersionCell: @unchecked Sendable {  // `stored` is guarded by `lock`.
+/// The authenticator's state as the bearer interceptor needs it, readable from any thread.
+private final class PublishedCredential: @unchecked Sendable {  // `snapshot` is guarded by `lock`.
+    struct Snapshot {
+        var credential: OAuth2Credential?
+        var version = 0
+        /// Loaded, no refresh in flight, no rejection standing.
+        var settled = false
+        var leeway = Duration.zero
+    }
+
     private let lock = NSLock()
-    private var stored = 0
+    private var snapshot = Snapshot()
 
-    var value: Int { lock.withLock { stored } }
+    var value: Snapshot { lock.withLock { snapshot } }
 
-    func increment() {
-        lock.withLock { stored += 1 }
+    func set(_ new: Snapshot) {
+        lock.withLock { snapshot = new }
     }
 }
