@@ -87,8 +87,7 @@ public final class URLTaskManager: Sendable {
     /// when the last one ends, at the latest after its request timeout.
     public func invalidateAndCancel() {
         session.invalidateAndCancel()
-        // Already done by the session where it can report its own invalidation; idempotent.
-        pipeline.invalidateAndCancel()
+        if !Platform.sessionReportsInvalidation { pipeline.invalidateAndCancel() }
     }
 
     /// Lets running tasks finish, then releases both sessions. New tasks are refused by the
@@ -96,7 +95,6 @@ public final class URLTaskManager: Sendable {
     /// `session.finishTasksAndInvalidate()`.
     public func finishTasksAndInvalidate() {
         session.finishTasksAndInvalidate()
-        // Already done by the session where it can report its own invalidation; idempotent.
-        pipeline.outerSessionFinishing(session)
+        if !Platform.sessionReportsInvalidation { pipeline.outerSessionFinishing(session) }
     }
 }

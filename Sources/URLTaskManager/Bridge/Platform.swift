@@ -52,7 +52,7 @@ enum Platform {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
         let session = Reflection.unwrapOptional(Reflection.child(task, "session"))
-        let workQueue = workQueue(of: task)
+        let workQueue = Reflection.child(task, "workQueue") as? DispatchQueue
         let delivery = session.map { behaviourDelivery(session: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
         var body = RequestBodySource(request: request)
         var missing = false
@@ -82,6 +82,15 @@ enum Platform {
         return facts
         #endif
     }
+
+    /// Whether the session ``makeSession(configuration:delegate:delegateQueue:pipeline:)`` returns
+    /// tells the pipeline of its own invalidation (a ``ManagedURLSession``). Where it cannot (Apple
+    /// platforms), the manager's invalidation methods tell the pipeline themselves.
+    #if canImport(FoundationNetworking)
+    static let sessionReportsInvalidation = true
+    #else
+    static let sessionReportsInvalidation = false
+    #endif
 
     /// Creates the session a manager hands out, owning `pipeline` for as long as it lives.
     ///
@@ -122,16 +131,6 @@ enum Platform {
             return
         }
         delegate.urlSession(session, task: task, needNewBodyStream: completion)
-    }
-
-    /// The serial queue corelibs runs `task`'s protocol and its cancellation on; `nil` on Apple
-    /// platforms (nothing needs to wait on it there) or where it cannot be found.
-    static func workQueue(of task: URLSessionTask) -> DispatchQueue? {
-        #if canImport(FoundationNetworking)
-        Reflection.child(task, "workQueue") as? DispatchQueue
-        #else
-        nil
-        #endif
     }
 
     /// The protocol class URLSession itself uses for HTTP, to which download tasks are handed.

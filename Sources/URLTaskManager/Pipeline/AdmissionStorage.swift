@@ -7,6 +7,8 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     let reactors: [ReactorStorage]
     /// Requests per host handed to the transport at once for covered tasks; `nil`: no limit.
     let slotsPerHost: Int?
+    /// Whether some reactor holds new tasks: only such reactors cover tasks.
+    private let holdsNewTasks: Bool
     private let lock = NSLock()
     private var machine: AdmissionStateMachine
     private var runs: [URLTask.ID: TaskRun] = [:]
@@ -17,6 +19,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     init(reactors: [ReactorStorage], slotsPerHost: Int?) {
         self.reactors = reactors
         self.slotsPerHost = slotsPerHost
+        self.holdsNewTasks = reactors.contains { $0.configuration.holdsNewTasks }
         self.machine = AdmissionStateMachine(
             reactors: reactors.map { ($0.configuration.loopGuard, $0.configuration.holdsNewTasks) },
             slotsPerHost: slotsPerHost
@@ -63,6 +66,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// change the engine did not make itself (a sign-in, a token renewed before it expired).
     /// Asked just before the task leaves, outside the lock: the version is the reactor's.
     func headersAreOutdated(_ run: TaskRun, task: URLTask) -> Bool {
+        guard holdsNewTasks else { return false }  // no reactor covers any task
         let covering = lock.withLock { machine.covering(run.id) }
         return covering.contains { reactors[$0].reactor.headersAreOutdated(task) }
     }

@@ -185,7 +185,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             pipeline.batches[index].release(with: self)
         case .acquireConnection:
             let (request, restamp) = lock.withLock { (task.request, machine.needsRestamp) }
-            let (decision, failure) = pipeline.admission.wantsToSend(self, host: Self.host(of: request), restamp: restamp)
+            // The slot key matters only where slots are kept.
+            let host = pipeline.admission.slotsPerHost == nil ? "" : Self.host(of: request)
+            let (decision, failure) = pipeline.admission.wantsToSend(self, host: host, restamp: restamp)
             admitted(decision, failure: failure)
         case .send(let attempt):
             send(attempt: attempt)
