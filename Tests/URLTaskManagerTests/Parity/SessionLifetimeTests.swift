@@ -29,6 +29,19 @@ final class SessionLifetimeTests: XCTestCase {
         URLTaskManager(interceptors: [HeaderInterceptor(["X-Manager": .fixed(name)])] + extra)
     }
 
+    /// The session of a manager marking its requests `name`, the manager itself dropped: the
+    /// drop-in line. Fails the test if anything but the session kept the manager.
+    private static func sessionOfDroppedManager(_ name: String, file: StaticString = #filePath, line: UInt = #line) -> URLSession {
+        weak var weakManager: URLTaskManager?
+        let session: URLSession = {
+            let manager = marking(name)
+            weakManager = manager
+            return manager.session
+        }()
+        XCTAssertNil(weakManager, "nothing but the caller keeps a manager", file: file, line: line)
+        return session
+    }
+
     /// Completes a completion-handler task exactly once, or records that it did not.
     private func start(_ session: URLSession, _ url: URL) -> (task: URLSessionDataTask, done: Latch<Fetched>, calls: CallCounter) {
         let done = Latch<Fetched>("completion of \(url.path)")
@@ -44,14 +57,8 @@ final class SessionLifetimeTests: XCTestCase {
 
     /// The drop-in line keeps nothing but the session, and the session works.
     func testTheSessionOfATemporaryManagerWorks() async throws {
-        weak var weakManager: URLTaskManager?
-        let session: URLSession = {
-            let manager = Self.marking("temporary")
-            weakManager = manager
-            return manager.session
-        }()
+        let session = Self.sessionOfDroppedManager("temporary")
         defer { session.finishTasksAndInvalidate() }
-        XCTAssertNil(weakManager, "nothing but the caller keeps a manager")
 
         let (data, response) = try await session.data(from: server.url("/by/temporary"))
         XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)
@@ -63,13 +70,7 @@ final class SessionLifetimeTests: XCTestCase {
     /// Manager A is dropped while its session is kept, then B is created: A's session still
     /// runs A's interceptors, B's session B's, interleaved and concurrent.
     func testASessionOutlivingItsManagerRunsOnlyItsOwnInterceptors() async throws {
-        weak var weakA: URLTaskManager?
-        let sessionA: URLSession = {
-            let a = Self.marking("A")
-            weakA = a
-            return a.session
-        }()
-        XCTAssertNil(weakA)
+        let sessionA = Self.sessionOfDroppedManager("A")
         let b = Self.marking("B")
         defer {
             sessionA.invalidateAndCancel()
