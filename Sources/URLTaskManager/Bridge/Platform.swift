@@ -133,6 +133,45 @@ enum Platform {
         delegate.urlSession(session, task: task, needNewBodyStream: completion)
     }
 
+    /// Runs the transport's delegate callbacks on the inner session's own work queue instead of
+    /// a thread of their own, and marks that queue so ``isOnSessionWorkQueue`` can see it.
+    ///
+    /// On corelibs every session's work queue targets one shared serial queue, so a callback
+    /// running there is serialized with the outer session's work queue too: the bridge may then
+    /// answer the outer task's client at once, where it would otherwise wake the delegate
+    /// queue's thread and then the work queue's again (two thread hops per event, most of the
+    /// bridge's cost). The price is the rule of that queue: nothing run from a transport
+    /// callback may create, resume or cancel a task, or answer a challenge, there (each `sync`s
+    /// onto it): ``isOnSessionWorkQueue`` says when to move such a call elsewhere. Must be
+    /// called before the queue has any operation. Returns `false` (and changes nothing) where
+    /// the work queue cannot be found.
+    @discardableResult
+    static func runCallbacksOnWorkQueue(of session: URLSession, delegateQueue: OperationQueue) -> Bool {
+        #if canImport(FoundationNetworking)
+        guard let workQueue = Reflection.child(session, "workQueue") as? DispatchQueue else { return false }
+        workQueue.setSpecific(key: sessionWorkQueueKey, value: true)
+        delegateQueue.underlyingQueue = workQueue
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// Whether the current code runs on a transport's work queue (see
+    /// ``runCallbacksOnWorkQueue(of:delegateQueue:)``): then a `URLProtocolClient` may be called
+    /// right here, and a task must not be created, resumed or cancelled here.
+    static var isOnSessionWorkQueue: Bool {
+        #if canImport(FoundationNetworking)
+        DispatchQueue.getSpecific(key: sessionWorkQueueKey) ?? false
+        #else
+        false
+        #endif
+    }
+
+    #if canImport(FoundationNetworking)
+    private static let sessionWorkQueueKey = DispatchSpecificKey<Bool>()
+    #endif
+
     /// The protocol class URLSession itself uses for HTTP, to which download tasks are handed.
     static let nativeHTTPProtocol: URLProtocol.Type? = {
         let classes = URLSessionConfiguration.default.protocolClasses ?? []

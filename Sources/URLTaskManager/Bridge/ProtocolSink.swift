@@ -1,7 +1,10 @@
 /// The only object that talks to a `URLProtocolClient`.
 ///
 /// The pipeline reports a task's outcome here from any thread. The sink replays it to the
-/// client on the outer session's work queue (see ``OuterTaskFacts/workQueue``), in order,
+/// client on the outer session's work queue (see ``OuterTaskFacts/workQueue``), in order: at
+/// once when the event comes from a transport callback, which already runs serialized with that
+/// queue (``Platform/isOnSessionWorkQueue``) and nothing is queued before it, and otherwise
+/// through the queue,
 /// and makes sure the client hears at most one terminal event and nothing at all after
 /// `stopLoading` (corelibs completes a cancelled task itself and crashes if it later hears
 /// about a task it has forgotten). Bodies are streamed chunk by chunk to delegate-driven
@@ -15,18 +18,25 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     private let lock = NSLock()
     private var state: State
     private var urlProtocol: URLProtocol?
+    /// Events handed to `queue` and not yet replayed: while there are any, a new event queues
+    /// behind them rather than overtaking them.
+    private var queued = 0
     private let client: any URLProtocolClient
     private let queue: DispatchQueue
+    /// Whether `queue` is the session's work queue (the facts found it), so that code running
+    /// serialized with it may call the client directly.
+    private let mayCallInline: Bool
 
     init(urlProtocol: URLProtocol, client: any URLProtocolClient, facts: OuterTaskFacts) {
         self.urlProtocol = urlProtocol
         self.client = client
         self.queue = facts.workQueue ?? DispatchQueue(label: "URLTaskManager.ProtocolSink")
+        self.mayCallInline = facts.workQueue != nil
         self.state = .open(buffer: facts.delivery == .buffer ? Data() : nil)
     }
 
     func receive(response: URLResponse) {
-        queue.async {
+        onWorkQueue {
             guard let urlProtocol = self.openProtocol() else { return }
             self.client.urlProtocol(urlProtocol, didReceive: response, cacheStoragePolicy: .notAllowed)
         }
@@ -41,14 +51,14 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
             return true
         }
         if buffered { return }
-        queue.async {
+        onWorkQueue {
             guard let urlProtocol = self.openProtocol() else { return }
             self.client.urlProtocol(urlProtocol, didLoad: data)
         }
     }
 
     func finish() {
-        queue.async {
+        onWorkQueue {
             guard let (urlProtocol, buffer) = self.takeForCompletion() else { return }
             if let buffer, !buffer.isEmpty {
                 self.client.urlProtocol(urlProtocol, didLoad: buffer)
@@ -58,9 +68,23 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     }
 
     func fail(_ error: any Error) {
-        queue.async {
+        onWorkQueue {
             guard let (urlProtocol, _) = self.takeForCompletion() else { return }
             self.client.urlProtocol(urlProtocol, didFailWithError: error)
+        }
+    }
+
+    /// Runs `event` serialized with the work queue, after every event before it.
+    private func onWorkQueue(_ event: @escaping @Sendable () -> Void) {
+        let now: Bool = lock.withLock {
+            if mayCallInline, queued == 0, Platform.isOnSessionWorkQueue { return true }
+            queued += 1
+            return false
+        }
+        if now { return event() }
+        queue.async {
+            event()
+            self.lock.withLock { self.queued -= 1 }
         }
     }
 

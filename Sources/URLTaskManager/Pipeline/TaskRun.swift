@@ -352,6 +352,12 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     private func send(attempt: Int) {
+        if Platform.isOnSessionWorkQueue {
+            // Reached from a transport callback (a slot handed over, a requeue): creating the
+            // inner task `sync`s onto the queue this runs on.
+            DispatchQueue.global().async { self.send(attempt: attempt) }
+            return
+        }
         let (request, body, replay): (URLRequest, RequestBodySource, Bool) = lock.withLock {
             task.attempt = attempt
             defer { bodyUsed = true }

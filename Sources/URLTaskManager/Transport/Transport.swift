@@ -22,7 +22,8 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
     /// Holds this object as its delegate until it is invalidated, which the pipeline does when
     /// the outer session ends (``PipelineLifecycleStateMachine``).
     private(set) var session: URLSession!
-    /// Serial: every delegate callback, and every cancel (see ``cancel(_:)``).
+    /// Serial: every delegate callback. On corelibs its operations run on the inner session's
+    /// own work queue (``Platform/runCallbacksOnWorkQueue(of:delegateQueue:)``).
     private let delegateQueue = OperationQueue()
 
     init(configuration: URLSessionConfiguration) {
@@ -30,11 +31,13 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
         delegateQueue.maxConcurrentOperationCount = 1
         delegateQueue.name = "URLTaskManager.Transport"
         session = URLSession(configuration: configuration, delegate: self, delegateQueue: delegateQueue)
+        Platform.runCallbacksOnWorkQueue(of: session, delegateQueue: delegateQueue)
     }
 
     /// Starts `request`. Must not be called on the outer session's work queue (corelibs
     /// creates and resumes tasks with a `sync` onto it).
     func start(_ request: URLRequest, body: RequestBodySource, events: any TransportEvents) -> URLSessionTask {
+        assert(!Platform.isOnSessionWorkQueue, "a task created on the work queue deadlocks")
         var request = request
         let task: URLSessionTask
         switch body {
@@ -60,17 +63,17 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
         return task
     }
 
-    /// Cancels an inner task (a caller cancelled its own request), on the delegate queue, in
-    /// order with this transport's handling of the task's events.
+    /// Cancels an inner task (a caller cancelled its own request), from a thread of its own:
+    /// `cancel()` `sync`s onto the work queue, where the transport's callbacks may be running.
     ///
     /// corelibs' `cancel()` racing with the transfer's own end can report that end twice (a
-    /// `fatalError` in `URLSession.behaviour(for:)`), for plain sessions too. Neither this queue
-    /// nor waiting for the task's work queue after the cancel made that race go away when
-    /// dozens of transfers were cancelled at once (2 to 6 crashes in 40 stress runs); that is
-    /// why a session's invalidation abandons its transfers instead of cancelling them (see
-    /// `Pipeline`). One caller's cancel is as exposed as with a plain session.
+    /// `fatalError` in `URLSession.behaviour(for:)`), for plain sessions too. Neither cancelling
+    /// on the delegate queue nor waiting for the task's work queue after the cancel made that
+    /// race go away when dozens of transfers were cancelled at once (2 to 6 crashes in 40
+    /// stress runs); that is why a session's invalidation abandons its transfers instead of
+    /// cancelling them (see `Pipeline`). One caller's cancel is as exposed as with a plain session.
     func cancel(_ task: URLSessionTask) {
-        delegateQueue.addOperation { task.cancel() }
+        DispatchQueue.global().async { task.cancel() }
     }
 
     private func events(for task: URLSessionTask) -> (any TransportEvents)? {
@@ -101,14 +104,21 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
     /// resends the request with the credential itself). So the inner task is stopped here and
     /// its end reported as the normal end of the 401 response.
     func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge, completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+        var disposition = URLSession.AuthChallengeDisposition.performDefaultHandling
         #if canImport(FoundationNetworking)
         if (challenge.failureResponse as? HTTPURLResponse)?.statusCode == 401 {
             lock.withLock { _ = handedOver.insert(task.taskIdentifier) }
-            completionHandler(.cancelAuthenticationChallenge, nil)
-            return
+            disposition = .cancelAuthenticationChallenge
         }
         #endif
-        completionHandler(.performDefaultHandling, nil)
+        // corelibs answers by cancelling or suspending the task, a `sync` onto the work queue.
+        if Platform.isOnSessionWorkQueue {
+            // Called once, from that one thread; corelibs' handler locks what it touches.
+            nonisolated(unsafe) let answer = completionHandler
+            DispatchQueue.global().async { [disposition] in answer(disposition, nil) }
+        } else {
+            completionHandler(disposition, nil)
+        }
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
