@@ -19,23 +19,7 @@ enum LatencyBenchmark {
         let (server, base) = try ServerProcess.start()
         defer { server.terminate() }
         let url = base.appendingPathComponent("small")
-
-        let authenticator = OAuth2Authenticator(
-            origins: [base],
-            store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
-            refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
-        )
-        let configurations = [
-            Configuration(name: "plain URLSession", session: URLSession(configuration: .default)),
-            Configuration(name: "manager, no interceptors", session: URLTaskManager().session),
-            Configuration(name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
-            // A bearer header on every request and a refresh reactor that holds new tasks, so
-            // the manager also keeps the per-host queue.
-            Configuration(name: "manager, OAuth2 bearer + refresh", session: URLTaskManager(
-                interceptors: [BearerInterceptor(authenticator: authenticator)],
-                reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
-            ).session),
-        ]
+        let configurations = makeConfigurations(base: base)
         defer { for configuration in configurations { configuration.session.finishTasksAndInvalidate() } }
 
         // Warm up: connections, caches, lazy initialisation.
@@ -67,6 +51,49 @@ enum LatencyBenchmark {
         for (level, count) in concurrency.enumerated() {
             report("\(count) concurrent GETs", configurations, concurrentRounds[level])
         }
+    }
+
+    /// The configurations compared, plain URLSession first.
+    static func makeConfigurations(base: URL) -> [Configuration] {
+        let authenticator = OAuth2Authenticator(
+            origins: [base],
+            store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
+            refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
+        )
+        return [
+            Configuration(name: "plain URLSession", session: URLSession(configuration: .default)),
+            Configuration(name: "manager, no interceptors", session: URLTaskManager().session),
+            Configuration(name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
+            // A bearer header on every request and a refresh reactor that holds new tasks, so
+            // the manager also keeps the per-host queue.
+            Configuration(name: "manager, OAuth2 bearer + refresh", session: URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: authenticator)],
+                reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
+            ).session),
+        ]
+    }
+
+    /// One configuration alone, `concurrency` GETs at a time for `seconds`, for a profiler:
+    /// `perf record -e cpu-clock -g .build/release/Benchmarks profile 1 200 10`.
+    static func profile(configuration index: Int, concurrency: Int, seconds: Double) async throws {
+        let (server, base) = try ServerProcess.start()
+        defer { server.terminate() }
+        let url = base.appendingPathComponent("small")
+        let configurations = makeConfigurations(base: base)
+        guard configurations.indices.contains(index) else {
+            print("configurations: " + configurations.enumerated().map { "\($0.offset) \($0.element.name)" }.joined(separator: ", "))
+            return
+        }
+        let session = configurations[index].session
+        let start = Usage.now
+        var requests = 0
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if concurrency <= 1 { try await get(session, url) } else { try await concurrent(session, url, count: concurrency) }
+            requests += max(concurrency, 1)
+        }
+        let figures = Usage.perRequest(since: start, requests: requests)
+        print("\(configurations[index].name): \(requests) GETs, per request: wall \(figures.wallMilliseconds) ms, CPU \(figures.cpuMilliseconds) ms, \(figures.contextSwitches) context switches")
     }
 
     static func get(_ session: URLSession, _ url: URL) async throws {

@@ -51,9 +51,14 @@ enum Platform {
     static func facts(for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self) -> OuterTaskFacts {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
-        let session = Reflection.unwrapOptional(Reflection.child(task, "session"))
-        let workQueue = Reflection.child(task, "workQueue") as? DispatchQueue
-        let delivery = session.map { behaviourDelivery(session: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
+        let field = Reflection.child(task, "session")
+        // A cast sees through the field's Optional; only another kind of session needs the Mirror.
+        let managed = field as? ManagedURLSession
+        let session = managed ?? Reflection.unwrapOptional(field)
+        // A manager's session found its work queue and task registry once, when it was made.
+        let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
+        let registry = managed?.foundTaskRegistry ?? session.flatMap { Reflection.child($0, "taskRegistry") }
+        let delivery = registry.map { behaviourDelivery(registry: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
         var body = RequestBodySource(request: request)
         var missing = false
         var fromDelegate = false
@@ -70,7 +75,7 @@ enum Platform {
         }
         var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.bodyFromDelegate = fromDelegate
-        facts.pipeline = (session as? ManagedURLSession)?.pipeline
+        facts.pipeline = managed?.pipeline
         return facts
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls
@@ -179,21 +184,17 @@ enum Platform {
     }()
 
     #if canImport(FoundationNetworking)
-    /// Reads `session.taskRegistry.behaviours[taskIdentifier]` and maps its case name.
-    private static func behaviourDelivery(session: Any, taskIdentifier: Int) -> BodyDelivery {
+    /// Reads `session.taskRegistry.behaviours[taskIdentifier]`: `callDelegate`, the one case
+    /// without a payload, streams; the completion-handler cases buffer.
+    private static func behaviourDelivery(registry: Any, taskIdentifier: Int) -> BodyDelivery {
         // One key is looked up in place: `as? [Int: Any]` would convert every live task's entry,
         // O(live tasks) for every task started.
-        guard let registry = Reflection.child(session, "taskRegistry"),
-              let behaviours = Reflection.child(registry, "behaviours") as? any IntKeyedDictionary,
+        guard let behaviours = Reflection.child(registry, "behaviours") as? any IntKeyedDictionary,
               let behaviour = behaviours.value(forKey: taskIdentifier)
         else { return .buffer }
-        let name = Mirror(reflecting: behaviour).children.first?.label ?? String(describing: behaviour)
-        if name == "callDelegate" {
-            // Without a task delegate on the session, corelibs drops chunks anyway; streaming
-            // costs nothing and keeps memory flat.
-            return .stream
-        }
-        return .buffer
+        // Without a task delegate on the session, corelibs drops chunks anyway; streaming
+        // costs nothing and keeps memory flat.
+        return Mirror(reflecting: behaviour).children.isEmpty ? .stream : .buffer
     }
 
     /// Maps corelibs' internal `URLSessionTask._Body` (`none`, `data(DispatchData)`,
@@ -226,12 +227,20 @@ enum Platform {
 /// `finishTasksAndInvalidate()` lets every task it accepted finish, then releases the inner
 /// session. Released without invalidation, it releases the pipeline too (no task of it can be
 /// running then: a running task keeps its session).
-final class ManagedURLSession: URLSession, @unchecked Sendable {  // restated from URLSession (its state is confined to its work queue); adds only an immutable Sendable `let`.
+final class ManagedURLSession: URLSession, @unchecked Sendable {  // restated from URLSession (its state is confined to its work queue); adds an immutable `let` and two fields written only in init.
     let pipeline: Pipeline
+    /// corelibs' work queue of this session, found once: `Platform.facts` reads it for every task.
+    /// (Named apart from corelibs' own `workQueue`, which the reflection below looks for.)
+    private(set) var foundWorkQueue: DispatchQueue?
+    /// corelibs' task registry of this session (a class, never replaced), found once; its
+    /// contents are read only on the work queue.
+    private(set) var foundTaskRegistry: Any?
 
     init(configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline) {
         self.pipeline = pipeline
         super.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
+        foundWorkQueue = Reflection.child(self, "workQueue") as? DispatchQueue
+        foundTaskRegistry = Reflection.child(self, "taskRegistry")
     }
 
     deinit {
@@ -290,11 +299,30 @@ extension Dictionary: IntKeyedDictionary where Key == Int {
 
 /// Minimal `Mirror` helpers for reading a stored property by name through a class hierarchy.
 enum Reflection {
+    /// The stored property `label` of `value`, looked for in its class and then its superclasses.
+    ///
+    /// The first read of a label on a type walks the fields by name; later reads go straight to
+    /// the remembered field (a `Mirror` builds each child it visits, with a type-metadata lookup
+    /// by mangled name, which made this walk a tenth of the bridge's CPU time per task).
     static func child(_ value: Any, _ label: String) -> Any? {
+        let key = FieldPlaces.Key(type: ObjectIdentifier(type(of: value)), label: label)
+        if let place = FieldPlaces.shared.place(for: key) {
+            var mirror: Mirror? = Mirror(reflecting: value)
+            for _ in 0..<place.depth { mirror = mirror?.superclassMirror }
+            if let children = mirror?.children, place.offset < children.count {
+                let child = children[children.index(children.startIndex, offsetBy: place.offset)]
+                if child.label == label { return child.value }
+            }
+        }
         var mirror: Mirror? = Mirror(reflecting: value)
+        var depth = 0
         while let current = mirror {
-            if let match = current.children.first(where: { $0.label == label }) { return match.value }
+            for (offset, child) in current.children.enumerated() where child.label == label {
+                FieldPlaces.shared.remember(FieldPlaces.Place(depth: depth, offset: offset), for: key)
+                return child.value
+            }
             mirror = current.superclassMirror
+            depth += 1
         }
         return nil
     }
@@ -304,5 +332,30 @@ enum Reflection {
         let mirror = Mirror(reflecting: value)
         guard mirror.displayStyle == .optional else { return value }
         return mirror.children.first.map { unwrapOptional($0.value) } ?? nil
+    }
+}
+
+/// Where ``Reflection/child(_:_:)`` found a field of a type: which superclass level, which child.
+private final class FieldPlaces: @unchecked Sendable {  // `places` is guarded by `lock`.
+    struct Key: Hashable {
+        let type: ObjectIdentifier
+        let label: String
+    }
+
+    struct Place {
+        let depth: Int
+        let offset: Int
+    }
+
+    static let shared = FieldPlaces()
+    private let lock = NSLock()
+    private var places: [Key: Place] = [:]
+
+    func place(for key: Key) -> Place? {
+        lock.withLock { places[key] }
+    }
+
+    func remember(_ place: Place, for key: Key) {
+        lock.withLock { places[key] = place }
     }
 }

@@ -166,6 +166,22 @@ final class PlatformPinTests: XCTestCase {
         XCTAssertNotNil(Platform.nativeHTTPProtocol, "the native HTTP protocol (for download tasks) is not found")
     }
 
+    /// A manager's session reads its work queue and task registry once, when it is made, and
+    /// the transport's callbacks run on the inner session's work queue, which every session's
+    /// work queue shares: the bridge calls the caller's client from there.
+    func testManagedSessionFindsItsInternalsAndTransportCallbacksShareTheWorkQueue() throws {
+        let session = URLTaskManager().session
+        defer { session.invalidateAndCancel() }
+        let managed = try XCTUnwrap(session as? ManagedURLSession)
+        XCTAssertNotNil(managed.foundWorkQueue, "the session's workQueue is no longer found")
+        XCTAssertNotNil(managed.foundTaskRegistry, "the session's taskRegistry is no longer found")
+        let inner: URLSession = managed.pipeline.transport.session
+        let innerQueue = try XCTUnwrap(Reflection.child(inner, "workQueue") as? DispatchQueue)
+        XCTAssertTrue(inner.delegateQueue.underlyingQueue === innerQueue, "transport callbacks no longer run on the inner work queue")
+        XCTAssertTrue(innerQueue.sync { Platform.isOnSessionWorkQueue })
+        XCTAssertFalse(Platform.isOnSessionWorkQueue)
+    }
+
     func testReflectionRecoversUploadBodies() async throws {
         let session = pinSession()
         let payload = Data(GeneratedBody.bytes(offset: 0, count: 70_000))
