@@ -62,6 +62,8 @@ enum LatencyBenchmark {
         )
         return [
             Configuration(name: "plain URLSession", session: URLSession(configuration: .default)),
+            // The floor of any URLProtocol over an inner URLSession (see ForwardingProtocol).
+            Configuration(name: "bare forwarding URLProtocol", session: ForwardingProtocol.makeSession()),
             Configuration(name: "manager, no interceptors", session: URLTaskManager().session),
             Configuration(name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
             // A bearer header on every request and a refresh reactor that holds new tasks, so

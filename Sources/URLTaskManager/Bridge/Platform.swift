@@ -58,7 +58,9 @@ enum Platform {
         // A manager's session found its work queue and task registry once, when it was made.
         let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
         let registry = managed?.foundTaskRegistry ?? session.flatMap { Reflection.child($0, "taskRegistry") }
-        let delivery = registry.map { behaviourDelivery(registry: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
+        // With no delegate to stream to, corelibs either hands the body to a completion handler
+        // (which must have it whole) or drops it: buffering serves both, without reading the registry.
+        let delivery = task.delegate == nil ? .buffer : registry.map { behaviourDelivery(registry: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
         var body = RequestBodySource(request: request)
         var missing = false
         var fromDelegate = false
@@ -192,8 +194,6 @@ enum Platform {
         guard let behaviours = Reflection.child(registry, "behaviours") as? any IntKeyedDictionary,
               let behaviour = behaviours.value(forKey: taskIdentifier)
         else { return .buffer }
-        // Without a task delegate on the session, corelibs drops chunks anyway; streaming
-        // costs nothing and keeps memory flat.
         return Mirror(reflecting: behaviour).children.isEmpty ? .stream : .buffer
     }
 
