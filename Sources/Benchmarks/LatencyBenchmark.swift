@@ -46,7 +46,7 @@ enum LatencyBenchmark {
         }
 
         print("URLTaskManager benchmarks: \(ProcessInfo.processInfo.activeProcessorCount) cores, server in a child process on 127.0.0.1, GET of a 2-byte body")
-        print("medians of \(rounds) interleaved rounds, per request; ratio = manager / plain URLSession in this run\n")
+        print("medians of \(rounds) interleaved rounds, per request; ratio = configuration / plain URLSession in this run\n")
         report("\(sequentialCount) sequential GETs", configurations, sequentialRounds)
         for (level, count) in concurrency.enumerated() {
             report("\(count) concurrent GETs", configurations, concurrentRounds[level])
