@@ -40,7 +40,9 @@ public protocol URLTaskReactor: Sendable {
     var configuration: URLTaskReactorConfiguration { get }
 
     /// Whether this outcome needs this reactor. Called for every response head and transport
-    /// error, so keep it cheap and synchronous.
+    /// error, so keep it cheap and synchronous. On Linux it runs on the queue URLSession uses for
+    /// every session's bookkeeping: create, resume or cancel no URLSession task from here (a
+    /// `sync` onto that queue), and never block.
     func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool
 
     /// The work: refresh a token, wait out a back-off, reset a connection. Throwing fails
@@ -61,7 +63,8 @@ public protocol URLTaskReactor: Sendable {
     /// to headers older than ``currentCredentialVersion()`` is late (the task is sent again
     /// without running the work), a task about to leave with older headers is intercepted
     /// again, and a task sent again with the current version that meets the same reaction gets
-    /// the server's answer. Called without any lock held; keep it cheap and synchronous.
+    /// the server's answer. Called without any lock held; keep it cheap and synchronous, and, as
+    /// for ``shouldReact(to:of:)``, create or cancel no URLSession task from here.
     func credentialVersion(of task: URLTask) -> Int?
 
     /// The current version of the state this reactor's work renews; `nil`, the default, when the
