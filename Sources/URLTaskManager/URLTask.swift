@@ -27,9 +27,11 @@ public struct URLTask: Sendable, Identifiable {
     /// was applied), reset on every attempt.
     public var values: URLTaskValues
 
-    init(id: ID, originalRequest: URLRequest, attempt: Int) {
+    /// `request` is where the interceptors start: the caller's request, or the request a
+    /// followed redirect or an answered authentication challenge sends instead.
+    init(id: ID, originalRequest: URLRequest, attempt: Int, request: URLRequest? = nil) {
         self.id = id
-        self.request = originalRequest
+        self.request = request ?? originalRequest
         self.originalRequest = originalRequest
         self.attempt = attempt
         self.values = URLTaskValues()

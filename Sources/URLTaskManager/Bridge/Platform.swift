@@ -43,6 +43,10 @@ struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; t
     /// The pipeline of the session that created the task, and only that one: `nil` if the
     /// session is gone from under it (it cannot be while the task lives) or the platform hid it.
     var pipeline: Pipeline?
+    /// The session that created the task, where the bridge itself asks the caller's delegate
+    /// about redirects and authentication challenges (corelibs cannot take either from a
+    /// custom protocol); `nil` where the platform does that itself.
+    var session: URLSession?
 }
 
 enum Platform {
@@ -78,6 +82,7 @@ enum Platform {
         var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.bodyFromDelegate = fromDelegate
         facts.pipeline = managed?.pipeline
+        facts.session = managed
         return facts
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls

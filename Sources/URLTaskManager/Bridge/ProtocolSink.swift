@@ -26,12 +26,15 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     /// Whether `queue` is the session's work queue (the facts found it), so that code running
     /// serialized with it may call the client directly.
     private let mayCallInline: Bool
+    /// The caller's session, whose delegate the sink asks about redirects and challenges.
+    private let session: URLSession?
 
     init(urlProtocol: URLProtocol, client: any URLProtocolClient, facts: OuterTaskFacts) {
         self.urlProtocol = urlProtocol
         self.client = client
         self.queue = facts.workQueue ?? DispatchQueue(label: "URLTaskManager.ProtocolSink")
         self.mayCallInline = facts.workQueue != nil
+        self.session = facts.session
         self.state = .open(buffer: facts.delivery == .buffer ? Data() : nil)
     }
 
@@ -72,6 +75,37 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
             guard let (urlProtocol, _) = self.takeForCompletion() else { return }
             self.client.urlProtocol(urlProtocol, didFailWithError: error)
         }
+    }
+
+    var answersChallenges: Bool { session != nil }
+
+    /// Asks the caller's delegate, as a plain session would: the task's own delegate, then the
+    /// session's (corelibs' default implementation passes it on), on the session's delegate
+    /// queue, with the caller's session and task. Without a delegate the redirect is followed.
+    func redirect(_ response: HTTPURLResponse, to request: URLRequest, answer: @escaping @Sendable (URLRequest?) -> Void) {
+        guard let (session, task, found) = callerDelegate() else { return answer(request) }
+        // Called on the session's delegate queue, where URLSession calls its delegates.
+        nonisolated(unsafe) let delegate = found
+        session.delegateQueue.addOperation {
+            delegate.urlSession(session, task: task, willPerformHTTPRedirection: response, newRequest: request, completionHandler: answer)
+        }
+    }
+
+    /// Asks the caller's delegate about `challenge`, as for ``redirect(_:to:answer:)``. Without
+    /// a delegate the answer is `.performDefaultHandling`.
+    func challenge(_ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+        guard let (session, task, found) = callerDelegate() else { return answer(.performDefaultHandling, nil) }
+        // Called on the session's delegate queue, where URLSession calls its delegates.
+        nonisolated(unsafe) let delegate = found
+        session.delegateQueue.addOperation {
+            delegate.urlSession(session, task: task, didReceive: challenge, completionHandler: answer)
+        }
+    }
+
+    /// The caller's session, task and delegate, while the task is still open.
+    private func callerDelegate() -> (URLSession, URLSessionTask, any URLSessionTaskDelegate)? {
+        guard let session, let task = lock.withLock({ urlProtocol?.task }), let delegate = task.delegate else { return nil }
+        return (session, task, delegate)
     }
 
     /// Runs `event` serialized with the work queue, after every event before it.
@@ -125,3 +159,4 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
         urlProtocol.task?.state == .canceling
     }
 }
+

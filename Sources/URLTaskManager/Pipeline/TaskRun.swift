@@ -15,6 +15,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     /// The batch's flush count when the interceptor that returned last began deciding.
     private var decidedUnderFlushes = 0
     private var bodyUsed = false
+    /// Where the interceptors start on each attempt: the caller's request, or what a followed
+    /// redirect or an answered challenge sends instead.
+    private var base: URLRequest
+    /// Challenges of this task the caller's side answered with a credential that failed.
+    private var challengeFailures = 0
     /// Replaced once, in ``start()``, by a replayable copy when it is a stream.
     private var body: RequestBodySource
     private let sink: any TaskSink
@@ -23,6 +28,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     init(id: URLTask.ID, request: URLRequest, body: RequestBodySource, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
         self.task = URLTask(id: id, originalRequest: request, attempt: 1)
+        self.base = request
         self.body = body
         self.sink = sink
         self.pipeline = pipeline
@@ -105,7 +111,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             decideHeaders()
         case .reintercept:
             perform(lock.withLock {
-                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt)
+                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base)
                 return machine.headersStale()
             })
         case .fail:
@@ -128,8 +134,24 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     func transportDidReceive(response: URLResponse) {
-        let reactor = (response as? HTTPURLResponse).flatMap { chooseReactor(for: .response($0)) }
-        perform(lock.withLock { machine.transportReceived(response: response, reactor: reactor) })
+        let http = response as? HTTPURLResponse
+        let reactor = http.flatMap { chooseReactor(for: .response($0)) }
+        let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
+        perform(lock.withLock { machine.transportReceived(response: response, reactor: reactor, challenge: challenge) })
+    }
+
+    /// The transfer met a redirect; the inner session waits for `decide`, which is always told
+    /// not to follow: the pipeline follows a redirect itself, through the interceptors.
+    func transportWillRedirect(_ response: HTTPURLResponse, to newRequest: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void) {
+        let (action, current) = lock.withLock {
+            (machine.redirectReceived(tooMany: Self.tooManyRedirects(task.request)), base)
+        }
+        guard case .consultRedirect = action else { return decide(nil) }
+        let proposed = Redirect.request(following: response, to: newRequest, from: current)
+        sink.redirect(response, to: proposed) { [self] answer in
+            perform(lock.withLock { machine.redirectAnswered(answer) })
+            decide(nil)
+        }
     }
 
     func transportDidReceive(data: Data) {
@@ -161,7 +183,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             lock.withLock {
                 if task.attempt != machine.attempt {
                     // A requeue starts the interceptors again from the caller's request.
-                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt)
+                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base)
                 }
             }
             decideHeaders()
@@ -225,7 +247,54 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .abandon:
             lock.withLock { running }?.cancel()
             pipeline.taskEnded(self)
+        case .consultRedirect:
+            preconditionFailure("a redirect is consulted where it is met")
+        case .consultChallenge(let response):
+            consultChallenge(response)
+        case .restart(let request):
+            lock.withLock {
+                // A body on the request replaces the one held; a request with the same method
+                // (a 307, a challenge answered) sends the held body again; a new method, none.
+                let carried = RequestBodySource(request: request)
+                if !carried.isNone {
+                    body = carried
+                    bodyUsed = false
+                } else if request.httpMethod != base.httpMethod {
+                    body = .none
+                    bodyUsed = false
+                }
+                base = request
+                base.httpBody = nil
+                base.httpBodyStream = nil
+                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base)
+            }
+            decideHeaders()
         }
+    }
+
+    /// Asks the caller's side about the challenge of `response` (a 401): a credential sends the
+    /// request again through the pipeline; anything else gives the caller the 401 (without its
+    /// challenge header, which would make the caller's session answer it again) or cancels.
+    private func consultChallenge(_ response: HTTPURLResponse) {
+        let (failures, current) = lock.withLock { (challengeFailures, base) }
+        let storage = pipeline.transport.session.configuration.urlCredentialStorage
+        let challenge = AuthenticationChallenge.make(for: response, previousFailureCount: failures, storage: storage)
+        sink.challenge(challenge) { [self] disposition, credential in
+            let answer = AuthenticationChallenge.answer(disposition, credential: credential, to: challenge, response: response, request: current)
+            perform(lock.withLock {
+                if case .resend = answer { challengeFailures += 1 }
+                return machine.challengeAnswered(answer)
+            })
+        }
+    }
+
+    private static func tooManyRedirects(_ request: URLRequest) -> URLError {
+        var info: [String: Any] = [NSLocalizedDescriptionKey: "too many HTTP redirects"]
+        if let url = request.url {
+            info[NSURLErrorFailingURLErrorKey] = url
+            info[NSURLErrorFailingURLStringErrorKey] = url.absoluteString
+        }
+        return URLError(.httpTooManyRedirects, userInfo: info)
     }
 
     /// Waits at a running reactor's gate, or records the credential stamps and goes on to the

@@ -9,6 +9,32 @@ protocol TaskSink: Sendable {
     func receive(data: Data)
     func finish()
     func fail(_ error: any Error)
+
+    /// Asks the caller's side whether to follow a redirect: `answer` gets the request to
+    /// follow (possibly changed) or `nil` to deliver the redirect response itself. Called once
+    /// per redirect, from any thread; `answer` may be called from any thread.
+    func redirect(_ response: HTTPURLResponse, to request: URLRequest, answer: @escaping @Sendable (URLRequest?) -> Void)
+
+    /// Asks the caller's side how to answer the HTTP authentication challenge of a 401.
+    func challenge(_ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void)
+
+    /// Whether a 401 challenge must be answered before the caller sees the response (the
+    /// caller's session would otherwise answer it itself, and resend outside the pipeline).
+    var answersChallenges: Bool { get }
+}
+
+extension TaskSink {
+    /// Follows every redirect, as a session without a delegate does.
+    func redirect(_ response: HTTPURLResponse, to request: URLRequest, answer: @escaping @Sendable (URLRequest?) -> Void) {
+        answer(request)
+    }
+
+    /// Leaves the challenge unanswered: the caller gets the 401.
+    func challenge(_ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+        answer(.rejectProtectionSpace, nil)
+    }
+
+    var answersChallenges: Bool { false }
 }
 
 extension ProtocolSink: TaskSink {}

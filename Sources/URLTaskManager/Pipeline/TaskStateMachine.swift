@@ -17,6 +17,11 @@
 /// holding reactor's run that has ended since goes back to the gates (``headersStale()``)
 /// instead of out with a stale token; one that meets a run going waits at its gate
 /// (``admissionGated(reactor:)``).
+/// A redirect met while sending is the pipeline's to follow: after the caller's delegate
+/// answers (``redirectAnswered(_:)``) the rest of that transfer is dropped (`redirecting`) and
+/// the task starts again from the gates with the new request (``Action/restart(from:)``). A 401
+/// with an authentication challenge is collected (`challenged`), then the caller's side is
+/// asked (`consultingChallenge`): a credential restarts the task the same way.
 /// Any state but `completed` can be cancelled (the caller cancelled: the session reports it)
 /// or failed before sending (hold timeout, invalidation, a failed reactor run it was gated
 /// on). Each event returns the one action the storage performs once its lock is released.
@@ -70,6 +75,24 @@ struct TaskStateMachine {
         case leaveReactor(reactor: Int)
         /// The caller cancelled before anything was sent: stop the running interceptor, if any.
         case abandon
+        /// Ask the caller's delegate about the redirect the transfer met (the transfer waits).
+        case consultRedirect
+        /// Ask the caller's delegate (or credential storage) about the HTTP authentication
+        /// challenge of this 401.
+        case consultChallenge(HTTPURLResponse)
+        /// Start again from `request` (a followed redirect, a challenge answered with a
+        /// credential): the interceptors run on it as on a resend.
+        case restart(from: URLRequest)
+    }
+
+    /// What the caller's side answered to an HTTP authentication challenge.
+    enum ChallengeAnswer {
+        /// Send this request (the credential applied) through the pipeline again.
+        case resend(URLRequest)
+        /// Give the caller this response (the 401) and the body that came with it.
+        case deliver(URLResponse)
+        /// Complete with this error (the delegate cancelled the challenge).
+        case fail(any Error)
     }
 
     private enum State {
@@ -83,6 +106,13 @@ struct TaskStateMachine {
         /// `whole`: the body may be delivered to the caller, so none of it is dropped.
         case collecting(reactor: Int, response: HTTPURLResponse, body: Data, whole: Bool)
         case reacting(reactor: Int, outcome: URLTaskOutcome, body: Data)
+        /// The transfer met a redirect the pipeline follows itself (`to`), or one too many
+        /// (`to == nil`, failing with `failure`); the rest of the transfer is dropped.
+        case redirecting(to: URLRequest?, failure: (any Error)?)
+        /// A 401 with an authentication challenge: its body is collected, then the caller's
+        /// side is asked.
+        case challenged(response: HTTPURLResponse, body: Data)
+        case consultingChallenge(response: HTTPURLResponse, body: Data)
         case completed
     }
 
@@ -113,6 +143,10 @@ struct TaskStateMachine {
     /// Per reactor: whether this task was already sent again after one of its runs succeeded.
     private var requeuedBy: [Bool]
     private(set) var attempt = 1
+    /// Redirects met so far; past ``maximumRedirects`` the task fails, as URLSession's do.
+    private var redirects = 0
+    /// URLSession's own limit (20, as on Darwin).
+    static let maximumRedirects = 20
     /// Whether the current attempt's headers were not decided by the interceptors (a requeue
     /// without them): admission stamps them when the task is about to leave.
     private(set) var needsRestamp = false
@@ -231,13 +265,18 @@ struct TaskStateMachine {
         return .fail(error)
     }
 
-    /// The response head arrived. `reactor` is the first reactor that wants it, if any.
-    mutating func transportReceived(response: URLResponse, reactor: Int?) -> Action {
+    /// The response head arrived. `reactor` is the first reactor that wants it, if any;
+    /// `challenge` says it is a 401 whose authentication challenge the caller's side answers.
+    mutating func transportReceived(response: URLResponse, reactor: Int?, challenge: Bool = false) -> Action {
         guard case .sending = state else { return .none }
         if let reactor, let http = response as? HTTPURLResponse {
             // Kept whole when it may reach the caller: never a truncated body without an error.
             let whole = reactors[reactor].delivers || requeuedBy[reactor]
             state = .collecting(reactor: reactor, response: http, body: Data(), whole: whole)
+            return .none
+        }
+        if challenge, let http = response as? HTTPURLResponse {
+            state = .challenged(response: http, body: Data())
             return .none
         }
         state = .receiving
@@ -257,8 +296,50 @@ struct TaskStateMachine {
             }
             state = .collecting(reactor: reactor, response: response, body: body, whole: whole)
             return .none
+        case .challenged(let response, var body):
+            state = .completed  // keep `body` uniquely referenced while appending
+            body.append(data)
+            state = .challenged(response: response, body: body)
+            return .none
         default:
             return .none
+        }
+    }
+
+    /// The transfer met a redirect. Past the limit the task will fail (`tooMany`) when the
+    /// transfer ends; otherwise the caller's delegate is asked (``redirectAnswered(_:)``).
+    mutating func redirectReceived(tooMany: @autoclosure () -> any Error) -> Action {
+        guard case .sending = state else { return .none }
+        redirects += 1
+        if redirects > Self.maximumRedirects {
+            state = .redirecting(to: nil, failure: tooMany())
+            return .none
+        }
+        return .consultRedirect
+    }
+
+    /// The caller's side answered a redirect: follow it with `request` (through the pipeline,
+    /// once the transfer has ended) or, with `nil`, deliver the redirect response itself.
+    mutating func redirectAnswered(_ request: URLRequest?) -> Action {
+        guard case .sending = state, let request else { return .none }
+        state = .redirecting(to: request, failure: nil)
+        return .none
+    }
+
+    /// The caller's side answered an authentication challenge.
+    mutating func challengeAnswered(_ answer: ChallengeAnswer) -> Action {
+        guard case .consultingChallenge(_, let body) = state else { return .none }
+        switch answer {
+        case .resend(let request):
+            attempt += 1
+            state = .gated(gate: nil)
+            return .restart(from: request)
+        case .deliver(let response):
+            state = .completed
+            return .respond(response, body)
+        case .fail(let error):
+            state = .completed
+            return .fail(error)
         }
     }
 
@@ -282,7 +363,22 @@ struct TaskStateMachine {
                 return beginReaction(reactor: reactor, outcome: .failure(error), body: Data())
             }
             return beginReaction(reactor: reactor, outcome: .response(response), body: body)
-        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .completed:
+        case .redirecting(let request?, _):
+            // Whatever became of the rest of the redirect response, the redirect is followed.
+            attempt += 1
+            state = .gated(gate: nil)
+            return .restart(from: request)
+        case .redirecting(nil, let failure):
+            state = .completed
+            return .fail(failure ?? URLError(.httpTooManyRedirects))
+        case .challenged(let response, let body):
+            if let error {
+                state = .completed
+                return .fail(error)
+            }
+            state = .consultingChallenge(response: response, body: body)
+            return .consultChallenge(response)
+        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge, .completed:
             return .none
         }
     }
@@ -330,9 +426,12 @@ struct TaskStateMachine {
         case .awaitingConnection:
             state = .completed
             return .leaveConnectionQueue
-        case .sending, .receiving, .collecting:
+        case .sending, .receiving, .collecting, .redirecting, .challenged:
             state = .completed
             return .cancelTransport
+        case .consultingChallenge:
+            state = .completed
+            return .abandon
         case .reacting(let reactor, _, _):
             state = .completed
             return .leaveReactor(reactor: reactor)
@@ -346,7 +445,7 @@ struct TaskStateMachine {
         case .created, .gated, .intercepting, .held, .awaitingConnection:
             state = .completed
             return .fail(error)
-        case .sending, .receiving, .collecting, .reacting, .completed:
+        case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .completed:
             return .none
         }
     }

@@ -3,6 +3,8 @@ protocol TransportEvents: AnyObject, Sendable {
     func transportDidReceive(response: URLResponse)
     func transportDidReceive(data: Data)
     func transportDidComplete(error: (any Error)?)
+    /// The transfer met a redirect and waits for `decide` (`nil`: do not follow).
+    func transportWillRedirect(_ response: HTTPURLResponse, to request: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void)
 }
 
 /// The inner `URLSession` that does the real HTTP.
@@ -121,12 +123,14 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
         }
     }
 
+    /// Redirects are the pipeline's to follow (through the interceptors, after asking the
+    /// caller's delegate): the task decides, and the inner session then delivers the redirect
+    /// response, which the task drops if it follows.
     func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
-        var request = request
-        if let from = response.url, let to = request.url, !Self.sameOrigin(from, to) {
-            request.setValue(nil, forHTTPHeaderField: "Authorization")
-        }
-        completionHandler(request)
+        // Called once; corelibs' handler hops to the task's own queue itself.
+        nonisolated(unsafe) let completion = completionHandler
+        guard let events = events(for: task) else { return completion(nil) }
+        events.transportWillRedirect(response, to: request) { completion($0) }
     }
 
     /// corelibs lets go of the delegate right after this call, and a task that ends after that
@@ -141,20 +145,5 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
             return Array(routes.values)
         }
         for events in orphans { events.transportDidComplete(error: URLError(.cancelled)) }
-    }
-
-    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
-        a.scheme?.lowercased() == b.scheme?.lowercased()
-            && a.host?.lowercased() == b.host?.lowercased()
-            && effectivePort(a) == effectivePort(b)
-    }
-
-    private static func effectivePort(_ url: URL) -> Int? {
-        if let port = url.port { return port }
-        switch url.scheme?.lowercased() {
-        case "http": return 80
-        case "https": return 443
-        default: return nil
-        }
     }
 }

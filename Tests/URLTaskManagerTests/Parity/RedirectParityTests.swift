@@ -3,8 +3,9 @@ import LoopbackServer
 import URLTaskManager
 import XCTest
 
-/// Redirects are followed by the manager's inner session; the caller sees the same final
-/// response, URL, method and body as with a plain session.
+/// Redirects are followed by the manager's pipeline (the inner session never follows one): the
+/// caller sees the same final response, URL, method and body as with a plain session, and its
+/// delegate is asked about each redirect as a plain session's is.
 final class RedirectParityTests: XCTestCase {
     private var harness: ParityHarness!
     private let codes = [301, 302, 303, 307, 308]
@@ -67,23 +68,27 @@ final class RedirectParityTests: XCTestCase {
             }
             let method = result.plain.header("X-Method") ?? "?"
             let length = result.plain.header("X-Body-Length") ?? "?"
-            XCTAssertParity(result, "POST \(code) -> \(method), body \(length) B")
             XCTAssertEqual(result.manager.status, 200)
+            XCTAssertEqual(result.manager.header("X-Method"), method, "POST \(code)")
             switch code {
             case 303:
+                XCTAssertParity(result, "POST \(code) -> \(method), body \(length) B")
                 XCTAssertEqual(method, "GET", "a 303 turns POST into GET")
                 XCTAssertEqual(length, "0")
             case 307, 308:
                 XCTAssertEqual(method, "POST", "\(code) keeps the method")
+                // The manager resends the body, as RFC 9110 and Apple's URLSession do.
+                XCTAssertEqual(result.manager.header("X-Body-Length"), String(body.count))
+                XCTAssertEqual(result.manager.header("X-Received-Content-Type"), "application/x-www-form-urlencoded")
                 #if canImport(FoundationNetworking)
-                // corelibs resends the POST WITHOUT its body on 307/308 (plain and manager
-                // alike); Apple platforms resend the body.
+                // corelibs resends the POST WITHOUT its body on 307/308; Apple platforms resend it.
                 XCTAssertEqual(length, "0")
+                ParityLog.record("POST \(code) body resent", plain: length, manager: result.manager.header("X-Body-Length") ?? "?")
                 #else
-                XCTAssertEqual(length, String(body.count))
+                XCTAssertParity(result, "POST \(code) -> \(method), body \(length) B")
                 #endif
             default:
-                break
+                XCTAssertParity(result, "POST \(code) -> \(method), body \(length) B")
             }
         }
     }
@@ -112,19 +117,61 @@ final class RedirectParityTests: XCTestCase {
         XCTAssertGreaterThan(result.manager.requestsSeen, 1)
     }
 
-    /// The outcome is the same for a delegate-driven task, but the outer delegate's
-    /// `willPerformHTTPRedirection` is NOT called through a manager: corelibs cannot take a
-    /// redirect from a URLProtocol (`wasRedirectedTo` is a fatalError), so the inner session
-    /// follows it. Documented difference; this test fails the day that changes.
-    func testDelegateSeesFinalResponseButNoRedirectCallback() async throws {
+    /// The caller's delegate is asked about each redirect, with the caller's task, as by a
+    /// plain session.
+    func testDelegateIsAskedAboutEachRedirect() async throws {
         let result = try await harness.both { client in
             let delegate = RecordingDelegate()
-            let (outcome, record, _) = try await client.delegateTask(delegate) { $0.dataTask(with: client.url("/redirect/302/relative")) }
+            let (outcome, record, _) = try await client.delegateTask(delegate) { $0.dataTask(with: client.url("/chain/1")) }
             return [outcome.description, "redirect callbacks: \(record.redirectCount)"]
         }
-        XCTAssertEqual(result.plain[0], result.manager[0], "final response")
-        XCTAssertEqual(result.plain[1], "redirect callbacks: 1")
-        XCTAssertEqual(result.manager[1], "redirect callbacks: 0", "documented difference: the inner session follows redirects")
-        ParityLog.record("delegate 302: willPerformHTTPRedirection calls", plain: result.plain[1], manager: result.manager[1])
+        XCTAssertParity(result, "delegate, 301 -> 302 -> 307 chain")
+        XCTAssertEqual(result.manager[1], "redirect callbacks: 3")
+    }
+
+    /// A delegate that answers `nil` gets the redirect response itself, body included.
+    func testADelegateThatRefusesGetsTheRedirectResponse() async throws {
+        let result = try await harness.both { client in
+            let delegate = RecordingDelegate(redirect: { _ in nil })
+            let (outcome, record, _) = try await client.delegateTask(delegate) { $0.dataTask(with: client.url("/redirect/302/absolute")) }
+            return [outcome.description, "redirect callbacks: \(record.redirectCount)", "target requests: \(harness.server.requestCount(path: client.path("/target")))"]
+        }
+        XCTAssertParity(result, "delegate answers nil to a 302")
+        XCTAssertTrue(result.manager[0].hasPrefix("302"), result.manager[0])
+        XCTAssertEqual(result.manager[2], "target requests: 0")
+    }
+
+    /// The request a delegate answers with is what is sent, and it passes the interceptors
+    /// again, like any resend.
+    func testTheDelegatesRequestIsSentThroughTheInterceptors() async throws {
+        let delegate = RecordingDelegate(redirect: { request in
+            var changed = request
+            changed.setValue("from-delegate", forHTTPHeaderField: "X-Redirected")
+            return changed
+        })
+        let counter = AttemptStampingInterceptor()
+        let manager = URLTaskManager(interceptors: [counter], configuration: ParityHarness.defaultConfiguration(), delegate: delegate)
+        defer { manager.invalidateAndCancel() }
+        let task = manager.session.dataTask(with: harness.server.url(Side.manager.pathPrefix + "/redirect/302/absolute"))
+        task.resume()
+        try await delegate.completion(of: task, timeout: .seconds(10))
+        XCTAssertEqual(delegate.outcome(for: task, side: .manager).status, 200)
+        let seen = harness.server.requests(path: Side.manager.pathPrefix + "/target")
+        XCTAssertEqual(seen.map { $0.headers["X-Redirected"] ?? "none" }, ["from-delegate"])
+        XCTAssertEqual(seen.map { $0.headers["X-Attempt"] ?? "none" }, ["2"], "the interceptors ran again, on attempt 2")
+        XCTAssertEqual(counter.calls, 2)
+    }
+}
+
+/// Counts its calls and stamps the attempt number on the request.
+private final class AttemptStampingInterceptor: URLTaskInterceptor, @unchecked Sendable {  // `count` is guarded by `lock`.
+    private let lock = NSLock()
+    private var count = 0
+    var calls: Int { lock.withLock { count } }
+
+    func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        lock.withLock { count += 1 }
+        task.request.setValue(String(task.attempt), forHTTPHeaderField: "X-Attempt")
+        return .execute
     }
 }

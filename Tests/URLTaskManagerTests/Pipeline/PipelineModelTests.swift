@@ -335,6 +335,8 @@ final class PipelineModelTests: XCTestCase {
                 pending.append(.finished(t))
             case .hold, .releaseBatch, .leaveBatch:
                 violate("task \(t): no interceptor in this model holds")
+            case .consultRedirect, .consultChallenge, .restart:
+                violate("task \(t): no redirect or challenge in this model")
             }
         }
     }

@@ -19,6 +19,9 @@ final class TaskStateMachineTests: XCTestCase {
         case react(reactor: Int, outcome: String, body: Data)
         case leaveBatch(Int)
         case leaveReactor(Int)
+        case consultRedirect
+        case consultChallenge(status: Int)
+        case restart(url: String)
 
         init(_ action: Machine.Action) {
             switch action {
@@ -44,6 +47,9 @@ final class TaskStateMachineTests: XCTestCase {
             case .leaveBatch(let index): self = .leaveBatch(index)
             case .leaveReactor(let reactor): self = .leaveReactor(reactor)
             case .abandon: self = .abandon
+            case .consultRedirect: self = .consultRedirect
+            case .consultChallenge(let response): self = .consultChallenge(status: response.statusCode)
+            case .restart(let request): self = .restart(url: request.url?.absoluteString ?? "")
             }
         }
     }
@@ -456,5 +462,88 @@ final class TaskStateMachineTests: XCTestCase {
                 XCTAssertEqual(step, .none, "\(ending): \(event) must be ignored")
             }
         }
+    }
+
+    // MARK: Redirects and challenges
+
+    static let elsewhere = URLRequest(url: URL(string: "http://127.0.0.1/elsewhere")!)
+
+    func testAFollowedRedirectDropsTheRestOfTheTransferAndStartsAgainThroughTheGates() {
+        var m = Self.sending()
+        XCTAssertEqual(Step(m.redirectReceived(tooMany: URLError(.httpTooManyRedirects))), .consultRedirect)
+        XCTAssertEqual(Step(m.redirectAnswered(Self.elsewhere)), .none)
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(302), reactor: nil)), .none, "the 302 is not the caller's")
+        XCTAssertEqual(Step(m.transportReceived(data: Data("moved".utf8))), .none)
+        XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: nil)), .restart(url: "http://127.0.0.1/elsewhere"))
+        XCTAssertEqual(m.attempt, 2)
+        XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0), "the interceptors run on the redirected request")
+    }
+
+    func testARefusedRedirectDeliversTheRedirectResponse() {
+        var m = Self.sending()
+        _ = m.redirectReceived(tooMany: URLError(.httpTooManyRedirects))
+        XCTAssertEqual(Step(m.redirectAnswered(nil)), .none)
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(302), reactor: nil)), .forwardResponse(status: 302))
+        XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: nil)), .finish)
+    }
+
+    func testTheTwentyFirstRedirectFailsTheTaskWhenItsTransferEnds() {
+        var m = Machine(interceptorCount: 0)
+        _ = m.start()
+        _ = m.gateOpened()
+        _ = m.connectionGranted()
+        for hop in 1...Machine.maximumRedirects {
+            XCTAssertEqual(Step(m.redirectReceived(tooMany: URLError(.httpTooManyRedirects))), .consultRedirect, "redirect \(hop)")
+            _ = m.redirectAnswered(Self.elsewhere)
+            _ = m.transportCompleted(error: nil, reactor: nil)
+            _ = m.gateOpened()
+            _ = m.connectionGranted()
+        }
+        XCTAssertEqual(Step(m.redirectReceived(tooMany: URLError(.httpTooManyRedirects))), .none, "not asked about one too many")
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(302), reactor: nil)), .none)
+        XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: nil)), .fail(String(describing: URLError(.httpTooManyRedirects))))
+        XCTAssertTrue(m.isCompleted)
+    }
+
+    func testAChallengeCollectsTheBodyThenAsksAndResendsWithTheCredential() {
+        var m = Self.sending()
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(401), reactor: nil, challenge: true)), .none)
+        XCTAssertEqual(Step(m.transportReceived(data: Data("denied".utf8))), .none)
+        XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: nil)), .consultChallenge(status: 401))
+        XCTAssertEqual(Step(m.challengeAnswered(.resend(Self.elsewhere))), .restart(url: "http://127.0.0.1/elsewhere"))
+        XCTAssertEqual(m.attempt, 2)
+    }
+
+    func testAnUnansweredChallengeDeliversThe401WithItsBodyAndACancelledOneFails() {
+        var delivered = Self.sending()
+        _ = delivered.transportReceived(response: Self.response(401), reactor: nil, challenge: true)
+        _ = delivered.transportReceived(data: Data("denied".utf8))
+        _ = delivered.transportCompleted(error: nil, reactor: nil)
+        XCTAssertEqual(Step(delivered.challengeAnswered(.deliver(Self.response(401)))), .respond(status: 401, body: Data("denied".utf8)))
+
+        var cancelled = Self.sending()
+        _ = cancelled.transportReceived(response: Self.response(401), reactor: nil, challenge: true)
+        _ = cancelled.transportCompleted(error: nil, reactor: nil)
+        XCTAssertEqual(Step(cancelled.challengeAnswered(.fail(URLError(.cancelled)))), .fail(String(describing: URLError(.cancelled))))
+    }
+
+    func testAReactorThatWantsThe401TakesItBeforeTheChallenge() {
+        var m = Self.sending()
+        _ = m.transportReceived(response: Self.response(401), reactor: 0, challenge: true)
+        XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: 0)), .react(reactor: 0, outcome: "response(401)", body: Data()))
+    }
+
+    func testCancellingDuringARedirectOrAChallengeEndsOnce() {
+        var redirecting = Self.sending()
+        _ = redirecting.redirectReceived(tooMany: URLError(.httpTooManyRedirects))
+        _ = redirecting.redirectAnswered(Self.elsewhere)
+        XCTAssertEqual(Step(redirecting.cancel()), .cancelTransport)
+        XCTAssertEqual(Step(redirecting.transportCompleted(error: nil, reactor: nil)), .none)
+
+        var consulting = Self.sending()
+        _ = consulting.transportReceived(response: Self.response(401), reactor: nil, challenge: true)
+        _ = consulting.transportCompleted(error: nil, reactor: nil)
+        XCTAssertEqual(Step(consulting.cancel()), .abandon, "the transfer has ended: nothing to stop")
+        XCTAssertEqual(Step(consulting.challengeAnswered(.resend(Self.elsewhere))), .none, "an answer after the cancel is ignored")
     }
 }

@@ -53,6 +53,8 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
     let bodyStream: (@Sendable () -> InputStream?)?
     /// Answers authentication challenges; nil means `.performDefaultHandling`.
     let challenge: (@Sendable (URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?))?
+    /// Answers redirects (the request to follow, or nil); nil follows the proposed request.
+    let redirect: (@Sendable (URLRequest) -> URLRequest?)?
     /// Fulfilled by `didBecomeInvalidWithError`.
     let invalidated = Latch<Int>("didBecomeInvalidWithError")
 
@@ -67,9 +69,11 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
         disposition: URLSession.ResponseDisposition = .allow,
         bodyStream: (@Sendable () -> InputStream?)? = nil,
         challenge: (@Sendable (URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?))? = nil,
+        redirect: (@Sendable (URLRequest) -> URLRequest?)? = nil,
         onFirstData: (@Sendable (URLSessionDataTask) -> Void)? = nil
     ) {
         self.challenge = challenge
+        self.redirect = redirect
         self.handling = handling
         self.disposition = disposition
         self.bodyStream = bodyStream
@@ -171,7 +175,7 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
             $0.redirectCount += 1
             $0.events.append("redirect")
         }
-        completionHandler(request)
+        completionHandler(redirect.map { $0(request) } ?? request)
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge, completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {

@@ -1,0 +1,126 @@
+/// HTTP authentication challenges (a 401 with `WWW-Authenticate: Basic`), answered inside the
+/// pipeline.
+///
+/// Left to the caller's session, corelibs answers the challenge itself and resends the request
+/// through its own protocol, past the interceptors and reactors; without a credential it never
+/// completes the task on Swift 6.3.1. So the bridge asks the caller's delegate before the 401
+/// reaches the session: a credential sends the request again through the pipeline, with its
+/// `Authorization: Basic` header; otherwise the caller gets the 401, without the
+/// `WWW-Authenticate` header that would make its session challenge again.
+enum AuthenticationChallenge {
+    /// Whether `response` is a 401 with a challenge corelibs would raise (Basic or Digest).
+    static func isChallenge(_ response: HTTPURLResponse) -> Bool {
+        guard response.statusCode == 401 else { return false }
+        return schemeAndRealm(response) != nil
+    }
+
+    /// The challenge the caller's delegate sees: the protection space of the response's
+    /// origin and realm, proposing the credential storage's default for it, if any.
+    static func make(for response: HTTPURLResponse, previousFailureCount: Int, storage: URLCredentialStorage?) -> URLAuthenticationChallenge {
+        let (method, realm) = schemeAndRealm(response) ?? (NSURLAuthenticationMethodHTTPBasic, nil)
+        let url = response.url
+        let scheme = url?.scheme?.lowercased() ?? "http"
+        let space = URLProtectionSpace(
+            host: url?.host ?? "",
+            port: url?.port ?? (scheme == "https" ? 443 : 80),
+            protocol: scheme,
+            realm: realm,
+            authenticationMethod: method
+        )
+        return URLAuthenticationChallenge(
+            protectionSpace: space,
+            proposedCredential: storage?.defaultCredential(for: space),
+            previousFailureCount: previousFailureCount,
+            failureResponse: response,
+            error: nil,
+            sender: UnusedChallengeSender()
+        )
+    }
+
+    /// What the pipeline does with the delegate's answer: resend `request` with a Basic
+    /// credential, deliver the 401, or cancel (as URLSession does for
+    /// `.cancelAuthenticationChallenge` and `.rejectProtectionSpace`).
+    static func answer(
+        _ disposition: URLSession.AuthChallengeDisposition,
+        credential: URLCredential?,
+        to challenge: URLAuthenticationChallenge,
+        response: HTTPURLResponse,
+        request: URLRequest
+    ) -> TaskStateMachine.ChallengeAnswer {
+        let chosen: URLCredential?
+        switch disposition {
+        case .useCredential:
+            chosen = credential
+        case .performDefaultHandling:
+            // As URLSession: the stored default, once; after it failed, the 401.
+            chosen = challenge.previousFailureCount == 0 ? challenge.proposedCredential : nil
+        case .cancelAuthenticationChallenge, .rejectProtectionSpace:
+            return .fail(cancelled(request))
+        @unknown default:
+            chosen = nil
+        }
+        guard let chosen, let user = chosen.user, let password = chosen.password,
+              challenge.protectionSpace.authenticationMethod == NSURLAuthenticationMethodHTTPBasic
+        else { return .deliver(withoutChallenge(response)) }
+        var resend = request
+        resend.setValue("Basic " + Data("\(user):\(password)".utf8).base64EncodedString(), forHTTPHeaderField: "Authorization")
+        return .resend(resend)
+    }
+
+    /// `response` without its `WWW-Authenticate` header.
+    static func withoutChallenge(_ response: HTTPURLResponse) -> HTTPURLResponse {
+        var fields: [String: String] = [:]
+        for (name, value) in response.allHeaderFields {
+            guard let name = name as? String, let value = value as? String,
+                  name.caseInsensitiveCompare("WWW-Authenticate") != .orderedSame
+            else { continue }
+            fields[name] = value
+        }
+        guard let url = response.url,
+              let stripped = HTTPURLResponse(url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: fields)
+        else { return response }
+        return stripped
+    }
+
+    private static func cancelled(_ request: URLRequest) -> URLError {
+        var info: [String: Any] = [NSLocalizedDescriptionKey: "cancelled"]
+        if let url = request.url {
+            info[NSURLErrorFailingURLErrorKey] = url
+            info[NSURLErrorFailingURLStringErrorKey] = url.absoluteString
+        }
+        return URLError(.cancelled, userInfo: info)
+    }
+
+    /// The authentication method and realm of the first Basic or Digest challenge.
+    private static func schemeAndRealm(_ response: HTTPURLResponse) -> (String, String?)? {
+        guard let header = response.value(forHTTPHeaderField: "WWW-Authenticate") else { return nil }
+        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        let scheme = trimmed.prefix { !$0.isWhitespace }.lowercased()
+        let method: String
+        switch scheme {
+        case "basic": method = NSURLAuthenticationMethodHTTPBasic
+        case "digest": method = NSURLAuthenticationMethodHTTPDigest
+        default: return nil
+        }
+        var realm: String?
+        if let range = trimmed.range(of: "realm=", options: .caseInsensitive) {
+            let rest = trimmed[range.upperBound...]
+            if rest.hasPrefix("\"") {
+                realm = String(rest.dropFirst().prefix { $0 != "\"" })
+            } else {
+                realm = String(rest.prefix { $0 != "," && !$0.isWhitespace })
+            }
+        }
+        return (method, realm)
+    }
+}
+
+/// The challenge's sender: URLSession delegates answer through their completion handler, so
+/// nothing ever calls it.
+private final class UnusedChallengeSender: NSObject, URLAuthenticationChallengeSender {
+    func use(_ credential: URLCredential, for challenge: URLAuthenticationChallenge) {}
+    func continueWithoutCredential(for challenge: URLAuthenticationChallenge) {}
+    func cancel(_ challenge: URLAuthenticationChallenge) {}
+    func performDefaultHandling(for challenge: URLAuthenticationChallenge) {}
+    func rejectProtectionSpaceAndContinue(with challenge: URLAuthenticationChallenge) {}
+}

@@ -1,0 +1,50 @@
+/// The request a followed redirect sends, built the way the pipeline builds every attempt.
+///
+/// corelibs cannot hand a redirect back to the caller's session from a custom protocol, so
+/// the pipeline follows redirects itself: it asks the caller's delegate (as URLSession would),
+/// then sends the request it answered through the interceptors, like a resend. The proposed
+/// request starts from the request the interceptors last started from, not from what was
+/// sent: a header an interceptor added (a token) is added again only if that interceptor
+/// wants it for the new URL.
+enum Redirect {
+    /// What to propose to the caller's delegate for `response`, whose inner session proposed
+    /// `newRequest`, when the interceptors started from `base`.
+    ///
+    /// The URL and the method are the inner session's (a 303, or a 301/302 after a POST, turns
+    /// into GET). A redirect that keeps the method (307, 308) sends the body again, as
+    /// RFC 9110 and Apple's URLSession do (a plain session on corelibs drops it): the pipeline
+    /// replays the body it holds (see `TaskRun`). The caller's `Authorization` never goes to
+    /// another origin (scheme, host or port).
+    static func request(following response: HTTPURLResponse, to newRequest: URLRequest, from base: URLRequest) -> URLRequest {
+        var request = base
+        request.url = newRequest.url
+        request.mainDocumentURL = newRequest.mainDocumentURL
+        request.httpMethod = newRequest.httpMethod
+        request.httpBody = nil
+        request.httpBodyStream = nil
+        if request.httpMethod != base.httpMethod {
+            // The body is dropped with the method: so are the headers that describe it.
+            request.setValue(nil, forHTTPHeaderField: "Content-Type")
+            request.setValue(nil, forHTTPHeaderField: "Content-Length")
+        }
+        if let from = response.url, let to = newRequest.url, !sameOrigin(from, to) {
+            request.setValue(nil, forHTTPHeaderField: "Authorization")
+        }
+        return request
+    }
+
+    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
+        a.scheme?.lowercased() == b.scheme?.lowercased()
+            && a.host?.lowercased() == b.host?.lowercased()
+            && effectivePort(a) == effectivePort(b)
+    }
+
+    private static func effectivePort(_ url: URL) -> Int? {
+        if let port = url.port { return port }
+        switch url.scheme?.lowercased() {
+        case "http": return 80
+        case "https": return 443
+        default: return nil
+        }
+    }
+}
