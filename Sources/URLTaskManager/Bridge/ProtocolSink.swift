@@ -39,6 +39,7 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     }
 
     func receive(response: URLResponse) {
+        expectProgress(response.expectedContentLength)
         onWorkQueue {
             guard let urlProtocol = self.openProtocol() else { return }
             self.client.urlProtocol(urlProtocol, didReceive: response, cacheStoragePolicy: .notAllowed)
@@ -46,6 +47,7 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     }
 
     func receive(data: Data) {
+        advanceProgress(by: data.count)
         let buffered: Bool = lock.withLock {
             guard case .open(var buffer?) = state else { return false }
             state = .open(buffer: nil)  // keep the append unique, not a copy
@@ -61,6 +63,7 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     }
 
     func finish() {
+        completeProgress()
         onWorkQueue {
             guard let (urlProtocol, buffer) = self.takeForCompletion() else { return }
             if let buffer, !buffer.isEmpty {
@@ -106,6 +109,44 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     private func callerDelegate() -> (URLSession, URLSessionTask, any URLSessionTaskDelegate)? {
         guard let session, let task = lock.withLock({ urlProtocol?.task }), let delegate = task.delegate else { return nil }
         return (session, task, delegate)
+    }
+
+    // MARK: Progress
+
+    /// The outer task's `progress` follows the body as it arrives, for every task kind (corelibs
+    /// moves it only for its own protocol, and completes it when the task completes: 1 of 1 when
+    /// the length was never known). Its total is never set back to 0 from another value, which
+    /// traps in corelibs (#3263); `countOfBytesReceived` and its siblings have internal setters
+    /// there and stay 0.
+    private func expectProgress(_ length: Int64) {
+        guard length > 0, let progress = openTask()?.progress else { return }
+        progress.totalUnitCount = length
+    }
+
+    private func advanceProgress(by count: Int) {
+        guard count > 0, let progress = openTask()?.progress else { return }
+        let completed = progress.completedUnitCount + Int64(count)
+        if progress.totalUnitCount > 0, completed > progress.totalUnitCount {
+            // More than announced (a decoded body): the total is unknown after all.
+            progress.totalUnitCount = -1
+        }
+        progress.completedUnitCount = completed
+    }
+
+    /// Complete, as corelibs completes its own tasks: the bytes received of as many, or 1 of 1
+    /// for an empty body (a total of 0 would trap once it had been set).
+    private func completeProgress() {
+        guard let progress = openTask()?.progress else { return }
+        let done = max(progress.completedUnitCount, 1)
+        if progress.totalUnitCount != done { progress.totalUnitCount = done }
+        progress.completedUnitCount = done
+    }
+
+    private func openTask() -> URLSessionTask? {
+        lock.withLock {
+            guard case .open = state else { return nil }
+            return urlProtocol?.task
+        }
     }
 
     /// Runs `event` serialized with the work queue, after every event before it.
