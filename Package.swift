@@ -12,7 +12,9 @@ let package = Package(
     targets: [
         .target(name: "URLTaskManager"),
         .target(name: "LoopbackServer"),
-        .executableTarget(name: "Examples", dependencies: ["URLTaskManager", "LoopbackServer"]),
+        // The system's zlib, for the gzip-upload example alone (not a package dependency).
+        .systemLibrary(name: "CZlib", path: "Sources/CZlib", providers: [.apt(["zlib1g-dev"])]),
+        .executableTarget(name: "Examples", dependencies: ["URLTaskManager", "LoopbackServer", "CZlib"]),
         .executableTarget(name: "Benchmarks", dependencies: ["URLTaskManager", "LoopbackServer"]),
         .testTarget(name: "URLTaskManagerTests", dependencies: ["URLTaskManager", "LoopbackServer"]),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),

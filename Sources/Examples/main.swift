@@ -13,6 +13,8 @@ let scenarios: [Scenario] = [
     .retries,
     .familiarAPIs,
     .customReactor,
+    .signedBody,
+    .gzipUpload,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -10,12 +10,21 @@ public struct URLTask: Sendable, Identifiable {
         let rawValue: UInt64
         /// The number alone, ready for a header value or a log line.
         public var description: String { String(rawValue) }
+
+        /// A number no other task of this process has.
+        static func next() -> ID {
+            ID(rawValue: IDCounter.shared.next())
+        }
     }
 
     /// Stable across attempts; use it to correlate logs or a request id header.
     public let id: ID
     /// The request as the next interceptor should see it. Interceptors change it in place.
+    /// Its `httpBody` and `httpBodyStream` are always empty: the body is ``body``.
     public var request: URLRequest
+    /// The request body as the next interceptor should see it; what the last one leaves is
+    /// sent. See ``URLTaskBody``.
+    public var body: URLTaskBody
     /// The request exactly as the caller made it (its body is not included: the manager keeps
     /// the body itself so it can replay it).
     public let originalRequest: URLRequest
@@ -27,10 +36,31 @@ public struct URLTask: Sendable, Identifiable {
     /// was applied), reset on every attempt.
     public var values: URLTaskValues
 
+    /// A task as the manager would hand it to the first interceptor: for testing an interceptor
+    /// without a server or a session.
+    ///
+    /// ```swift
+    /// var task = URLTask(request: URLRequest(url: URL(string: "https://api.example.com/me")!))
+    /// let command = try await interceptor.intercept(&task, context: InterceptContext(currentBatchCount: 0))
+    /// ```
+    /// - Parameters:
+    ///   - request: The caller's request. A body it carries (`httpBody` or `httpBodyStream`)
+    ///     becomes ``body`` unless `body` is given.
+    ///   - body: The body, as the manager found it for an upload task.
+    ///   - attempt: Which send this is (1 for the first).
+    public init(request: URLRequest, body: URLTaskBody? = nil, attempt: Int = 1) {
+        var bare = request
+        bare.httpBody = nil
+        bare.httpBodyStream = nil
+        self.init(id: .next(), originalRequest: bare, attempt: attempt, request: bare, body: body ?? URLTaskBody(request: request))
+    }
+
     /// `request` is where the interceptors start: the caller's request, or the request a
-    /// followed redirect or an answered authentication challenge sends instead.
-    init(id: ID, originalRequest: URLRequest, attempt: Int, request: URLRequest? = nil) {
+    /// followed redirect or an answered authentication challenge sends instead; `body` the
+    /// body they start from.
+    init(id: ID, originalRequest: URLRequest, attempt: Int, request: URLRequest? = nil, body: URLTaskBody = .none) {
         self.id = id
+        self.body = body
         self.request = request ?? originalRequest
         self.originalRequest = originalRequest
         self.attempt = attempt
@@ -60,5 +90,19 @@ public struct URLTaskValues: Sendable {
     public subscript<Key: URLTaskValueKey>(key: Key.Type) -> Key.Value? {
         get { storage[ObjectIdentifier(key)] as? Key.Value }
         set { storage[ObjectIdentifier(key)] = newValue }
+    }
+}
+
+/// Hands out task numbers, unique in the process.
+private final class IDCounter: @unchecked Sendable {  // `last` is guarded by `lock`.
+    static let shared = IDCounter()
+    private let lock = NSLock()
+    private var last: UInt64 = 0
+
+    func next() -> UInt64 {
+        lock.withLock {
+            last += 1
+            return last
+        }
     }
 }

@@ -14,7 +14,7 @@ extension URLTaskManager {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let sink = FileDownloadSink(location: location, file: file, continuation: continuation)
-                handle.set(pipeline.start(request: request, body: RequestBodySource(request: request), sink: sink), sink: sink)
+                handle.set(pipeline.start(request: request, body: URLTaskBody(request: request), sink: sink), sink: sink)
             }
         } onCancel: {
             handle.cancel()

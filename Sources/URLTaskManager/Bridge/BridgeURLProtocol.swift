@@ -53,7 +53,7 @@ class BridgeURLProtocol: URLProtocol {
             handle = deferred
             let request = self.request
             Platform.requestBodyStream(for: task) { stream in
-                let body: RequestBodySource = stream.map { .stream($0) } ?? .none
+                let body: URLTaskBody = stream.map { .stream($0) } ?? .none
                 deferred.start { pipeline.start(request: request, body: body, sink: sink) }
             }
             return

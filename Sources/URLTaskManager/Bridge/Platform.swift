@@ -30,7 +30,7 @@ struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; t
     /// and a call from another thread races with the session adding or removing tasks.
     var workQueue: DispatchQueue?
     /// The request body as the outer session holds it.
-    var body: RequestBodySource
+    var body: URLTaskBody
     /// `true` when the body should have been found but was not (an upload task whose body the
     /// toolchain hides): the task must fail rather than go out empty.
     var bodyMissing: Bool
@@ -65,7 +65,7 @@ enum Platform {
         // With no delegate to stream to, corelibs either hands the body to a completion handler
         // (which must have it whole) or drops it: buffering serves both, without reading the registry.
         let delivery = task.delegate == nil ? .buffer : registry.map { behaviourDelivery(registry: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
-        var body = RequestBodySource(request: request)
+        var body = URLTaskBody(request: request)
         var missing = false
         var fromDelegate = false
         if case .none = body, task is URLSessionUploadTask {
@@ -87,7 +87,7 @@ enum Platform {
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls
         // from any thread.
-        let body = RequestBodySource(request: request)
+        let body = URLTaskBody(request: request)
         let missing = task is URLSessionUploadTask && body.isNone
         var facts = OuterTaskFacts(delivery: .stream, workQueue: nil, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.pipeline = bridge.slotNumber.flatMap { BridgeRegistry.shared.pipeline(for: $0) }
@@ -204,7 +204,7 @@ enum Platform {
 
     /// Maps corelibs' internal `URLSessionTask._Body` (`none`, `data(DispatchData)`,
     /// `file(URL)`, `stream(InputStream)`).
-    private static func uploadBody(fromKnownBody known: Any) -> RequestBodySource {
+    private static func uploadBody(fromKnownBody known: Any) -> URLTaskBody {
         let mirror = Mirror(reflecting: known)
         guard let payload = mirror.children.first else { return .none }
         switch payload.label {

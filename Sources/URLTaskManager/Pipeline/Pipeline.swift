@@ -4,7 +4,7 @@
 /// the bridge calls ``start(request:body:sink:)`` for each outer task, and the session's
 /// invalidation or release ends it. Its life (which tasks are accepted, when the inner session
 /// may be released) is a ``PipelineLifecycleStateMachine``.
-final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are guarded by `lock`; the rest is immutable.
+final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`; the rest is immutable.
     let interceptors: [any URLTaskInterceptor]
     let batches: [BatchStorage]
     /// One per interceptor that intercepts one task at a time, `nil` for the others.
@@ -17,7 +17,6 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are gua
 
     private let lock = NSLock()
     private var lifecycle = PipelineLifecycleStateMachine()
-    private var nextID: UInt64 = 0
 
     init(interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], configuration: URLSessionConfiguration, options: URLTaskManager.Options) {
         self.interceptors = interceptors
@@ -35,11 +34,8 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are gua
     }
 
     /// Called by the bridge on the outer session's work queue: returns at once.
-    func start(request: URLRequest, body: RequestBodySource, sink: any TaskSink) -> any PipelineTaskHandle {
-        let (decision, id): (PipelineLifecycleStateMachine.TaskStartAction, UInt64) = lock.withLock {
-            nextID += 1
-            return (lifecycle.taskStarted(), nextID)
-        }
+    func start(request: URLRequest, body: URLTaskBody, sink: any TaskSink) -> any PipelineTaskHandle {
+        let decision = lock.withLock { lifecycle.taskStarted() }
         switch decision {
         case .run:
             break
@@ -50,7 +46,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are gua
             sink.fail(URLTaskError.managerInvalidated)
             return RefusedTask()
         }
-        let run = TaskRun(id: URLTask.ID(rawValue: id), request: request, body: body, sink: sink, pipeline: self)
+        let run = TaskRun(id: .next(), request: request, body: body, sink: sink, pipeline: self)
         // Before anything can cancel it: the end of a task is always one admission knows.
         self.admission.register(run, request: request)
         // The work queue must not block, and creating the inner task syncs onto it.
@@ -69,7 +65,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` and `nextID` are gua
     /// meanwhile: then returns the error to fail the task with. The inner session is never
     /// invalidated while this runs (corelibs crashes when a task is created on an invalidated
     /// session).
-    func startTransfer(_ request: URLRequest, body: RequestBodySource, events: any TransportEvents) -> Result<URLSessionTask, any Error> {
+    func startTransfer(_ request: URLRequest, body: URLTaskBody, events: any TransportEvents) -> Result<URLSessionTask, any Error> {
         switch lock.withLock({ lifecycle.transferStarting() }) {
         case .run:
             break

@@ -20,15 +20,20 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private var base: URLRequest
     /// Challenges of this task the caller's side answered with a credential that failed.
     private var challengeFailures = 0
-    /// Replaced once, in ``start()``, by a replayable copy when it is a stream.
-    private var body: RequestBodySource
+    /// The body each attempt's interceptors start from (``URLTask/body``): the caller's,
+    /// replaced once, in ``start()``, by a replayable copy when it is a stream, and by what a
+    /// followed redirect or an answered challenge carries.
+    private var body: URLTaskBody
     private let sink: any TaskSink
     private let pipeline: Pipeline
 
-    init(id: URLTask.ID, request: URLRequest, body: RequestBodySource, sink: any TaskSink, pipeline: Pipeline) {
+    init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
-        self.task = URLTask(id: id, originalRequest: request, attempt: 1)
-        self.base = request
+        var bare = request
+        bare.httpBody = nil
+        bare.httpBodyStream = nil
+        self.task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
+        self.base = bare
         self.body = body
         self.sink = sink
         self.pipeline = pipeline
@@ -46,7 +51,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         if case .stream(let stream) = lock.withLock({ body }), !pipeline.reactors.isEmpty {
             // A reactor may send the task again, and a stream can be read only once.
             switch ReplayableBody.prepare(stream, limit: pipeline.options.maximumReplayableBodySize) {
-            case .success(let replayable): lock.withLock { body = replayable }
+            case .success(let replayable):
+                lock.withLock {
+                    body = replayable
+                    task.body = replayable
+                }
             case .failure(let error): return failUnsent(error)
             }
         }
@@ -111,7 +120,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             decideHeaders()
         case .reintercept:
             perform(lock.withLock {
-                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base)
+                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
                 return machine.headersStale()
             })
         case .fail:
@@ -183,7 +192,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             lock.withLock {
                 if task.attempt != machine.attempt {
                     // A requeue starts the interceptors again from the caller's request.
-                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base)
+                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
                 }
             }
             decideHeaders()
@@ -255,7 +264,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             lock.withLock {
                 // A body on the request replaces the one held; a request with the same method
                 // (a 307, a challenge answered) sends the held body again; a new method, none.
-                let carried = RequestBodySource(request: request)
+                let carried = URLTaskBody(request: request)
                 if !carried.isNone {
                     body = carried
                     bodyUsed = false
@@ -266,7 +275,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 base = request
                 base.httpBody = nil
                 base.httpBodyStream = nil
-                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base)
+                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
             }
             decideHeaders()
         }
@@ -427,10 +436,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             DispatchQueue.global().async { self.send(attempt: attempt) }
             return
         }
-        let (request, body, replay): (URLRequest, RequestBodySource, Bool) = lock.withLock {
+        let (request, body, replay): (URLRequest, URLTaskBody, Bool) = lock.withLock {
             task.attempt = attempt
             defer { bodyUsed = true }
-            return (task.request, self.body, bodyUsed)
+            return (task.request, task.body, bodyUsed)
         }
         if let problem = HeaderValidation.firstProblem(in: request) {
             pipeline.admission.transferEnded(self)

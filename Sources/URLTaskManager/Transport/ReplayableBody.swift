@@ -6,7 +6,7 @@ enum ReplayableBody {
     /// Reads `stream` into memory if it holds at most `limit` bytes. A longer stream is
     /// returned as a stream that yields the bytes already read and then the rest, so the first
     /// send still carries the whole body.
-    static func prepare(_ stream: InputStream, limit: Int) -> Result<RequestBodySource, URLTaskError> {
+    static func prepare(_ stream: InputStream, limit: Int) -> Result<URLTaskBody, URLTaskError> {
         if stream.streamStatus == .notOpen { stream.open() }
         var collected = Data()
         let chunk = 64 * 1024

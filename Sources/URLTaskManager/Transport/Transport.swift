@@ -38,7 +38,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
 
     /// Starts `request`. Must not be called on the outer session's work queue (corelibs
     /// creates and resumes tasks with a `sync` onto it).
-    func start(_ request: URLRequest, body: RequestBodySource, events: any TransportEvents) -> URLSessionTask {
+    func start(_ request: URLRequest, body: URLTaskBody, events: any TransportEvents) -> URLSessionTask {
         assert(!Platform.isOnSessionWorkQueue, "a task created on the work queue deadlocks")
         var request = request
         let task: URLSessionTask

@@ -18,6 +18,8 @@ final class ProgressTests: XCTestCase {
         server = try LoopbackServer()
         let body = Data(GeneratedBody.bytes(offset: 0, count: Self.size))
         server.route("GET", "/big") { _ in ServerResponse(status: 200, headers: ["Content-Type": "application/octet-stream"], body: .data(body)) }
+        let pieces = (0..<4).map { Data(GeneratedBody.bytes(offset: $0 * 16_384, count: 16_384)) }
+        server.route("GET", "/slow") { _ in ServerResponse(status: 200, body: .chunked(pieces, chunkDelay: .milliseconds(100))) }
         server.route("GET", "/empty") { _ in ServerResponse(status: 204) }
         let attempts = LockedBox(0)
         server.route("GET", "/flaky") { _ in
@@ -44,9 +46,28 @@ final class ProgressTests: XCTestCase {
         let first = try XCTUnwrap(seenAtFirstChunk.withLock { $0 })
         XCTAssertEqual(first.total, Int64(Self.size), "the total is the Content-Length")
         XCTAssertGreaterThan(first.completed, 0, "the first chunk counts")
-        XCTAssertLessThan(first.completed, Int64(Self.size), "progress moved before the end")
         try await waitUntil("progress complete") { task.progress.completedUnitCount == Int64(Self.size) }
         XCTAssertEqual(task.progress.totalUnitCount, Int64(Self.size))
+        XCTAssertEqual(task.progress.fractionCompleted, 1)
+    }
+
+    /// A body that arrives over 400 ms in four chunks of unknown total length: the first chunk
+    /// is counted before the rest has arrived, and the end is complete.
+    func testProgressMovesAsChunksArrive() async throws {
+        let seenAtFirstChunk = LockedBox<(completed: Int64, total: Int64)?>(nil)
+        let delegate = RecordingDelegate(onFirstData: { task in
+            seenAtFirstChunk.withLock { $0 = (task.progress.completedUnitCount, task.progress.totalUnitCount) }
+        })
+        let session = URLTaskManager(delegate: delegate).session
+        defer { session.invalidateAndCancel() }
+        let task = session.dataTask(with: server.url("/slow"))
+        task.resume()
+        try await delegate.completion(of: task)
+        let first = try XCTUnwrap(seenAtFirstChunk.withLock { $0 })
+        XCTAssertGreaterThan(first.completed, 0)
+        XCTAssertLessThan(first.completed, 4 * 16_384, "counted before the last chunk arrived")
+        XCTAssertEqual(first.total, -1, "no Content-Length: the total is unknown")
+        try await waitUntil("progress complete") { task.progress.completedUnitCount == 4 * 16_384 }
         XCTAssertEqual(task.progress.fractionCompleted, 1)
     }
 

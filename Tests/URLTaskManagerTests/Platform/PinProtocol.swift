@@ -100,7 +100,7 @@ final class PinProtocol: URLProtocol {
 
     override func stopLoading() {}
 
-    private static func describe(_ body: RequestBodySource) -> String {
+    private static func describe(_ body: URLTaskBody) -> String {
         switch body {
         case .none: "none"
         case .data(let data): "data(\(data.count) bytes, sha \(SHA256Hex.of(data)))"

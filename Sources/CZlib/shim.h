@@ -1,0 +1,2 @@
+// zlib, for the gzip-upload example only (the library does not use it).
+#include <zlib.h>
