@@ -86,9 +86,7 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     /// session's (corelibs' default implementation passes it on), on the session's delegate
     /// queue, with the caller's session and task. Without a delegate the redirect is followed.
     func redirect(_ response: HTTPURLResponse, to request: URLRequest, answer: @escaping @Sendable (URLRequest?) -> Void) {
-        guard let (session, task, found) = callerDelegate() else { return answer(request) }
-        // Called on the session's delegate queue, where URLSession calls its delegates.
-        nonisolated(unsafe) let delegate = found
+        guard let (session, task, delegate) = callerDelegate() else { return answer(request) }
         session.delegateQueue.addOperation {
             delegate.urlSession(session, task: task, willPerformHTTPRedirection: response, newRequest: request, completionHandler: answer)
         }
@@ -97,9 +95,7 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     /// Asks the caller's delegate about `challenge`, as for ``redirect(_:to:answer:)``. Without
     /// a delegate the answer is `.performDefaultHandling`.
     func challenge(_ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
-        guard let (session, task, found) = callerDelegate() else { return answer(.performDefaultHandling, nil) }
-        // Called on the session's delegate queue, where URLSession calls its delegates.
-        nonisolated(unsafe) let delegate = found
+        guard let (session, task, delegate) = callerDelegate() else { return answer(.performDefaultHandling, nil) }
         session.delegateQueue.addOperation {
             delegate.urlSession(session, task: task, didReceive: challenge, completionHandler: answer)
         }
