@@ -86,7 +86,6 @@ enum AuthenticationChallenge {
         var info: [String: Any] = [NSLocalizedDescriptionKey: "cancelled"]
         if let url = request.url {
             info[NSURLErrorFailingURLErrorKey] = url
-            info[NSURLErrorFailingURLStringErrorKey] = url.absoluteString
         }
         return URLError(.cancelled, userInfo: info)
     }

@@ -301,7 +301,6 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         var info: [String: Any] = [NSLocalizedDescriptionKey: "too many HTTP redirects"]
         if let url = request.url {
             info[NSURLErrorFailingURLErrorKey] = url
-            info[NSURLErrorFailingURLStringErrorKey] = url.absoluteString
         }
         return URLError(.httpTooManyRedirects, userInfo: info)
     }
