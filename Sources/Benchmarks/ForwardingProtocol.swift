@@ -40,8 +40,8 @@ final class ForwardingProtocol: URLProtocol {
     override class func canonicalRequest(for request: URLRequest) -> URLRequest { request }
 
     override func startLoading() {
-        nonisolated(unsafe) let client = client
-        nonisolated(unsafe) let this = self
+        let client = client
+        nonisolated(unsafe) let this = self  // called back on the work queue only, as corelibs calls its protocols
         let request = request
         DispatchQueue.global().async {
             Self.inner.dataTask(with: request) { data, response, error in
