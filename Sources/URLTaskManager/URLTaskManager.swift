@@ -62,6 +62,23 @@ public final class URLTaskManager: Sendable {
         self.session = Platform.makeSession(configuration: outer, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline)
     }
 
+    /// The events of every task this manager's session starts from now on, for logs and
+    /// metrics (see ``URLTaskEvent``).
+    ///
+    /// Each call returns a new stream; it ends when the session is invalidated or released, or
+    /// when the loop reading it stops. A task started while no stream is open emits nothing and
+    /// records nothing: events cost nothing unless someone listens. A reader that falls behind
+    /// never slows a task down: its stream keeps the newest `limit` events and drops the oldest.
+    ///
+    /// ```swift
+    /// Task {
+    ///     for await event in manager.events() { logger.info("\(event)") }
+    /// }
+    /// ```
+    public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<URLTaskEvent> {
+        pipeline.events.subscribe(bufferingNewest: limit)
+    }
+
     /// Releases every task held by every interceptor's batch now.
     public func flush() {
         pipeline.flush()

@@ -101,6 +101,12 @@ struct AdmissionStateMachine {
         records[id] = Record(relevant: relevant, covering: covering)
     }
 
+    /// The version (successful runs) of each reactor the task's headers were last stamped
+    /// under, by reactor index: what its events report.
+    func stampedVersions(_ id: TaskID) -> [Int: Int] {
+        records[id]?.stamps.mapValues(\.version) ?? [:]
+    }
+
     /// The task's interceptors are about to run (first time, or again after a requeue).
     mutating func headersWillBeDecided(_ id: TaskID) -> DecideAction {
         guard var record = records[id] else { return .proceed }

@@ -49,6 +49,22 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         }
     }
 
+    /// Per reactor name, the credential version `task`'s headers were decided under: the
+    /// reactor's own (``URLTaskReactor/credentialVersion(of:)``) or its successful runs.
+    func credentialVersions(of run: TaskRun, task: URLTask) -> [String: Int] {
+        guard !reactors.isEmpty else { return [:] }
+        let stamped = lock.withLock { machine.stampedVersions(run.id) }
+        var versions: [String: Int] = [:]
+        for reactor in reactors {
+            if let own = reactor.reactor.credentialVersion(of: task) {
+                versions[reactor.name] = own
+            } else if let version = stamped[reactor.index] {
+                versions[reactor.name] = version
+            }
+        }
+        return versions
+    }
+
     func transferEnded(_ run: TaskRun) {
         tell(lock.withLock { decisions(machine.transferEnded(run.id)) })
     }
@@ -82,34 +98,36 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// or joins its work, or decides at once, and hands the task's slot over (one transition,
     /// see ``AdmissionStateMachine/transferEndedNeedingReaction(_:reactor:alreadyRequeued:now:)``).
     /// Returns the outcome when it is decided at once (late for a run, or no run can help).
-    func transferEnded(_ run: TaskRun, needing index: Int, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask) -> ReactorStorage.Outcome? {
+    /// Returns the outcome when the task needs no run (requeued, failed or answered at once);
+    /// otherwise `nil` and the run it waits on (for its events).
+    func transferEnded(_ run: TaskRun, needing index: Int, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask) -> (immediate: ReactorStorage.Outcome?, run: Int?) {
         let reactor = reactors[index]
         // The reactor's own credential version, read before the lock: it is the reactor's code.
         let outdated = reactor.reactor.headersAreOutdated(task)
-        let (action, lateError, decided) = lock.withLock {
+        let (action, lateError, decided, joined) = lock.withLock {
             let (need, handedOver) = machine.transferEndedNeedingReaction(
                 run.id, reactor: index, alreadyRequeued: alreadyRequeued, outdated: outdated, now: .now)
-            return (need, lastRunError(index), decisions(handedOver))
+            return (need, lastRunError(index), decisions(handedOver), machine.reactors[index].currentRun)
         }
         tell(decided)
         switch action {
         case .wait:
-            return nil
+            return (nil, joined)
         case .requeueNow:
-            return .succeeded
+            return (.succeeded, nil)
         case .failNow:
-            return .failed(lateError)
+            return (.failed(lateError), nil)
         case .deliverNow:
-            return .declined
+            return (.declined, nil)
         case .refuseLoop(let runs):
             let window = reactor.configuration.loopGuard?.window ?? .zero
-            return .failed(URLTaskError.reactionLoop(reactor: reactor.name, runs: runs, window: window))
+            return (.failed(URLTaskError.reactionLoop(reactor: reactor.name, runs: runs, window: window)), nil)
         case .startRun(let number):
             Task {
                 let result = await reactor.runWork(outcome: outcome, body: body, task: task)
                 self.runFinished(reactor: index, run: number, result: result)
             }
-            return nil
+            return (nil, number)
         }
     }
 

@@ -14,6 +14,8 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     /// Reactor runs and gates, credential stamps, and the per-host connection slots.
     let admission: AdmissionStorage
     let transport: Transport
+    /// Who listens to the tasks' events (``URLTaskManager/events(bufferingNewest:)``).
+    let events = EventHub()
 
     private let lock = NSLock()
     private var lifecycle = PipelineLifecycleStateMachine()
@@ -31,6 +33,11 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         let limit = options.maximumRequestsInFlightPerHost ?? configuration.httpMaximumConnectionsPerHost
         self.admission = AdmissionStorage(reactors: reactors, slotsPerHost: holding && limit > 0 ? limit : nil)
         self.transport = Transport(configuration: configuration)
+    }
+
+    deinit {
+        // The session and every task are gone: end the subscribers' streams.
+        events.finish()
     }
 
     /// Called by the bridge on the outer session's work queue: returns at once.
@@ -117,6 +124,9 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     }
 
     private func perform(_ action: PipelineLifecycleStateMachine.InnerSessionAction) {
+        if case .none = action { return }
+        // Every task has ended (or been told so): no event is left to send.
+        events.finish()
         switch action {
         case .none: return
         case .finish: transport.session.finishTasksAndInvalidate()

@@ -26,6 +26,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private var body: URLTaskBody
     private let sink: any TaskSink
     private let pipeline: Pipeline
+    /// Records and emits this task's events; `nil` when nobody listened as it started.
+    private let observer: TaskObserver?
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
@@ -37,6 +39,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         self.body = body
         self.sink = sink
         self.pipeline = pipeline
+        self.observer = pipeline.events.isListening ? TaskObserver(id: id, request: request, hub: pipeline.events) : nil
         self.machine = TaskStateMachine(
             interceptorCount: pipeline.interceptors.count,
             reactors: pipeline.reactors.map {
@@ -73,6 +76,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     func batchReleased(index: Int) {
+        observer?.released(by: pipeline.interceptors[index])
         perform(lock.withLock {
             if hold?.index == index { hold = nil }  // no longer subject to maximumHoldTime
             return machine.released(index: index)
@@ -112,8 +116,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             guard case .send = action else { return pipeline.admission.transferEnded(self) }
             perform(action)
         case .waitForSlot(let generation):
+            if let observer { observer.waiting(for: .connectionSlot(host: Self.host(of: lock.withLock { task.request }))) }
             armSlotTimeout(generation: generation)
         case .waitAtGate(let reactor):
+            observer?.waiting(for: .reactorGate(reactor: pipeline.reactors[reactor].name))
             perform(lock.withLock { machine.admissionGated(reactor: reactor) })
             // The run may have ended before the line above; its `gateOpened` then found the
             // task still awaiting admission and was ignored. Now that the task is gated, decide again.
@@ -139,13 +145,20 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .declined:
             result = .deliver
         }
-        perform(lock.withLock { machine.reactionFinished(reactor: index, result: result) })
+        let (action, attempt) = lock.withLock { (machine.reactionFinished(reactor: index, result: result), machine.attempt) }
+        if let observer {
+            observer.reactionEnded()
+            if case .checkGates = action { observer.requeued(attempt: attempt) }
+            if case .acquireConnection = action { observer.requeued(attempt: attempt) }
+        }
+        perform(action)
     }
 
     func transportDidReceive(response: URLResponse) {
         let http = response as? HTTPURLResponse
         let reactor = http.flatMap { chooseReactor(for: .response($0)) }
         let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
+        observer?.responseHead(response)
         perform(lock.withLock { machine.transportReceived(response: response, reactor: reactor, challenge: challenge) })
     }
 
@@ -158,12 +171,14 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         guard case .consultRedirect = action else { return decide(nil) }
         let proposed = Redirect.request(following: response, to: newRequest, from: current)
         sink.redirect(response, to: proposed) { [self] answer in
+            if let answer { observer?.redirected(response, to: answer.url) }
             perform(lock.withLock { machine.redirectAnswered(answer) })
             decide(nil)
         }
     }
 
     func transportDidReceive(data: Data) {
+        observer?.received(data.count)
         perform(lock.withLock { machine.transportReceived(data: data) })
     }
 
@@ -174,6 +189,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             innerTask = nil
             return machine.transportCompleted(error: error, reactor: reactor)
         }
+        observer?.transferEnded()
         guard case .react(let index, let outcome, let body) = action else {
             // Free the slot before the caller hears of the end, so it never sees it taken.
             pipeline.admission.transferEnded(self)
@@ -204,6 +220,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 hold = (index, holdGeneration)
                 return (holdGeneration, decidedUnderFlushes)
             }
+            observer?.held(by: pipeline.interceptors[index])
             pipeline.batches[index].hold(self, maximumWait: maximumWait, flushesSeen: flushes)
             // A cancel that raced with the hold found nothing to leave.
             if lock.withLock({ machine.isCompleted }) { pipeline.batches[index].remove(self) }
@@ -227,33 +244,41 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .forwardData(let data):
             sink.receive(data: data)
         case .finish:
+            observer?.completed()
             sink.finish()
             pipeline.taskEnded(self)
         case .respond(let response, let data):
+            observer?.completed(response: response)
             sink.receive(response: response)
             if !data.isEmpty { sink.receive(data: data) }
             sink.finish()
             pipeline.taskEnded(self)
         case .fail(let error):
+            observer?.completed(error: error)
             sink.fail(error)
             pipeline.taskEnded(self)
         case .react:
             preconditionFailure("a reaction begins only when the transport completes")
         case .cancelTransport:
+            observer?.completed(error: URLError(.cancelled))
             // A caller's own cancel stops the transfer; the session's invalidation abandons it
             // (see `Pipeline.abandonsTransfers`).
             if let inner = lock.withLock({ innerTask }), !pipeline.abandonsTransfers { pipeline.transport.cancel(inner) }
             pipeline.taskEnded(self)
         case .leaveConnectionQueue:
+            observer?.completed(error: URLError(.cancelled))
             pipeline.taskEnded(self)
         case .leaveBatch(let index):
+            observer?.completed(error: URLError(.cancelled))
             pipeline.batches[index].remove(self)
             pipeline.taskEnded(self)
         case .leaveReactor:
+            observer?.completed(error: URLError(.cancelled))
             // Admission takes it off the reactor's gate or run (in `taskEnded`).
             lock.withLock { running }?.cancel()
             pipeline.taskEnded(self)
         case .abandon:
+            observer?.completed(error: URLError(.cancelled))
             lock.withLock { running }?.cancel()
             pipeline.taskEnded(self)
         case .consultRedirect:
@@ -311,6 +336,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private func decideHeaders() {
         switch pipeline.admission.headersWillBeDecided(self) {
         case .waitAtGate(let reactor):
+            observer?.waiting(for: .reactorGate(reactor: pipeline.reactors[reactor].name))
             perform(lock.withLock { machine.waitingAtGate(reactor: reactor) })
         case .proceed:
             perform(lock.withLock { machine.gateOpened() })
@@ -353,6 +379,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// Interceptor `index` returned `outcome` for `snapshot`, deciding under `flushes` of its batch.
     private func interceptorDecided(_ index: Int, _ outcome: Result<InterceptCommand, any Error>, snapshot: URLTask, flushes: Int) {
+        observer?.intercepted(pipeline.interceptors[index], outcome)
         let name = String(describing: type(of: pipeline.interceptors[index]))
         perform(lock.withLock {
             switch outcome {
@@ -393,9 +420,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         switch reactor.configuration.sharing {
         case .singleFlight:
             // The run starts (or is joined) and the slot is handed over in one transition.
-            let immediate = pipeline.admission.transferEnded(self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: snapshot)
+            let (immediate, run) = pipeline.admission.transferEnded(self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: snapshot)
+            observer?.reacted(by: reactor.name, run: run)
             if let immediate { reactionFinished(reactor: index, outcome: immediate) }
         case .perTask:
+            observer?.reacted(by: reactor.name, run: nil)
             pipeline.admission.transferEnded(self)
             let work = Task {
                 let result = await reactor.runWork(outcome: outcome, body: body, task: snapshot)
@@ -450,6 +479,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             pipeline.admission.transferEnded(self)
             perform(lock.withLock { machine.failSending(error) })
             return
+        }
+        if let observer {
+            // Before the transfer starts: its response may arrive before the next line runs.
+            let snapshot = lock.withLock { task }
+            observer.sent(attempt: attempt, credentialVersions: pipeline.admission.credentialVersions(of: self, task: snapshot), body: body)
         }
         let inner: URLSessionTask
         switch pipeline.startTransfer(request, body: body, events: self) {

@@ -57,6 +57,11 @@ struct ReactorStateMachine {
     }
 
     private var state: State = .idle
+    /// The run going on, if any.
+    var currentRun: Int? {
+        if case .running(let run, _, _) = state { return run }
+        return nil
+    }
     private(set) var version = 0
     private(set) var failures = 0
     private var runCount = 0

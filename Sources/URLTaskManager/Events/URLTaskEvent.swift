@@ -1,0 +1,122 @@
+/// One thing that happened to a task on its way through a manager, for logs and metrics.
+///
+/// Subscribe with ``URLTaskManager/events(bufferingNewest:)``. The events of one task arrive in
+/// order, from `created` to `completed`, exactly once each where they apply; they tell what
+/// corelibs' `URLSessionTaskMetrics` never delivers on Linux (time to first byte, time spent in
+/// each phase). Events carry no secret: no header value, no body, and URLs without their
+/// query or user info.
+public struct URLTaskEvent: Sendable, CustomStringConvertible {
+    /// The task it happened to (stable across attempts: ``URLTask/id``).
+    public let task: URLTask.ID
+    /// When it happened.
+    public let date: Date
+    /// What happened.
+    public let kind: Kind
+
+    /// What happened.
+    public enum Kind: Sendable {
+        /// The caller's task reached the manager.
+        case created(method: String, url: URL?)
+        /// An interceptor answered (the name of its type; the command: `execute`, `hold`,
+        /// `release`, `fail`, `respond`, or `threw`).
+        case intercepted(interceptor: String, command: String)
+        /// The task waits in an interceptor's batch.
+        case held(interceptor: String)
+        /// The batch it waited in was released.
+        case released(interceptor: String)
+        /// The task waits before it can be sent.
+        case waiting(for: Wait)
+        /// The request went to the network: the attempt, and per reactor that keeps one, the
+        /// credential version its headers were decided under (a number, never a token).
+        case sent(attempt: Int, credentialVersions: [String: Int])
+        /// The response head arrived, this long after the request was sent.
+        case responseHead(status: Int, timeToFirstByte: Duration)
+        /// A reactor took the outcome; `run` is its shared run the task waits on (`nil` when
+        /// the task was requeued or answered at once, or the reactor runs per task).
+        case reacted(reactor: String, run: Int?)
+        /// The task goes through the pipeline again, as attempt `attempt`.
+        case requeued(attempt: Int)
+        /// A redirect is being followed, through the pipeline.
+        case redirected(status: Int, to: URL?)
+        /// The caller got its answer.
+        case completed(Completion)
+    }
+
+    /// What a task waits for before it is sent.
+    public enum Wait: Sendable {
+        /// A reactor's run (a token refresh) that holds new tasks.
+        case reactorGate(reactor: String)
+        /// A connection slot for its host (``URLTaskManager/Options/maximumRequestsInFlightPerHost``).
+        case connectionSlot(host: String)
+    }
+
+    /// How a task ended.
+    public struct Completion: Sendable {
+        /// The status the caller got, or `nil` if it got an error.
+        public let status: Int?
+        /// The error the caller got, if any.
+        public let error: (any Error)?
+        /// How many times the request was sent.
+        public let attempts: Int
+        /// Request body bytes sent, over every attempt (`nil` when a body's length was unknown:
+        /// a stream).
+        public let bytesSent: Int64?
+        /// Response body bytes received, over every attempt.
+        public let bytesReceived: Int64
+        /// Where the time went.
+        public let phases: Phases
+    }
+
+    /// Where a task's time went, from `created` to `completed`.
+    public struct Phases: Sendable {
+        /// Before the first send: interceptors, batches, gates, connection slots.
+        public let beforeFirstSend: Duration
+        /// On the network, every attempt.
+        public let transfer: Duration
+        /// Waiting for reactors' work (a refresh, a retry's backoff).
+        public let reacting: Duration
+        /// The whole task.
+        public let total: Duration
+    }
+
+    /// One log line, without secrets.
+    public var description: String {
+        "task \(task) " + kind.description
+    }
+}
+
+extension URLTaskEvent.Kind: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .created(let method, let url): return "created \(method) \(url?.absoluteString ?? "-")"
+        case .intercepted(let interceptor, let command): return "\(interceptor): \(command)"
+        case .held(let interceptor): return "held by \(interceptor)"
+        case .released(let interceptor): return "released by \(interceptor)"
+        case .waiting(.reactorGate(let reactor)): return "waiting for \(reactor)"
+        case .waiting(.connectionSlot(let host)): return "waiting for a connection to \(host)"
+        case .sent(let attempt, let versions):
+            let stamped = versions.sorted { $0.key < $1.key }.map { " \($0.key) v\($0.value)" }.joined()
+            return "sent attempt \(attempt)" + stamped
+        case .responseHead(let status, let ttfb): return "response \(status) after \(ttfb.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))))"
+        case .reacted(let reactor, let run): return "\(reactor) reacts" + (run.map { " (run \($0))" } ?? "")
+        case .requeued(let attempt): return "requeued as attempt \(attempt)"
+        case .redirected(let status, let url): return "\(status) redirect to \(url?.absoluteString ?? "-")"
+        case .completed(let completion):
+            let outcome = completion.status.map { "\($0)" } ?? "error \(completion.error.map { String(describing: type(of: $0)) } ?? "-")"
+            let ms: (Duration) -> String = { $0.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))) }
+            return "completed \(outcome) in \(ms(completion.phases.total)) (\(completion.attempts) attempt(s), \(completion.bytesSent.map(String.init) ?? "?") B sent, \(completion.bytesReceived) B received; before sending \(ms(completion.phases.beforeFirstSend)), transfer \(ms(completion.phases.transfer)), reacting \(ms(completion.phases.reacting)))"
+        }
+    }
+}
+
+extension URLTaskEvent {
+    /// `url` without its query, fragment or user info: where a token could hide.
+    static func redacted(_ url: URL?) -> URL? {
+        guard let url, var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return nil }
+        parts.query = nil
+        parts.fragment = nil
+        parts.user = nil
+        parts.password = nil
+        return parts.url
+    }
+}

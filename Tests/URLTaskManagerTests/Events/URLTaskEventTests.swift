@@ -1,0 +1,149 @@
+import Foundation
+import LoopbackServer
+import URLTaskManager
+import XCTest
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// `URLTaskManager.events()`: each task's events in order, with its timings, over real HTTP;
+/// nothing for tasks nobody listened to; no secret in any event; a slow reader never holds a
+/// task up.
+final class URLTaskEventTests: XCTestCase {
+    /// Collects events from a stream until `isDone` says so, with a deadline.
+    final class Collector: @unchecked Sendable {  // `events` is guarded by `lock`.
+        private let lock = NSLock()
+        private var events: [URLTaskEvent] = []
+        private var reader: Task<Void, Never>?
+
+        init(_ stream: AsyncStream<URLTaskEvent>) {
+            reader = Task { [weak self] in
+                for await event in stream { self?.lock.withLock { self?.events.append(event) } }
+            }
+        }
+
+        deinit { reader?.cancel() }
+
+        var all: [URLTaskEvent] { lock.withLock { events } }
+
+        func waitForCompletions(_ count: Int) async throws {
+            try await waitUntil("\(count) completed events") {
+                all.filter { if case .completed = $0.kind { return true } else { return false } }.count >= count
+            }
+        }
+    }
+
+    private static func names(_ events: [URLTaskEvent]) -> [String] {
+        events.map { event in
+            switch event.kind {
+            case .created: return "created"
+            case .intercepted(let interceptor, let command): return "\(interceptor) \(command)"
+            case .held: return "held"
+            case .released: return "released"
+            case .waiting: return "waiting"
+            case .sent(let attempt, _): return "sent \(attempt)"
+            case .responseHead(let status, _): return "head \(status)"
+            case .reacted(let reactor, let run): return "\(reactor) reacts \(run.map(String.init) ?? "-")"
+            case .requeued(let attempt): return "requeued \(attempt)"
+            case .redirected(let status, _): return "redirect \(status)"
+            case .completed(let completion): return "completed \(completion.status.map(String.init) ?? "error")"
+            }
+        }
+    }
+
+    func testAPlainRequestsEventsInOrderWithItsTimings() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("GET", "/hello") { _ in .text("hello") }
+        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["X-App": "1"])])
+        defer { manager.invalidateAndCancel() }
+        let collector = Collector(manager.events())
+
+        _ = try await manager.session.data(from: server.url("/hello?access_token=secret-token"))
+        try await collector.waitForCompletions(1)
+
+        let events = collector.all
+        XCTAssertEqual(Self.names(events), ["created", "HeaderInterceptor execute", "sent 1", "head 200", "completed 200"])
+        XCTAssertEqual(Set(events.map(\.task)).count, 1)
+        guard case .completed(let completion) = events.last?.kind else { return XCTFail("no completion") }
+        XCTAssertEqual(completion.attempts, 1)
+        XCTAssertEqual(completion.bytesReceived, 5)
+        XCTAssertEqual(completion.bytesSent, 0)
+        XCTAssertGreaterThan(completion.phases.transfer, .zero)
+        XCTAssertLessThanOrEqual(completion.phases.transfer + completion.phases.beforeFirstSend, completion.phases.total)
+        guard case .responseHead(_, let ttfb) = events[3].kind else { return XCTFail("no head") }
+        XCTAssertGreaterThan(ttfb, .zero)
+        XCTAssertLessThanOrEqual(ttfb, completion.phases.transfer)
+        let log = events.map(\.description).joined(separator: "\n")
+        XCTAssertFalse(log.contains("secret-token"), "a query string reached an event:\n\(log)")
+        XCTAssertTrue(log.contains(server.url("/hello").absoluteString), log)
+    }
+
+    func testARefreshShowsTheReactionTheRunTheRequeueAndTheNewCredentialVersion() async throws {
+        let oauth = try OAuthServer(users: ["ada": "lovelace"])
+        defer { oauth.shutdown() }
+        let endpoint = OAuth2TokenEndpoint(url: oauth.tokenURL)
+        let auth = OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: endpoint)
+        try await auth.signIn(endpoint.signIn(username: "ada", password: "lovelace"))
+        let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        defer { manager.invalidateAndCancel() }
+        let collector = Collector(manager.events())
+        oauth.revokeAccess()
+
+        let (_, response) = try await manager.session.data(from: oauth.apiURL("/me"))
+        try await collector.waitForCompletions(1)
+
+        XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)
+        let events = collector.all
+        XCTAssertEqual(Self.names(events), [
+            "created", "BearerInterceptor execute", "sent 1", "head 401", "OAuth2RefreshReactor reacts 1",
+            "requeued 2", "BearerInterceptor execute", "sent 2", "head 200", "completed 200",
+        ])
+        let versions = events.compactMap { event -> Int? in
+            if case .sent(_, let versions) = event.kind { return versions["OAuth2RefreshReactor"] }
+            return nil
+        }
+        XCTAssertEqual(versions.count, 2)
+        XCTAssertGreaterThan(versions[1], versions[0], "the resend carries the renewed credential's version")
+        guard case .completed(let completion) = events.last?.kind else { return XCTFail("no completion") }
+        XCTAssertEqual(completion.attempts, 2)
+        XCTAssertGreaterThan(completion.phases.reacting, .zero)
+        let log = events.map(\.description).joined(separator: "\n")
+        for token in [oauth.currentAccess, oauth.currentRefresh].compactMap({ $0 }) {
+            XCTAssertFalse(log.contains(token), "a token reached an event")
+        }
+    }
+
+    func testTasksStartedWhileNobodyListensEmitNothing() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("GET", "/a") { _ in .text("a") }
+        let manager = URLTaskManager()
+        defer { manager.invalidateAndCancel() }
+        _ = try await manager.session.data(from: server.url("/a"))
+
+        let collector = Collector(manager.events())
+        _ = try await manager.session.data(from: server.url("/a"))
+        try await collector.waitForCompletions(1)
+
+        XCTAssertEqual(Self.names(collector.all), ["created", "sent 1", "head 200", "completed 200"], "only the task started after subscribing")
+    }
+
+    /// A reader that does not read keeps the newest events; the tasks finish regardless.
+    func testASlowReaderLosesTheOldestEventsAndNeverHoldsATaskUp() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("GET", "/a") { _ in .text("a") }
+        let manager = URLTaskManager()
+        defer { manager.invalidateAndCancel() }
+        let stream = manager.events(bufferingNewest: 3)
+
+        for _ in 0..<5 { _ = try await manager.session.data(from: server.url("/a")) }
+        manager.invalidateAndCancel()
+
+        var kept: [URLTaskEvent] = []
+        for await event in stream { kept.append(event) }
+        XCTAssertEqual(Self.names(kept), ["sent 1", "head 200", "completed 200"], "the newest 3 of 20 events")
+    }
+}
