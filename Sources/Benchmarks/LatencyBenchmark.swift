@@ -66,6 +66,8 @@ enum LatencyBenchmark {
             Configuration(name: "bare forwarding URLProtocol", session: ForwardingProtocol.makeSession()),
             Configuration(name: "manager, no interceptors", session: URLTaskManager().session),
             Configuration(name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
+            // The same with someone reading every task's events (the row above has no reader).
+            Configuration(name: "  … with an events reader", session: observedSession()),
             // A bearer header on every request and a refresh reactor that holds new tasks, so
             // the manager also keeps the per-host queue.
             Configuration(name: "manager, OAuth2 bearer + refresh", session: URLTaskManager(
@@ -73,6 +75,14 @@ enum LatencyBenchmark {
                 reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
             ).session),
         ]
+    }
+
+    /// A manager with one header interceptor whose events a task reads and drops.
+    static func observedSession() -> URLSession {
+        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])])
+        let events = manager.events()
+        Task { for await _ in events {} }
+        return manager.session
     }
 
     /// One configuration alone, `concurrency` GETs at a time for `seconds`, for a profiler:

@@ -15,6 +15,7 @@ let scenarios: [Scenario] = [
     .customReactor,
     .signedBody,
     .gzipUpload,
+    .events,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

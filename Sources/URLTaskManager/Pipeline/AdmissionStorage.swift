@@ -50,7 +50,8 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     }
 
     /// Per reactor name, the credential version `task`'s headers were decided under: the
-    /// reactor's own (``URLTaskReactor/credentialVersion(of:)``) or its successful runs.
+    /// reactor's own (``URLTaskReactor/credentialVersion(of:)``) or, for a reactor that holds
+    /// new tasks (a credential's), its successful runs. Reactors with neither (a retry) have none.
     func credentialVersions(of run: TaskRun, task: URLTask) -> [String: Int] {
         guard !reactors.isEmpty else { return [:] }
         let stamped = lock.withLock { machine.stampedVersions(run.id) }
@@ -58,7 +59,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         for reactor in reactors {
             if let own = reactor.reactor.credentialVersion(of: task) {
                 versions[reactor.name] = own
-            } else if let version = stamped[reactor.index] {
+            } else if reactor.configuration.holdsNewTasks, let version = stamped[reactor.index] {
                 versions[reactor.name] = version
             }
         }
