@@ -146,4 +146,23 @@ final class URLTaskEventTests: XCTestCase {
         for await event in stream { kept.append(event) }
         XCTAssertEqual(Self.names(kept), ["sent 1", "head 200", "completed 200"], "the newest 3 of 20 events")
     }
+
+    func testABatchShowsHoldAndReleaseForEachTask() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("GET", "/a") { _ in .text("a") }
+        let manager = URLTaskManager(interceptors: [BatchInterceptor(size: 2)])
+        defer { manager.invalidateAndCancel() }
+        let collector = Collector(manager.events())
+
+        async let first = manager.session.data(from: server.url("/a"))
+        try await waitUntil("the first task held") { manager.heldTaskCount(interceptorAt: 0) == 1 }
+        async let second = manager.session.data(from: server.url("/a"))
+        _ = try await (first, second)
+        try await collector.waitForCompletions(2)
+
+        let byTask = Dictionary(grouping: collector.all, by: \.task).values.map(Self.names)
+        XCTAssertTrue(byTask.contains(["created", "BatchInterceptor hold", "held", "released", "sent 1", "head 200", "completed 200"]), "\(byTask)")
+        XCTAssertTrue(byTask.contains(["created", "BatchInterceptor release", "released", "sent 1", "head 200", "completed 200"]), "\(byTask)")
+    }
 }
