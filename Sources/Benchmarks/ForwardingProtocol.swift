@@ -12,7 +12,7 @@ import FoundationNetworking
 /// manager's transport, that queue runs on the inner session's work queue, which every session's
 /// work queue shares, so the client may be answered right there. Not for use outside the
 /// benchmark: it is what the manager costs above when it does nothing.
-final class ForwardingProtocol: URLProtocol, @unchecked Sendable {  // URLProtocol state is only touched by corelibs on its work queue; this adds none.
+final class ForwardingProtocol: URLProtocol {  // URLProtocol state is only touched by corelibs on its work queue; this adds none.
     static let inner: URLSession = {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
@@ -40,7 +40,7 @@ final class ForwardingProtocol: URLProtocol, @unchecked Sendable {  // URLProtoc
     override class func canonicalRequest(for request: URLRequest) -> URLRequest { request }
 
     override func startLoading() {
-        nonisolated(unsafe) let client = client
+        let client = client
         nonisolated(unsafe) let this = self
         let request = request
         DispatchQueue.global().async {
