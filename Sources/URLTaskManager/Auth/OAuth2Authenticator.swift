@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The one owner of an OAuth 2.0 credential: it loads it, hands it out, renews it once for
 /// everyone, and saves it.
 ///

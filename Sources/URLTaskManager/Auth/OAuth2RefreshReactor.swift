@@ -1,3 +1,5 @@
+import Foundation
+
 /// Renews an ``OAuth2Authenticator``'s credential when a request that carried its token comes
 /// back 401, then sends the request again with the new token.
 ///

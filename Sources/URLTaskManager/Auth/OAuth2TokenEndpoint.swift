@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// An OAuth 2.0 token endpoint, and the requests the kit sends to it.
 ///
 /// ``refresh(_:)`` is the refresh-token grant of RFC 6749 §6: a form `POST` of

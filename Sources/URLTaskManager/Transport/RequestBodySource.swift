@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// A request body: where it lives when the bridge sees the task, and how the transport sends it.
 enum RequestBodySource: @unchecked Sendable {  // an InputStream is read by one owner at a time.
     case none
