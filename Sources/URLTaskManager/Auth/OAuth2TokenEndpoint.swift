@@ -93,9 +93,13 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// Describes a token endpoint.
     ///
     /// - Parameters:
+    ///   - url: The token endpoint URL.
+    ///   - clientID: Sent as `client_id`, if set.
+    ///   - clientSecret: The client's secret, if it has one (confidential clients only).
     ///   - clientAuthentication: How a confidential client sends its secret; HTTP Basic unless
     ///     the server only accepts it in the form.
     ///   - timeout: How long a token request may wait for an answer (``defaultTimeout``).
+    ///   - session: The session the requests go through (``defaultSession``).
     public init(
         url: URL, clientID: String? = nil, clientSecret: String? = nil,
         clientAuthentication: ClientAuthentication = .basic, timeout: Duration? = OAuth2TokenEndpoint.defaultTimeout,
