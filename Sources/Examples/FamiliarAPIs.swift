@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import LoopbackServer
 import URLTaskManager
 
@@ -10,12 +13,14 @@ extension Scenario {
         let client = APIClient(api: server.baseURL, tokenURL: server.tokenURL)
         try await client.signIn(username: "ada", password: "lovelace")
         // The same manager, built with a delegate: URLSession calls it as usual.
+        // DocC delegate: begin
         let manager = URLTaskManager(
             interceptors: [BearerInterceptor(authenticator: client.auth)],
             reactors: [OAuth2RefreshReactor(authenticator: client.auth)],
             delegate: delegate
         )
         let session = manager.session
+        // DocC delegate: end
         let url = server.apiURL("/data")
         func text(_ data: Data) -> String { String(decoding: data, as: UTF8.self) }
 
@@ -37,9 +42,11 @@ extension Scenario {
         let (uploadReply, _) = try await session.upload(for: upload, from: Data(repeating: 7, count: 100_000))
         transcript.client("upload(for:from:) 100 kB   → \(text(uploadReply))")
 
+        // DocC download: begin
         let (file, _) = try await manager.download(for: URLRequest(url: url))
         let downloaded = try String(contentsOf: file, encoding: .utf8)
         try? FileManager.default.removeItem(at: file)
+        // DocC download: end
         transcript.client("manager.download(for:)     → \(downloaded) (streamed to a temporary file)")
 
         let token = "Bearer \(server.currentAccess ?? "?")"

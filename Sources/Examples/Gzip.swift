@@ -1,5 +1,8 @@
 import CZlib
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// gzip through the system's zlib, for the gzip-upload example: the client compresses, the
 /// example's server inflates.

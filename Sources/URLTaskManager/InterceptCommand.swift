@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// What an interceptor wants done with the task it just saw.
 ///
 /// When interceptors disagree, the first decision that stops the chain wins, in chain order:

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// One request on its way through a manager: what interceptors rewrite and reactors judge.
 ///
 /// A `URLTask` is created when the caller's task starts and lives until the caller has its

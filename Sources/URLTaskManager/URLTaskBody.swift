@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The body of a task's request, as the manager holds it: interceptors read it and may replace
 /// it, and what they leave is what is sent.
 ///

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Every way URLTaskManager itself can fail a task, as the caller receives it.
 ///
 /// A task made through ``URLTaskManager/session`` completes exactly once: with a response, with

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 extension URLTaskManager {
     /// Downloads `request` to a temporary file, through the interceptors and reactors.
     ///

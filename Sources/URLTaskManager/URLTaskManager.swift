@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Hands out a `URLSession` whose every task passes through your interceptors.
 ///
 /// Replace `URLSession(configuration: configuration)` with

@@ -1,4 +1,8 @@
 // README testing: begin
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import XCTest
 import LoopbackServer
 import URLTaskManager

@@ -1,5 +1,8 @@
 // README unit testing: begin
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import URLTaskManager
 import XCTest
 

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The one owner of an OAuth 2.0 credential: it loads it, hands it out, renews it once for
 /// everyone, and saves it.
 ///
@@ -42,13 +47,13 @@
 ///
 /// **Hard cases.**
 /// - A refresh that fails because the server rejected the refresh token (`invalid_grant`, see
-///   ``OAuth2Error/requiresSignIn``) is final: ``onRefreshFailure`` is called once, and every
+///   ``OAuth2Error/requiresSignIn``) is final: `onRefreshFailure` is called once, and every
 ///   request for these origins then fails at once with the same error, without touching the
 ///   network, until ``signIn(_:)``. Other failures (the token endpoint unreachable, a 5xx, a
 ///   client configuration error such as `invalid_client`, see
 ///   ``OAuth2Error/isConfigurationError``) are tried again by the next request that needs a
 ///   token, so a fix on the server's side is picked up without a relaunch.
-/// - ``onRefreshFailure`` runs on a task of its own and nobody waits for it: the requests
+/// - `onRefreshFailure` runs on a task of its own and nobody waits for it: the requests
 ///   waiting for the refresh fail as soon as the token endpoint's answer arrives, even while the
 ///   hook is still showing a sign-in screen. It is still called exactly once per failed refresh.
 /// - Signing in or out while a refresh is in flight wins: the refresh's result is dropped.
@@ -60,7 +65,7 @@
 ///   overtaking a refresh's save is what the store keeps.
 /// - A refreshed credential is made current before it is saved: the server may have rotated the
 ///   refresh token, making the old one useless. If saving fails, requests still use the new
-///   credential and ``onRefreshFailure`` hears the store's error, because at the next launch the
+///   credential and `onRefreshFailure` hears the store's error, because at the next launch the
 ///   user will have to sign in again.
 /// - A token endpoint that issues tokens living shorter than ``refreshLeeway`` would be asked for
 ///   a new one before every request; a credential this authenticator just refreshed is therefore
@@ -138,8 +143,14 @@ public actor OAuth2Authenticator {
     /// when only a new sign-in can help; any other error is treated as temporary.
     ///
     /// - Parameters:
+    ///   - origins: The scheme, host and port of every API the token is for. The token is never
+    ///     sent anywhere else.
+    ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
+    ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
     ///   - isTokenRequest: The requests `refresh` sends, if it sends them through a manager
     ///     that uses this authenticator: they are then neither given the token nor held.
+    ///   - onRefreshFailure: Called once per failed refresh, on a task of its own, as for
+    ///     ``init(origins:tokenEndpoint:store:refreshLeeway:onRefreshFailure:)``.
     ///   - refresh: Returns a new credential for the current one.
     public init(
         origins: [URL],
@@ -274,7 +285,7 @@ public actor OAuth2Authenticator {
         }.value
     }
 
-    /// Tells ``onRefreshFailure`` on a task of its own: the requests waiting for the refresh
+    /// Tells `onRefreshFailure` on a task of its own: the requests waiting for the refresh
     /// must not wait for a hook that may be showing a sign-in screen.
     private func reportFailure(_ error: any Error) {
         guard let onRefreshFailure else { return }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// An OAuth 2.0 access token with what is needed to renew it.
 ///
 /// Store it with a ``CredentialStore``; hand it to an ``OAuth2Authenticator`` with

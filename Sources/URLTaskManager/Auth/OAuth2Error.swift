@@ -1,3 +1,5 @@
+import Foundation
+
 /// Why the OAuth2 kit could not produce a token.
 ///
 /// Requests fail with these wrapped in ``URLTaskError/reactorFailed(reactor:underlying:)``,

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A scheme, host and port a credential may be sent to.
 ///
 /// A bearer token is as good as a password to whoever receives it, so it is sent only to the

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Renews an ``OAuth2Authenticator``'s credential when a request that carried its token comes
 /// back 401, then sends the request again with the new token.
 ///
@@ -24,8 +26,10 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
 
     /// Renews `authenticator`'s credential on 401.
     ///
-    /// - Parameter configuration: Defaults to ``URLTaskReactorConfiguration/authentication``.
-    ///   Its `exempts` is extended with the token endpoint and every other origin.
+    /// - Parameters:
+    ///   - authenticator: The credential's owner, shared with the ``BearerInterceptor``.
+    ///   - configuration: Defaults to ``URLTaskReactorConfiguration/authentication``.
+    ///     Its `exempts` is extended with the token endpoint and every other origin.
     public init(authenticator: OAuth2Authenticator, configuration: URLTaskReactorConfiguration = .authentication) {
         self.authenticator = authenticator
         var configuration = configuration

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// An OAuth 2.0 token endpoint, and the requests the kit sends to it.
 ///
 /// ``refresh(_:)`` is the refresh-token grant of RFC 6749 §6: a form `POST` of
@@ -88,9 +93,13 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// Describes a token endpoint.
     ///
     /// - Parameters:
+    ///   - url: The token endpoint URL.
+    ///   - clientID: Sent as `client_id`, if set.
+    ///   - clientSecret: The client's secret, if it has one (confidential clients only).
     ///   - clientAuthentication: How a confidential client sends its secret; HTTP Basic unless
     ///     the server only accepts it in the form.
     ///   - timeout: How long a token request may wait for an answer (``defaultTimeout``).
+    ///   - session: The session the requests go through (``defaultSession``).
     public init(
         url: URL, clientID: String? = nil, clientSecret: String? = nil,
         clientAuthentication: ClientAuthentication = .basic, timeout: Duration? = OAuth2TokenEndpoint.defaultTimeout,

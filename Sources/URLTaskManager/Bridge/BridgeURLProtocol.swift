@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The `URLProtocol` subclass a manager puts first in its session's `protocolClasses`.
 ///
 /// It holds no logic: `startLoading` hands the request to the ``Pipeline`` of the session that

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A pipeline task that starts only once its body is known.
 ///
 /// `uploadTask(withStreamedRequest:)` gets its body from the session delegate, which may answer

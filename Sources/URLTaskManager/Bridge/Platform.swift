@@ -7,11 +7,11 @@
 // a typed error instead of sending an empty body. `PlatformPinTests` pin every fact below
 // against the toolchain in use, so the day one changes, a test says which.
 
-#if canImport(FoundationNetworking)
-@_exported import FoundationNetworking
-#endif
-@_exported import Foundation
 import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// How the outer session wants a task's body handed over.
 enum BodyDelivery: Sendable, Equatable {

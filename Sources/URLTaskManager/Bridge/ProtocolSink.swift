@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The only object that talks to a `URLProtocolClient`.
 ///
 /// The pipeline reports a task's outcome here from any thread. The sink replays it to the

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The manager's event subscribers, and the one check every task makes: is anyone listening?
 ///
 /// A task started while nobody listens records nothing and emits nothing (its ``TaskObserver``

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Records one task's timings and emits its events; exists only for a task started while
 /// someone listens (``EventHub/isListening``), so an unobserved task pays one `nil` check per
 /// event site.

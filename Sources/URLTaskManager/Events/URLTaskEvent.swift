@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// One thing that happened to a task on its way through a manager, for logs and metrics.
 ///
 /// Subscribe with ``URLTaskManager/events(bufferingNewest:)``. The events of one task arrive in

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Refuses header names and values that would corrupt the request on the wire.
 ///
 /// A CR or LF in a value ends the header early and lets the rest be read as another header

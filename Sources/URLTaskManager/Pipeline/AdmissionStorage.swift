@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Runs one manager's ``AdmissionStateMachine`` under a lock, names every task it may call
 /// back, and runs the reactors' shared work.
 ///

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// HTTP authentication challenges (a 401 with `WWW-Authenticate: Basic`), answered inside the
 /// pipeline.
 ///

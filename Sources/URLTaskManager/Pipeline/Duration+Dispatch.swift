@@ -1,3 +1,5 @@
+import Foundation
+
 /// Converts a timer length for `DispatchQueue.asyncAfter`; a delay too long to represent never fires,
 /// and a negative one fires at once.
 extension Duration {

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Streams a task's body into a temporary file for ``URLTaskManager/download(for:)``.
 ///
 /// Created inside the caller's continuation, so the continuation exists before any event can

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Everything one manager runs: its interceptors, their batches, the reactors and the transport.
 ///
 /// The session the manager hands out owns it (see ``Platform/makeSession(configuration:delegate:delegateQueue:pipeline:)``):

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The request a followed redirect sends, built the way the pipeline builds every attempt.
 ///
 /// corelibs cannot hand a redirect back to the caller's session from a custom protocol, so

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Runs one task: its ``TaskStateMachine`` under a lock, and the actions it returns.
 ///
 /// Every event takes the lock only for the transition; the returned action is performed with

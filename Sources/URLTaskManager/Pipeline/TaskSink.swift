@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Where a task's outcome goes: the outer `URLProtocolClient` for tasks made through the
 /// manager's session (``ProtocolSink``), or a file for ``URLTaskManager/download(for:)``.
 ///

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// The lifecycle of one task through the pipeline, without I/O.
 ///
 /// ```

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Which failures are worth another attempt, how many attempts, and how long to wait between them.
 ///
 /// The defaults follow what is safe without knowing the API:

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Sends a task again after a transient failure, waiting as its ``RetryPolicy`` says.
 ///
 /// ```swift

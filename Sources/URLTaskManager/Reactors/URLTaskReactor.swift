@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Looks at how a task ended and may run shared work before the task is sent again.
 ///
 /// A reactor is the "after" half of the pipeline. When a task's response head arrives (or

@@ -1,3 +1,5 @@
+import Foundation
+
 /// An input stream that yields `prefix`, then whatever `rest` (already open) still holds.
 ///
 /// What a body larger than ``URLTaskManager/Options/maximumReplayableBodySize`` becomes once

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Turns a one-shot `httpBodyStream` into a body that can be sent again.
 ///
 /// Runs once per task, before its first send, on the pipeline's own thread: reading a stream

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Receives one inner task's events.
 protocol TransportEvents: AnyObject, Sendable {
     func transportDidReceive(response: URLResponse)

@@ -1,3 +1,8 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// Holds matching tasks and releases them together: when `size` are waiting, or `window`
 /// after the first one started waiting, whichever comes first.
 ///

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Holds one interceptor's batch: the state machine under a lock, and the tasks it names.
 final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are guarded by `lock`.
     private let lock = NSLock()

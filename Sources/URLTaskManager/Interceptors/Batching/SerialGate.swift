@@ -1,3 +1,5 @@
+import Foundation
+
 /// A FIFO async mutex: lets one interception of a given interceptor run at a time.
 ///
 /// Used for interceptors that ask for it (``URLTaskInterceptor/interceptsOneAtATime``) so

@@ -1,3 +1,5 @@
+import Foundation
+
 struct ReactorDeadlineExceeded: Error {
     let limit: Duration
 }
