@@ -45,7 +45,9 @@ enum LatencyBenchmark {
             }
         }
 
-        print("URLTaskManager benchmarks: \(ProcessInfo.processInfo.activeProcessorCount) cores, server in a child process on 127.0.0.1, GET of a 2-byte body")
+        print(
+            "URLTaskManager benchmarks: \(ProcessInfo.processInfo.activeProcessorCount) cores, server in a child process on 127.0.0.1, GET of a 2-byte body"
+        )
         print("medians of \(rounds) interleaved rounds, per request; ratio = configuration / plain URLSession in this run\n")
         report("\(sequentialCount) sequential GETs", configurations, sequentialRounds)
         for (level, count) in concurrency.enumerated() {
@@ -65,15 +67,18 @@ enum LatencyBenchmark {
             // The floor of any URLProtocol over an inner URLSession (see ForwardingProtocol).
             Configuration(name: "bare forwarding URLProtocol", session: ForwardingProtocol.makeSession()),
             Configuration(name: "manager, no interceptors", session: URLTaskManager().session),
-            Configuration(name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
+            Configuration(
+                name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
             // The same with someone reading every task's events (the row above has no reader).
             Configuration(name: "  … with an events reader", session: observedSession()),
             // A bearer header on every request and a refresh reactor that holds new tasks, so
             // the manager also keeps the per-host queue.
-            Configuration(name: "manager, OAuth2 bearer + refresh", session: URLTaskManager(
-                interceptors: [BearerInterceptor(authenticator: authenticator)],
-                reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
-            ).session),
+            Configuration(
+                name: "manager, OAuth2 bearer + refresh",
+                session: URLTaskManager(
+                    interceptors: [BearerInterceptor(authenticator: authenticator)],
+                    reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
+                ).session),
         ]
     }
 
@@ -105,7 +110,9 @@ enum LatencyBenchmark {
             requests += max(concurrency, 1)
         }
         let figures = Usage.perRequest(since: start, requests: requests)
-        print("\(configurations[index].name): \(requests) GETs, per request: wall \(figures.wallMilliseconds) ms, CPU \(figures.cpuMilliseconds) ms, \(figures.contextSwitches) context switches")
+        print(
+            "\(configurations[index].name): \(requests) GETs, per request: wall \(figures.wallMilliseconds) ms, CPU \(figures.cpuMilliseconds) ms, \(figures.contextSwitches) context switches"
+        )
     }
 
     static func get(_ session: URLSession, _ url: URL) async throws {
@@ -133,13 +140,17 @@ enum LatencyBenchmark {
         let medians = rounds.map(PerRequest.median)
         let plain = medians[0]
         print(title)
-        print(cell("", 34, left: true) + cell("wall ms", 9) + cell("ratio", 7) + cell("CPU ms", 9) + cell("ratio", 7) + cell("ctx sw", 8) + cell("+plain", 8))
+        print(
+            cell("", 34, left: true) + cell("wall ms", 9) + cell("ratio", 7) + cell("CPU ms", 9) + cell("ratio", 7) + cell("ctx sw", 8)
+                + cell("+plain", 8))
         for (index, configuration) in configurations.enumerated() {
             let m = medians[index]
-            print(cell("  " + configuration.name, 34, left: true)
-                  + cell(number(m.wallMilliseconds, 3), 9) + cell(number(m.wallMilliseconds / plain.wallMilliseconds, 2) + "x", 7)
-                  + cell(number(m.cpuMilliseconds, 3), 9) + cell(number(m.cpuMilliseconds / plain.cpuMilliseconds, 2) + "x", 7)
-                  + cell(number(m.contextSwitches, 1), 8) + cell(String(format: index == 0 ? "%.1f" : "%+.1f", m.contextSwitches - plain.contextSwitches), 8))
+            print(
+                cell("  " + configuration.name, 34, left: true)
+                    + cell(number(m.wallMilliseconds, 3), 9) + cell(number(m.wallMilliseconds / plain.wallMilliseconds, 2) + "x", 7)
+                    + cell(number(m.cpuMilliseconds, 3), 9) + cell(number(m.cpuMilliseconds / plain.cpuMilliseconds, 2) + "x", 7)
+                    + cell(number(m.contextSwitches, 1), 8)
+                    + cell(String(format: index == 0 ? "%.1f" : "%+.1f", m.contextSwitches - plain.contextSwitches), 8))
         }
         print("")
     }

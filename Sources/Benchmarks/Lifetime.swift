@@ -18,7 +18,9 @@ enum LifetimeBenchmark {
         var descriptors: Int
 
         static var now: Reading {
-            Reading(residentKiB: field("VmRSS") ?? -1, descriptors: (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1)
+            Reading(
+                residentKiB: field("VmRSS") ?? -1,
+                descriptors: (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1)
         }
 
         private static func field(_ name: String) -> Int? {
@@ -37,8 +39,12 @@ enum LifetimeBenchmark {
             ("plain URLSession", { URLSession(configuration: .default) }),
             ("manager, 1 HeaderInterceptor", { URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session }),
         ]
-        print("Session lifetime: \(iterations) x (create, one GET, drop without invalidating), \(ProcessInfo.processInfo.activeProcessorCount) cores")
-        print("kind".padding(toLength: 32, withPad: " ", startingAt: 0) + "RSS before   RSS after   growth     per session   fds before  fds after")
+        print(
+            "Session lifetime: \(iterations) x (create, one GET, drop without invalidating), \(ProcessInfo.processInfo.activeProcessorCount) cores"
+        )
+        print(
+            "kind".padding(toLength: 32, withPad: " ", startingAt: 0)
+                + "RSS before   RSS after   growth     per session   fds before  fds after")
         for kind in kinds {
             // Warm up lazily created globals (curl, the shared queues) outside the measurement.
             try await loop(kind.make, url: url, count: 200)
@@ -46,13 +52,15 @@ enum LifetimeBenchmark {
             try await loop(kind.make, url: url, count: iterations)
             let after = await settled(before)
             let growth = after.residentKiB - before.residentKiB
-            print(kind.name.padding(toLength: 32, withPad: " ", startingAt: 0)
-                  + "\(before.residentKiB) KiB".padding(toLength: 13, withPad: " ", startingAt: 0)
-                  + "\(after.residentKiB) KiB".padding(toLength: 12, withPad: " ", startingAt: 0)
-                  + "\(growth) KiB".padding(toLength: 11, withPad: " ", startingAt: 0)
-                  + String(format: "%.0f B", Double(growth * 1024) / Double(iterations)).padding(toLength: 14, withPad: " ", startingAt: 0)
-                  + "\(before.descriptors)".padding(toLength: 12, withPad: " ", startingAt: 0)
-                  + "\(after.descriptors)")
+            print(
+                kind.name.padding(toLength: 32, withPad: " ", startingAt: 0)
+                    + "\(before.residentKiB) KiB".padding(toLength: 13, withPad: " ", startingAt: 0)
+                    + "\(after.residentKiB) KiB".padding(toLength: 12, withPad: " ", startingAt: 0)
+                    + "\(growth) KiB".padding(toLength: 11, withPad: " ", startingAt: 0)
+                    + String(format: "%.0f B", Double(growth * 1024) / Double(iterations)).padding(
+                        toLength: 14, withPad: " ", startingAt: 0)
+                    + "\(before.descriptors)".padding(toLength: 12, withPad: " ", startingAt: 0)
+                    + "\(after.descriptors)")
         }
     }
 

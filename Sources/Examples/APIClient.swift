@@ -13,8 +13,10 @@ struct APIClient: Sendable {
     let auth: OAuth2Authenticator
     let tokenEndpoint: OAuth2TokenEndpoint
 
-    init(api: URL, tokenURL: URL, store: any CredentialStore = InMemoryCredentialStore(),
-         showLogin: @escaping @Sendable () async -> Void = {}) {
+    init(
+        api: URL, tokenURL: URL, store: any CredentialStore = InMemoryCredentialStore(),
+        showLogin: @escaping @Sendable () async -> Void = {}
+    ) {
         tokenEndpoint = OAuth2TokenEndpoint(url: tokenURL, clientID: "example-app")
         auth = OAuth2Authenticator(
             origins: [api],
@@ -22,10 +24,11 @@ struct APIClient: Sendable {
             store: store,
             onRefreshFailure: { _ in await showLogin() }  // once per failed refresh, not per request
         )
-        session = URLTaskManager(
-            interceptors: [BearerInterceptor(authenticator: auth)],
-            reactors: [OAuth2RefreshReactor(authenticator: auth), RetryReactor()]
-        ).session
+        session =
+            URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: auth)],
+                reactors: [OAuth2RefreshReactor(authenticator: auth), RetryReactor()]
+            ).session
     }
 
     func signIn(username: String, password: String) async throws {

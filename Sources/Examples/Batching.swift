@@ -3,7 +3,8 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let batching = Scenario(name: "batching", summary: "Requests held and released together: by count, then by time window") { transcript in
+    static let batching = Scenario(name: "batching", summary: "Requests held and released together: by count, then by time window") {
+        transcript in
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route(nil, "/events") { _ in .status(204) }
@@ -33,7 +34,9 @@ extension Scenario {
         let waited = started.duration(to: .now)
         let windowBurst = server.requests(path: "/events")
         transcript.server("/profile answered after \(profileTime.formatted(.units(allowed: [.milliseconds], width: .narrow))), not held")
-        transcript.server("\(windowBurst.count) events arrived within \(spreadInMilliseconds(windowBurst)) ms, \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow))) after they started")
+        transcript.server(
+            "\(windowBurst.count) events arrived within \(spreadInMilliseconds(windowBurst)) ms, \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow))) after they started"
+        )
         try transcript.check(windowBurst.count == 3 && waited >= .milliseconds(280), "the window batch did not wait")
         try transcript.check(profileTime < .milliseconds(250), "/profile was held")
         transcript.conclude("one burst of 5 at once, one burst of 3 after the window; other requests not held")

@@ -6,7 +6,9 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let customReactor = Scenario(name: "custom-reactor", summary: "Your own reactor in 20 lines: a token refresh on 401 without the OAuth2 kit") { transcript in
+    static let customReactor = Scenario(
+        name: "custom-reactor", summary: "Your own reactor in 20 lines: a token refresh on 401 without the OAuth2 kit"
+    ) { transcript in
         let api = DemoAuthServer()
         let server = try LoopbackServer()
         defer { server.shutdown() }

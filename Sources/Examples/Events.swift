@@ -6,7 +6,8 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let events = Scenario(name: "events", summary: "One log line per task event, secrets redacted: a retried 503, then a 200") { transcript in
+    static let events = Scenario(name: "events", summary: "One log line per task event, secrets redacted: a retried 503, then a 200") {
+        transcript in
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let calls = Counter()

@@ -6,7 +6,9 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let familiarAPIs = Scenario(name: "familiar-apis", summary: "One signed-in session through async, completion-handler, delegate, upload and download APIs") { transcript in
+    static let familiarAPIs = Scenario(
+        name: "familiar-apis", summary: "One signed-in session through async, completion-handler, delegate, upload and download APIs"
+    ) { transcript in
         let server = try OAuthServer(name: "demo")
         defer { server.shutdown() }
         let delegate = CollectingDelegate()
@@ -52,13 +54,16 @@ extension Scenario {
         let token = "Bearer \(server.currentAccess ?? "?")"
         let authorized = server.apiRequests.filter { $0.headers["authorization"] == token }.count
         let uploaded = server.apiRequests.first { $0.path == "/api/upload" }?.bodyLength ?? 0
-        transcript.server("\(authorized) of \(server.apiRequests.count) requests carried the signed-in bearer token; upload body \(uploaded) bytes")
+        transcript.server(
+            "\(authorized) of \(server.apiRequests.count) requests carried the signed-in bearer token; upload body \(uploaded) bytes")
         for (api, reply) in [("async", asyncData), ("completion handler", handlerData), ("delegate", delegateData)] {
             try transcript.check(text(reply) == "ok /api/data", "\(api): \(text(reply))")
         }
-        try transcript.check(text(uploadReply) == "ok /api/upload" && uploaded == 100_000, "upload: \(text(uploadReply)), \(uploaded) bytes")
+        try transcript.check(
+            text(uploadReply) == "ok /api/upload" && uploaded == 100_000, "upload: \(text(uploadReply)), \(uploaded) bytes")
         try transcript.check(downloaded == "ok /api/data", "download: \(downloaded)")
-        try transcript.check(authorized == 5 && server.unauthorizedCount == 0, "\(authorized) authorized, \(server.unauthorizedCount) × 401")
+        try transcript.check(
+            authorized == 5 && server.unauthorizedCount == 0, "\(authorized) authorized, \(server.unauthorizedCount) × 401")
         transcript.conclude("5 APIs, 5 requests with the bearer token, 0 × 401, 100,000 upload bytes delivered")
     }
 }

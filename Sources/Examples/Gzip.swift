@@ -15,7 +15,11 @@ enum Gzip {
     static func compress(_ data: Data) throws -> Data {
         var stream = z_stream()
         // 15 window bits + 16: a gzip header and trailer instead of zlib's.
-        guard deflateInit2_(&stream, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size)) == Z_OK else {
+        guard
+            deflateInit2_(
+                &stream, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION, Int32(MemoryLayout<z_stream>.size))
+                == Z_OK
+        else {
             throw Failed(description: "deflateInit2 failed")
         }
         defer { deflateEnd(&stream) }

@@ -3,7 +3,8 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let headerEnrichment = Scenario(name: "headers", summary: "Interceptors add a user agent, a request id and Authorization") { transcript in
+    static let headerEnrichment = Scenario(name: "headers", summary: "Interceptors add a user agent, a request id and Authorization") {
+        transcript in
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route(nil, "/echo") { request in
@@ -28,7 +29,8 @@ extension Scenario {
         }
         let ids = server.requests(path: "/echo").compactMap { $0.headers["x-request-id"] }
         try transcript.check(ids.count == 2 && Set(ids).count == 2, "request ids were \(ids)")
-        try transcript.check(server.requests(path: "/echo").allSatisfy { $0.headers["authorization"] == "Bearer user-token" }, "Authorization missing")
+        try transcript.check(
+            server.requests(path: "/echo").allSatisfy { $0.headers["authorization"] == "Bearer user-token" }, "Authorization missing")
         transcript.conclude("2 requests, each with its own request id")
     }
 }

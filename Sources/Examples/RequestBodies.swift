@@ -57,7 +57,8 @@ enum HMAC {
 }
 
 extension Scenario {
-    static let signedBody = Scenario(name: "signed-body", summary: "An interceptor signs the request body; the server checks the signature") { transcript in
+    static let signedBody = Scenario(name: "signed-body", summary: "An interceptor signs the request body; the server checks the signature")
+    { transcript in
         let key = Data("shared-secret".utf8)
         let server = try LoopbackServer()
         defer { server.shutdown() }
@@ -72,7 +73,8 @@ extension Scenario {
         let (data, response) = try await session.upload(for: order, from: Data(#"{"item":"book","quantity":2}"#.utf8))
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         transcript.client("POST /orders (upload task) → \(status) \(String(decoding: data, as: UTF8.self))")
-        let bodyless = HMAC.sha256(key: key, message: Data("POST\n/orders\n".utf8)) == server.requests(path: "/orders").first?.headers["X-Signature"]
+        let bodyless =
+            HMAC.sha256(key: key, message: Data("POST\n/orders\n".utf8)) == server.requests(path: "/orders").first?.headers["X-Signature"]
         transcript.server("checked X-Signature over method, path and body")
 
         try transcript.check(status == 200, "the server refused the signature (\(status))")
@@ -80,7 +82,8 @@ extension Scenario {
         transcript.conclude("the server verified an HMAC of the body the interceptor read")
     }
 
-    static let gzipUpload = Scenario(name: "gzip-upload", summary: "An interceptor gzips the request body; the server inflates it") { transcript in
+    static let gzipUpload = Scenario(name: "gzip-upload", summary: "An interceptor gzips the request body; the server inflates it") {
+        transcript in
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route("POST", "/logs") { request in
@@ -105,7 +108,8 @@ extension Scenario {
         }
 
         try transcript.check(status == 200 && reply.count == 3, "the server could not inflate the body (\(status))")
-        try transcript.check(reply[1] == String(original.count) && reply[2] == SHA256.hex(original), "the inflated body differs from the original")
+        try transcript.check(
+            reply[1] == String(original.count) && reply[2] == SHA256.hex(original), "the inflated body differs from the original")
         try transcript.check((Int(reply[0]) ?? .max) < original.count / 4, "the body was not compressed")
         transcript.conclude("\(original.count) bytes sent as \(reply[0]) gzip bytes, inflated intact")
     }

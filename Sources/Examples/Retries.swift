@@ -6,7 +6,8 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let retries = Scenario(name: "retries", summary: "A flaky endpoint answers 503 with Retry-After; GET is retried, POST is not") { transcript in
+    static let retries = Scenario(name: "retries", summary: "A flaky endpoint answers 503 with Retry-After; GET is retried, POST is not") {
+        transcript in
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let flaky = Counter()
@@ -22,7 +23,9 @@ extension Scenario {
         let started = ContinuousClock.now
         let (data, _) = try await manager.session.data(from: server.url("/flaky"))
         let waited = started.duration(to: .now)
-        transcript.client("GET /flaky → \(String(decoding: data, as: UTF8.self)) after \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
+        transcript.client(
+            "GET /flaky → \(String(decoding: data, as: UTF8.self)) after \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow)))"
+        )
         transcript.server("/flaky answered \(server.requestCount(path: "/flaky")) times (503 with Retry-After: 1, then 200)")
 
         var order = URLRequest(url: server.url("/orders"))

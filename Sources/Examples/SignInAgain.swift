@@ -6,17 +6,21 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let signInAgain = Scenario(name: "sign-in-again", summary: "The refresh token was revoked: every request fails once, typed; login runs once") { transcript in
+    static let signInAgain = Scenario(
+        name: "sign-in-again", summary: "The refresh token was revoked: every request fails once, typed; login runs once"
+    ) { transcript in
         let server = try OAuthServer(name: "demo", users: ["ada": "lovelace"])
         defer { server.shutdown() }
         let logins = Counter()
         // The hook runs on its own task (the failed requests do not wait for it): the example
         // waits for its first call.
         let (loginShown, shown) = AsyncStream<Void>.makeStream()
-        let client = APIClient(api: server.baseURL, tokenURL: server.tokenURL, showLogin: {
-            logins.next()
-            shown.yield()
-        })
+        let client = APIClient(
+            api: server.baseURL, tokenURL: server.tokenURL,
+            showLogin: {
+                logins.next()
+                shown.yield()
+            })
         try await client.signIn(username: "ada", password: "lovelace")
         // Signed out on another device: both of the app's tokens are dead.
         server.revokeAccess()
@@ -27,14 +31,16 @@ extension Scenario {
         // README sign in again: begin
         let sessionOver = results.filter { result in
             guard case .failure(URLTaskError.reactorFailed(_, let underlying)) = result,
-                  let oauth = underlying as? OAuth2Error else { return false }
+                let oauth = underlying as? OAuth2Error
+            else { return false }
             return oauth.requiresSignIn  // the refresh token is dead: only a new login helps
         }
         // README sign in again: end
         transcript.client("\(sessionOver.count) of 20 failed with URLTaskError.reactorFailed(OAuth2RefreshReactor, invalid_grant)")
         try transcript.check(await first(of: loginShown, within: .seconds(5)), "the login hook never ran")
         transcript.client("the app's login hook ran \(logins.value) time(s)")
-        transcript.server("refresh attempts: \(server.refreshTokensReceived.count) (refused with 400 invalid_grant); 401s: \(server.unauthorizedCount)")
+        transcript.server(
+            "refresh attempts: \(server.refreshTokensReceived.count) (refused with 400 invalid_grant); 401s: \(server.unauthorizedCount)")
         try transcript.check(sessionOver.count == 20, "only \(sessionOver.count) failed with the typed error")
         try transcript.check(logins.value == 1, "login hook ran \(logins.value) times")
         try transcript.check(server.refreshTokensReceived.count == 1, "\(server.refreshTokensReceived.count) refresh attempts")

@@ -6,7 +6,9 @@ import LoopbackServer
 import URLTaskManager
 
 extension Scenario {
-    static let twoBackends = Scenario(name: "two-backends", summary: "Legacy login buys the new backend's token; both or neither; each host gets its own") { transcript in
+    static let twoBackends = Scenario(
+        name: "two-backends", summary: "Legacy login buys the new backend's token; both or neither; each host gets its own"
+    ) { transcript in
         let legacy = try OAuthServer(name: "legacy", users: ["ada": "lovelace"])
         let modern = try OAuthServer(name: "new")
         defer { legacy.shutdown(); modern.shutdown() }
@@ -17,8 +19,11 @@ extension Scenario {
         let refused = await app.logIn(username: "ada", password: "lovelace")
         let legacyStored = try await app.legacyAuth.currentCredential()
         let modernStored = try await app.modernAuth.currentCredential()
-        transcript.client("login with the new backend refusing: \(refused.map { "\($0)" } ?? "ok"); stored: legacy \(legacyStored == nil ? "none" : "yes"), new \(modernStored == nil ? "none" : "yes")")
-        transcript.server("legacy issued \(legacy.tokenRequestCount) token (dropped, not stored); new refused \(modern.tokenRequestCount) exchange")
+        transcript.client(
+            "login with the new backend refusing: \(refused.map { "\($0)" } ?? "ok"); stored: legacy \(legacyStored == nil ? "none" : "yes"), new \(modernStored == nil ? "none" : "yes")"
+        )
+        transcript.server(
+            "legacy issued \(legacy.tokenRequestCount) token (dropped, not stored); new refused \(modern.tokenRequestCount) exchange")
         try transcript.check(refused == .linkedAccountUnavailable, "expected linkedAccountUnavailable, got \(String(describing: refused))")
         try transcript.check(legacyStored == nil && modernStored == nil, "half a login was stored")
 
@@ -90,10 +95,11 @@ struct TwoBackendApp: Sendable {
         legacyAuth = OAuth2Authenticator(origins: [legacy.api], tokenEndpoint: legacyEndpoint)
         modernAuth = OAuth2Authenticator(origins: [modern.api], tokenEndpoint: modernEndpoint)
         // README two backends: begin
-        session = URLTaskManager(
-            interceptors: [BearerInterceptor(authenticator: legacyAuth), BearerInterceptor(authenticator: modernAuth)],
-            reactors: [OAuth2RefreshReactor(authenticator: legacyAuth), OAuth2RefreshReactor(authenticator: modernAuth)]
-        ).session
+        session =
+            URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: legacyAuth), BearerInterceptor(authenticator: modernAuth)],
+                reactors: [OAuth2RefreshReactor(authenticator: legacyAuth), OAuth2RefreshReactor(authenticator: modernAuth)]
+            ).session
         // README two backends: end
     }
 
@@ -103,13 +109,17 @@ struct TwoBackendApp: Sendable {
         do {
             // README chained login: begin
             try await OAuth2Authenticator.signIn(
-                legacyAuth, using: {
-                    do { return try await legacyEndpoint.signIn(username: username, password: password) }
-                    catch let error as OAuth2Error where error.requiresSignIn { throw AppError.wrongPassword }
+                legacyAuth,
+                using: {
+                    do { return try await legacyEndpoint.signIn(username: username, password: password) } catch let error as OAuth2Error
+                        where error.requiresSignIn
+                    { throw AppError.wrongPassword }
                 },
-                then: modernAuth, using: { legacyToken in
-                    do { return try await modernEndpoint.exchange(legacyToken) }
-                    catch let error as OAuth2Error where error.requiresSignIn { throw AppError.linkedAccountUnavailable }
+                then: modernAuth,
+                using: { legacyToken in
+                    do { return try await modernEndpoint.exchange(legacyToken) } catch let error as OAuth2Error where error.requiresSignIn {
+                        throw AppError.linkedAccountUnavailable
+                    }
                 })
             // README chained login: end
             return nil

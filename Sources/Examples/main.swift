@@ -42,7 +42,11 @@ for scenario in selected {
     do {
         try await scenario.run(transcript)
         let elapsed = started.duration(to: .now)
-        results.append((scenario.name, true, "\(transcript.summary) (\(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))))"))
+        results.append(
+            (
+                scenario.name, true,
+                "\(transcript.summary) (\(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))))"
+            ))
     } catch {
         results.append((scenario.name, false, "\(error)"))
     }

@@ -2,7 +2,7 @@ import Foundation
 
 /// The live connections of one server, so shutdown can wake every blocked socket call, wait for the
 /// connection threads to finish, and interrupt response delays; also the server's stop flag.
-final class ConnectionRegistry: @unchecked Sendable { // unchecked: all mutable state is guarded by `condition`
+final class ConnectionRegistry: @unchecked Sendable {  // unchecked: all mutable state is guarded by `condition`
     private struct Entry {
         let fd: Int32
         var inHandler: Bool

@@ -2,7 +2,7 @@ import Foundation
 
 /// A one-shot latch a handler can block on and a test opens, so a test can hold a response
 /// (keep a request in flight) exactly until it has checked what it needs to.
-public final class Gate: @unchecked Sendable { // unchecked: all mutable state is guarded by `condition`
+public final class Gate: @unchecked Sendable {  // unchecked: all mutable state is guarded by `condition`
     private let condition = NSCondition()
     private var opened = false
 

@@ -84,7 +84,7 @@ public struct HTTPFields: Sendable, Sequence, ExpressibleByDictionaryLiteral, Eq
         while true {
             switch (left.next(), right.next()) {
             case (nil, nil): return true
-            case let (l?, r?):
+            case (let l?, let r?):
                 if l != r && lowered(l) != lowered(r) { return false }
             default: return false
             }

@@ -24,17 +24,17 @@ public enum LoopbackServerError: Error, Sendable, Equatable, CustomStringConvert
     /// A readable explanation for test failure logs.
     public var description: String {
         switch self {
-        case let .socketFailed(operation, code): return "\(operation) failed (errno \(code))"
-        case let .bindFailed(code): return "bind to 127.0.0.1:0 failed (errno \(code))"
-        case let .listenFailed(code): return "listen failed (errno \(code))"
-        case let .connectFailed(code): return "connect failed (errno \(code))"
-        case let .ioFailed(operation, code): return "\(operation) failed (errno \(code))"
-        case let .timeout(path, expected, received):
+        case .socketFailed(let operation, let code): return "\(operation) failed (errno \(code))"
+        case .bindFailed(let code): return "bind to 127.0.0.1:0 failed (errno \(code))"
+        case .listenFailed(let code): return "listen failed (errno \(code))"
+        case .connectFailed(let code): return "connect failed (errno \(code))"
+        case .ioFailed(let operation, let code): return "\(operation) failed (errno \(code))"
+        case .timeout(let path, let expected, let received):
             return "timed out waiting for \(expected) request(s) to \(path ?? "any path"); \(received) arrived"
         case .readTimedOut: return "timed out reading from the server"
         case .shutDown: return "the server was shut down"
         case .connectionClosed: return "the connection closed before a complete message arrived"
-        case let .malformedMessage(reason): return "malformed HTTP message: \(reason)"
+        case .malformedMessage(let reason): return "malformed HTTP message: \(reason)"
         }
     }
 }

@@ -134,9 +134,10 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     /// part form-urlencoded, then joined by `:`), or `nil` if the header is not that.
     public static func decodeBasicClient(_ header: String?) -> (id: String, secret: String)? {
         guard let header, header.lowercased().hasPrefix("basic "),
-              let data = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
-              let text = String(data: data, encoding: .utf8),
-              let colon = text.firstIndex(of: ":") else { return nil }
+            let data = Data(base64Encoded: String(header.dropFirst(6)).trimmingCharacters(in: .whitespaces)),
+            let text = String(data: data, encoding: .utf8),
+            let colon = text.firstIndex(of: ":")
+        else { return nil }
         return (decodeFormComponent(String(text[..<colon])), decodeFormComponent(String(text[text.index(after: colon)...])))
     }
 
@@ -154,7 +155,9 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             }
             _ = gate?.wait(timeout: .seconds(10))
             guard authorized else {
-                return ServerResponse(status: 401, headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""]).with { $0.delay = delay }
+                return ServerResponse(status: 401, headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""]).with {
+                    $0.delay = delay
+                }
             }
             return .text("ok \(request.path)")
         }

@@ -42,8 +42,9 @@ public final class RawHTTPConnection {
             let reason = parts.count > 2 ? String(parts[2]) : ""
             if (100..<200).contains(status) {
                 if skippingInformational && status != 101 { continue }
-                return RawHTTPResponse(version: String(parts[0]), status: status, reason: reason, headers: headers,
-                                       body: Data(), wasChunked: false)
+                return RawHTTPResponse(
+                    version: String(parts[0]), status: status, reason: reason, headers: headers,
+                    body: Data(), wasChunked: false)
             }
             var body = Data()
             let chunked = headers.values(for: "Transfer-Encoding").contains { $0.lowercased().contains("chunked") }
@@ -59,8 +60,9 @@ public final class RawHTTPConnection {
             } else {
                 try reader.readToEnd { body.append(contentsOf: $0) }
             }
-            return RawHTTPResponse(version: String(parts[0]), status: status, reason: reason, headers: headers,
-                                   body: body, wasChunked: chunked)
+            return RawHTTPResponse(
+                version: String(parts[0]), status: status, reason: reason, headers: headers,
+                body: body, wasChunked: chunked)
         }
     }
 

@@ -22,9 +22,10 @@ struct RequestHead {
 
     /// Whether the client asked to close after this exchange.
     var wantsClose: Bool {
-        !isHTTP11 || headers.values(for: "Connection").contains { value in
-            value.split(separator: ",").contains { HTTPFields.sameName(String($0.trimmingSpaces()), "close") }
-        }
+        !isHTTP11
+            || headers.values(for: "Connection").contains { value in
+                value.split(separator: ",").contains { HTTPFields.sameName(String($0.trimmingSpaces()), "close") }
+            }
     }
 
     /// Whether the body uses chunked transfer coding.

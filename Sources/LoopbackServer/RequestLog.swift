@@ -2,7 +2,7 @@ import Foundation
 
 /// The server's record of arrived requests, plus the async waiters that want to know when enough
 /// of them have arrived (resumed from the connection thread that appends, never by polling).
-final class RequestLog: @unchecked Sendable { // unchecked: all mutable state is only touched while holding `lock`
+final class RequestLog: @unchecked Sendable {  // unchecked: all mutable state is only touched while holding `lock`
     private struct Waiter {
         let path: String?
         let count: Int

@@ -28,13 +28,13 @@ struct ResponseWriter {
         case .empty:
             chunked = false
             if !framed && bodyAllowed { headers["Content-Length"] = "0" }
-        case let .data(data):
+        case .data(let data):
             chunked = false
             if !framed && bodyAllowed { headers["Content-Length"] = String(data.count) }
         case .chunked:
             chunked = true
             if !framed && sendsBody { headers["Transfer-Encoding"] = "chunked" }
-        case let .generated(length, _, isChunked):
+        case .generated(let length, _, let isChunked):
             chunked = isChunked
             if !framed && bodyAllowed && !isChunked { headers["Content-Length"] = String(length) }
             if !framed && sendsBody && isChunked { headers["Transfer-Encoding"] = "chunked" }
@@ -54,9 +54,9 @@ struct ResponseWriter {
         switch body {
         case .empty:
             break
-        case let .data(data):
+        case .data(let data):
             try data.withUnsafeBytes { try write($0) }
-        case let .chunked(chunks, chunkDelay):
+        case .chunked(let chunks, let chunkDelay):
             var first = true
             for chunk in chunks where !chunk.isEmpty {
                 if !first, let chunkDelay, !registry.sleep(for: chunkDelay) { throw LoopbackServerError.shutDown }
@@ -66,7 +66,7 @@ struct ResponseWriter {
                 try writeText("\r\n")
             }
             try writeText("0\r\n\r\n")
-        case let .generated(length, chunkSize, _):
+        case .generated(let length, let chunkSize, _):
             try GeneratedBody.forEachPiece(length: length, pieceSize: chunkSize) { piece in
                 if chunked { try writeChunkHeader(piece.count) }
                 try write(piece)

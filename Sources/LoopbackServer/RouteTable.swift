@@ -2,7 +2,7 @@ import Foundation
 
 /// The registered handlers, looked up per request: exact paths beat prefixes, longer prefixes beat
 /// shorter ones, and a method-specific route beats a method-agnostic one at the same path.
-final class RouteTable: @unchecked Sendable { // unchecked: `routes` is only touched while holding `lock`
+final class RouteTable: @unchecked Sendable {  // unchecked: `routes` is only touched while holding `lock`
     /// A route handler, called on a connection thread.
     typealias Handler = @Sendable (RecordedRequest) -> ServerResponse
 
@@ -36,7 +36,8 @@ final class RouteTable: @unchecked Sendable { // unchecked: `routes` is only tou
         lock.lock()
         defer { lock.unlock() }
         if let exact = routes[Key(method: method, path: path, isPrefix: false)]
-            ?? routes[Key(method: nil, path: path, isPrefix: false)] {
+            ?? routes[Key(method: nil, path: path, isPrefix: false)]
+        {
             return exact
         }
         var best: (length: Int, specific: Bool, handler: Handler)?
@@ -44,7 +45,8 @@ final class RouteTable: @unchecked Sendable { // unchecked: `routes` is only tou
             guard key.method == nil || key.method == method else { continue }
             let candidate = (length: key.path.utf8.count, specific: key.method != nil, handler: handler)
             if let current = best,
-               current.length > candidate.length || (current.length == candidate.length && current.specific) {
+                current.length > candidate.length || (current.length == candidate.length && current.specific)
+            {
                 continue
             }
             best = candidate

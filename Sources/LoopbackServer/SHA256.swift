@@ -111,7 +111,8 @@ public struct SHA256: Sendable {
                 for _ in 0..<blocks {
                     for i in 0..<16 {
                         let b = block + i * 4
-                        w[i] = UInt32(b.load(as: UInt8.self)) << 24
+                        w[i] =
+                            UInt32(b.load(as: UInt8.self)) << 24
                             | UInt32(b.load(fromByteOffset: 1, as: UInt8.self)) << 16
                             | UInt32(b.load(fromByteOffset: 2, as: UInt8.self)) << 8
                             | UInt32(b.load(fromByteOffset: 3, as: UInt8.self))

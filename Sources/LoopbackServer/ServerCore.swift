@@ -57,7 +57,7 @@ final class ServerCore: Sendable {
             if ready[1] || registry.isStopped { return }
             guard ready[0] else { continue }
             switch Socket.acceptConnection(listener) {
-            case let .accepted(fd):
+            case .accepted(let fd):
                 guard let id = registry.register(fd: fd) else { return }
                 Connection.start(id: id, fd: fd, core: self)
             case .retry:

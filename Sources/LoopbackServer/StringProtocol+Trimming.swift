@@ -4,7 +4,8 @@ extension StringProtocol {
         let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
         let text = self[...]
         guard let first = text.firstIndex(where: { !isSpace($0) }),
-              let last = text.lastIndex(where: { !isSpace($0) }) else { return Substring() }
+            let last = text.lastIndex(where: { !isSpace($0) })
+        else { return Substring() }
         return Substring(text[first...last])
     }
 }

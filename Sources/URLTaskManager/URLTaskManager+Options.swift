@@ -31,7 +31,9 @@ extension URLTaskManager {
         public var maximumRequestsInFlightPerHost: Int?
 
         /// Creates options; every parameter has a sensible default.
-        public init(maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil) {
+        public init(
+            maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil
+        ) {
             self.maximumHoldTime = maximumHoldTime
             self.maximumReplayableBodySize = maximumReplayableBodySize
             self.maximumRequestsInFlightPerHost = maximumRequestsInFlightPerHost

@@ -68,7 +68,9 @@ final class SmokeTests: XCTestCase {
         let manager = URLTaskManager(interceptors: [BatchInterceptor(size: 10)])
         let results = try await withThrowingTaskGroup(of: Int.self) { group in
             for _ in 0..<10 {
-                group.addTask { let (_, r) = try await manager.session.data(from: server.url("/b")); return (r as! HTTPURLResponse).statusCode }
+                group.addTask {
+                    let (_, r) = try await manager.session.data(from: server.url("/b")); return (r as! HTTPURLResponse).statusCode
+                }
             }
             return try await group.reduce(into: []) { $0.append($1) }
         }

@@ -295,12 +295,13 @@ public actor OAuth2Authenticator {
     /// Republishes the state ``credentialWithoutWaiting()`` and ``version`` read.
     private func publish() {
         let rejected = rejection.map { $0.version == storedVersion } ?? false
-        published.set(PublishedCredential.Snapshot(
-            credential: credential,
-            version: storedVersion,
-            settled: loaded && refreshing == nil && !rejected,
-            leeway: storedVersion == refreshedVersion ? .zero : refreshLeeway
-        ))
+        published.set(
+            PublishedCredential.Snapshot(
+                credential: credential,
+                version: storedVersion,
+                settled: loaded && refreshing == nil && !rejected,
+                leeway: storedVersion == refreshedVersion ? .zero : refreshLeeway
+            ))
     }
 
     private func replace(with credential: OAuth2Credential?) {

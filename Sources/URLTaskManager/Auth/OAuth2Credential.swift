@@ -38,6 +38,7 @@ public struct OAuth2Credential: Codable, Sendable, Hashable, CustomStringConvert
     /// The token lengths and expiry, never the tokens themselves.
     public var description: String {
         let refresh = refreshToken.map { "<\($0.count) characters>" } ?? "nil"
-        return "OAuth2Credential(accessToken: <\(accessToken.count) characters>, refreshToken: \(refresh), expiresAt: \(expiresAt), scope: \(scope ?? "nil"))"
+        return
+            "OAuth2Credential(accessToken: <\(accessToken.count) characters>, refreshToken: \(refresh), expiresAt: \(expiresAt), scope: \(scope ?? "nil"))"
     }
 }

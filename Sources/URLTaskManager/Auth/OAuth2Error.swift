@@ -73,7 +73,8 @@ extension OAuth2Error: CustomStringConvertible, LocalizedError {
             "The credential has no refresh token"
         case .tokenRequestRejected(let status, let error, let description):
             "The token endpoint answered \(status)" + (error.map { " \($0)" } ?? "") + (description.map { ": \($0)" } ?? "")
-                + (isConfigurationError ? " (a client configuration problem: check the client ID, secret, authentication method, grant and scope)" : "")
+                + (isConfigurationError
+                    ? " (a client configuration problem: check the client ID, secret, authentication method, grant and scope)" : "")
         case .invalidTokenResponse(let reason):
             "The token endpoint's answer is not a bearer token: \(reason)"
         }

@@ -52,7 +52,9 @@ struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; t
 enum Platform {
     /// Inspects `task` from inside `startLoading`, which runs on the session's work queue (the
     /// only place the session's task registry may be read).
-    static func facts(for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self) -> OuterTaskFacts {
+    static func facts(
+        for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self
+    ) -> OuterTaskFacts {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
         let field = Reflection.child(task, "session")
@@ -64,7 +66,9 @@ enum Platform {
         let registry = managed?.foundTaskRegistry ?? session.flatMap { Reflection.child($0, "taskRegistry") }
         // With no delegate to stream to, corelibs either hands the body to a completion handler
         // (which must have it whole) or drops it: buffering serves both, without reading the registry.
-        let delivery = task.delegate == nil ? .buffer : registry.map { behaviourDelivery(registry: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
+        let delivery =
+            task.delegate == nil
+            ? .buffer : registry.map { behaviourDelivery(registry: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
         var body = URLTaskBody(request: request)
         var missing = false
         var fromDelegate = false
@@ -114,7 +118,9 @@ enum Platform {
     /// associated object, and gets a protocol class of its own whose number is never reused.
     /// - Parameter configuration: The outer configuration, whose `protocolClasses` this puts
     ///   the bridge in front of.
-    static func makeSession(configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline) -> URLSession {
+    static func makeSession(
+        configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline
+    ) -> URLSession {
         #if canImport(FoundationNetworking)
         configuration.protocolClasses = [BridgeURLProtocol.self] + (configuration.protocolClasses ?? [])
         return ManagedURLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline)
@@ -187,7 +193,9 @@ enum Platform {
     /// The protocol class URLSession itself uses for HTTP, to which download tasks are handed.
     static let nativeHTTPProtocol: URLProtocol.Type? = {
         let classes = URLSessionConfiguration.default.protocolClasses ?? []
-        return classes.lazy.compactMap { $0 as? URLProtocol.Type }.first { $0.canInit(with: URLRequest(url: URL(string: "http://127.0.0.1/")!)) }
+        return classes.lazy.compactMap { $0 as? URLProtocol.Type }.first {
+            $0.canInit(with: URLRequest(url: URL(string: "http://127.0.0.1/")!))
+        }
     }()
 
     #if canImport(FoundationNetworking)
@@ -197,7 +205,7 @@ enum Platform {
         // One key is looked up in place: `as? [Int: Any]` would convert every live task's entry,
         // O(live tasks) for every task started.
         guard let behaviours = Reflection.child(registry, "behaviours") as? any IntKeyedDictionary,
-              let behaviour = behaviours.value(forKey: taskIdentifier)
+            let behaviour = behaviours.value(forKey: taskIdentifier)
         else { return .buffer }
         return Mirror(reflecting: behaviour).children.isEmpty ? .stream : .buffer
     }
@@ -232,7 +240,8 @@ enum Platform {
 /// `finishTasksAndInvalidate()` lets every task it accepted finish, then releases the inner
 /// session. Released without invalidation, it releases the pipeline too (no task of it can be
 /// running then: a running task keeps its session).
-final class ManagedURLSession: URLSession, @unchecked Sendable {  // restated from URLSession (its state is confined to its work queue); adds an immutable `let` and two fields written only in init.
+// @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds an immutable `let` and two fields written only in init.
+final class ManagedURLSession: URLSession, @unchecked Sendable {
     let pipeline: Pipeline
     /// corelibs' work queue of this session, found once: `Platform.facts` reads it for every task.
     /// (Named apart from corelibs' own `workQueue`, which the reflection below looks for.)

@@ -99,7 +99,9 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
 
     /// Asks the caller's delegate about `challenge`, as for ``redirect(_:to:answer:)``. Without
     /// a delegate the answer is `.performDefaultHandling`.
-    func challenge(_ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+    func challenge(
+        _ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
         guard let (session, task, delegate) = callerDelegate() else { return answer(.performDefaultHandling, nil) }
         session.delegateQueue.addOperation {
             delegate.urlSession(session, task: task, didReceive: challenge, completionHandler: answer)
@@ -201,4 +203,3 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
         urlProtocol.task?.state == .canceling
     }
 }
-

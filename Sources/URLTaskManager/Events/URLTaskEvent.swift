@@ -102,14 +102,16 @@ extension URLTaskEvent.Kind: CustomStringConvertible {
         case .sent(let attempt, let versions):
             let stamped = versions.sorted { $0.key < $1.key }.map { " \($0.key) v\($0.value)" }.joined()
             return "sent attempt \(attempt)" + stamped
-        case .responseHead(let status, let ttfb): return "response \(status) after \(ttfb.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))))"
+        case .responseHead(let status, let ttfb):
+            return "response \(status) after \(ttfb.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))))"
         case .reacted(let reactor, let run): return "\(reactor) reacts" + (run.map { " (run \($0))" } ?? "")
         case .requeued(let attempt): return "requeued as attempt \(attempt)"
         case .redirected(let status, let url): return "\(status) redirect to \(url?.absoluteString ?? "-")"
         case .completed(let completion):
             let outcome = completion.status.map { "\($0)" } ?? "error \(completion.error.map { String(describing: type(of: $0)) } ?? "-")"
             let ms: (Duration) -> String = { $0.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))) }
-            return "completed \(outcome) in \(ms(completion.phases.total)) (\(completion.attempts) attempt(s), \(completion.bytesSent.map(String.init) ?? "?") B sent, \(completion.bytesReceived) B received; before sending \(ms(completion.phases.beforeFirstSend)), transfer \(ms(completion.phases.transfer)), reacting \(ms(completion.phases.reacting)))"
+            return
+                "completed \(outcome) in \(ms(completion.phases.total)) (\(completion.attempts) attempt(s), \(completion.bytesSent.map(String.init) ?? "?") B sent, \(completion.bytesReceived) B received; before sending \(ms(completion.phases.beforeFirstSend)), transfer \(ms(completion.phases.transfer)), reacting \(ms(completion.phases.reacting)))"
         }
     }
 }

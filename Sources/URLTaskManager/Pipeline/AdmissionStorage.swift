@@ -76,11 +76,12 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     }
 
     func finished(_ run: TaskRun) {
-        tell(lock.withLock {
-            let decided = decisions(machine.finished(run.id))
-            runs[run.id] = nil
-            return decided
-        })
+        tell(
+            lock.withLock {
+                let decided = decisions(machine.finished(run.id))
+                runs[run.id] = nil
+                return decided
+            })
     }
 
     /// Whether a reactor covering `run` keeps a credential version of its own by which `task`'s
@@ -106,7 +107,9 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// Returns the outcome when it is decided at once (late for a run, or no run can help).
     /// Returns the outcome when the task needs no run (requeued, failed or answered at once);
     /// otherwise `nil` and the run it waits on (for its events).
-    func transferEnded(_ run: TaskRun, needing index: Int, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask) -> (immediate: ReactorStorage.Outcome?, run: Int?) {
+    func transferEnded(
+        _ run: TaskRun, needing index: Int, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask
+    ) -> (immediate: ReactorStorage.Outcome?, run: Int?) {
         let reactor = reactors[index]
         // The reactor's own credential version, read before the lock: it is the reactor's code.
         let outdated = reactor.reactor.headersAreOutdated(task)
@@ -177,7 +180,9 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     }
 
     /// Must be called with `lock` held.
-    private func decisions(_ decided: [(URLTask.ID, AdmissionStateMachine.SendAction)]) -> [(TaskRun, AdmissionStateMachine.SendAction, (any Error)?)] {
+    private func decisions(
+        _ decided: [(URLTask.ID, AdmissionStateMachine.SendAction)]
+    ) -> [(TaskRun, AdmissionStateMachine.SendAction, (any Error)?)] {
         decided.compactMap { id, action in runs[id].map { ($0, action, failure(for: action)) } }
     }
 

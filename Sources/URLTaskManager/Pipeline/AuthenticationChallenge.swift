@@ -21,7 +21,8 @@ enum AuthenticationChallenge {
 
     /// The challenge the caller's delegate sees: the protection space of the response's
     /// origin and realm, proposing the credential storage's default for it, if any.
-    static func make(for response: HTTPURLResponse, previousFailureCount: Int, storage: URLCredentialStorage?) -> URLAuthenticationChallenge {
+    static func make(for response: HTTPURLResponse, previousFailureCount: Int, storage: URLCredentialStorage?) -> URLAuthenticationChallenge
+    {
         let (method, realm) = schemeAndRealm(response) ?? (NSURLAuthenticationMethodHTTPBasic, nil)
         let url = response.url
         let scheme = url?.scheme?.lowercased() ?? "http"
@@ -65,7 +66,7 @@ enum AuthenticationChallenge {
             chosen = nil
         }
         guard let chosen, let user = chosen.user, let password = chosen.password,
-              challenge.protectionSpace.authenticationMethod == NSURLAuthenticationMethodHTTPBasic
+            challenge.protectionSpace.authenticationMethod == NSURLAuthenticationMethodHTTPBasic
         else { return .deliver(withoutChallenge(response)) }
         var resend = request
         resend.setValue("Basic " + Data("\(user):\(password)".utf8).base64EncodedString(), forHTTPHeaderField: "Authorization")
@@ -77,12 +78,12 @@ enum AuthenticationChallenge {
         var fields: [String: String] = [:]
         for (name, value) in response.allHeaderFields {
             guard let name = name as? String, let value = value as? String,
-                  name.caseInsensitiveCompare("WWW-Authenticate") != .orderedSame
+                name.caseInsensitiveCompare("WWW-Authenticate") != .orderedSame
             else { continue }
             fields[name] = value
         }
         guard let url = response.url,
-              let stripped = HTTPURLResponse(url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: fields)
+            let stripped = HTTPURLResponse(url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: fields)
         else { return response }
         return stripped
     }

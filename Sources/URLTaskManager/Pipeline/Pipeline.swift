@@ -25,7 +25,10 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     private let lock = NSLock()
     private var lifecycle = PipelineLifecycleStateMachine()
 
-    init(interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], configuration: URLSessionConfiguration, options: URLTaskManager.Options) {
+    init(
+        interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], configuration: URLSessionConfiguration,
+        options: URLTaskManager.Options
+    ) {
         self.interceptors = interceptors
         let reactors = reactors.enumerated().map { ReactorStorage(index: $0.offset, reactor: $0.element) }
         self.reactors = reactors

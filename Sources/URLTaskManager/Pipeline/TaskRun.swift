@@ -48,7 +48,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         self.machine = TaskStateMachine(
             interceptorCount: pipeline.interceptors.count,
             reactors: pipeline.reactors.map {
-                TaskStateMachine.ReactorTraits(name: $0.name, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue)
+                TaskStateMachine.ReactorTraits(
+                    name: $0.name, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue)
             }
         )
     }
@@ -82,10 +83,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     func batchReleased(index: Int) {
         observer?.released(by: pipeline.interceptors[index])
-        perform(lock.withLock {
-            if hold?.index == index { hold = nil }  // no longer subject to maximumHoldTime
-            return machine.released(index: index)
-        })
+        perform(
+            lock.withLock {
+                if hold?.index == index { hold = nil }  // no longer subject to maximumHoldTime
+                return machine.released(index: index)
+            })
     }
 
     /// A reactor whose gate held this task finished successfully: check the gates again.
@@ -130,10 +132,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             // task still awaiting admission and was ignored. Now that the task is gated, decide again.
             decideHeaders()
         case .reintercept:
-            perform(lock.withLock {
-                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
-                return machine.headersStale()
-            })
+            perform(
+                lock.withLock {
+                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
+                    return machine.headersStale()
+                })
         case .fail:
             failUnsent(failure ?? URLTaskError.managerInvalidated)
         }
@@ -319,11 +322,13 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         let storage = pipeline.transport.session.configuration.urlCredentialStorage
         let challenge = AuthenticationChallenge.make(for: response, previousFailureCount: failures, storage: storage)
         sink.challenge(challenge) { [self] disposition, credential in
-            let answer = AuthenticationChallenge.answer(disposition, credential: credential, to: challenge, response: response, request: current)
-            perform(lock.withLock {
-                if case .resend = answer { challengeFailures += 1 }
-                return machine.challengeAnswered(answer)
-            })
+            let answer = AuthenticationChallenge.answer(
+                disposition, credential: credential, to: challenge, response: response, request: current)
+            perform(
+                lock.withLock {
+                    if case .resend = answer { challengeFailures += 1 }
+                    return machine.challengeAnswered(answer)
+                })
         }
     }
 
@@ -386,16 +391,17 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private func interceptorDecided(_ index: Int, _ outcome: Result<InterceptCommand, any Error>, snapshot: URLTask, flushes: Int) {
         observer?.intercepted(pipeline.interceptors[index], outcome)
         let name = String(describing: type(of: pipeline.interceptors[index]))
-        perform(lock.withLock {
-            switch outcome {
-            case .success(let command):
-                task = snapshot
-                decidedUnderFlushes = flushes
-                return machine.interceptorReturned(index: index, command: command, interceptorName: name)
-            case .failure(let error):
-                return machine.interceptorThrew(index: index, error: error, interceptorName: name)
-            }
-        })
+        perform(
+            lock.withLock {
+                switch outcome {
+                case .success(let command):
+                    task = snapshot
+                    decidedUnderFlushes = flushes
+                    return machine.interceptorReturned(index: index, command: command, interceptorName: name)
+                case .failure(let error):
+                    return machine.interceptorThrew(index: index, error: error, interceptorName: name)
+                }
+            })
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
@@ -425,7 +431,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         switch reactor.configuration.sharing {
         case .singleFlight:
             // The run starts (or is joined) and the slot is handed over in one transition.
-            let (immediate, run) = pipeline.admission.transferEnded(self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: snapshot)
+            let (immediate, run) = pipeline.admission.transferEnded(
+                self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: snapshot)
             observer?.reacted(by: reactor.name, run: run)
             if let immediate { reactionFinished(reactor: index, outcome: immediate) }
         case .perTask:

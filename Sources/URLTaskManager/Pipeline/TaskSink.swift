@@ -21,7 +21,8 @@ protocol TaskSink: Sendable {
     func redirect(_ response: HTTPURLResponse, to request: URLRequest, answer: @escaping @Sendable (URLRequest?) -> Void)
 
     /// Asks the caller's side how to answer the HTTP authentication challenge of a 401.
-    func challenge(_ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void)
+    func challenge(
+        _ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void)
 
     /// Whether a 401 challenge must be answered before the caller sees the response (the
     /// caller's session would otherwise answer it itself, and resend outside the pipeline).
@@ -35,7 +36,9 @@ extension TaskSink {
     }
 
     /// Leaves the challenge unanswered: the caller gets the 401.
-    func challenge(_ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+    func challenge(
+        _ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
         answer(.rejectProtectionSpace, nil)
     }
 

@@ -115,8 +115,9 @@ public struct RetryPolicy: Sendable {
 
     func delay(afterAttempt attempt: Int, outcome: URLTaskOutcome, now: Date, random: Double) -> Duration {
         if honorsRetryAfter, case .response(let response) = outcome,
-           let header = response.value(forHTTPHeaderField: "Retry-After"),
-           let wait = Self.retryAfter(header, now: now) {
+            let header = response.value(forHTTPHeaderField: "Retry-After"),
+            let wait = Self.retryAfter(header, now: now)
+        {
             return min(wait, maximumRetryAfter)
         }
         return backoff.delay(forRetry: attempt, random: random)

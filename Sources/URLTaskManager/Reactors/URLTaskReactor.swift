@@ -188,8 +188,9 @@ public struct URLTaskReactorConfiguration: Sendable {
     /// reactions per task (a token refused twice in a row is not a stale token), at most 3
     /// refreshes in 10 seconds.
     public static var authentication: Self {
-        Self(holdsNewTasks: true, timeout: .seconds(30), maximumReactionsPerTask: 2,
-             loopGuard: LoopGuard(maximumRuns: 3, window: .seconds(10)))
+        Self(
+            holdsNewTasks: true, timeout: .seconds(30), maximumReactionsPerTask: 2,
+            loopGuard: LoopGuard(maximumRuns: 3, window: .seconds(10)))
     }
 
     /// For retries: each task waits on its own, no gate, no loop guard (the policy limits

@@ -20,7 +20,8 @@ protocol TransportEvents: AnyObject, Sendable {
 /// another origin the `Authorization` header is dropped so a credential never follows a
 /// request to a host it was not issued for. HTTP authentication challenges are left to the
 /// caller's session (see ``urlSession(_:task:didReceive:completionHandler:)``).
-final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // `routes`, `handedOver` are guarded by `lock`; `session` is set once in init.
+// @unchecked Sendable: `routes`, `handedOver` are guarded by `lock`; `session` is set once in init.
+final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let lock = NSLock()
     private var routes: [Int: any TransportEvents] = [:]
     /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
@@ -87,7 +88,10 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
         lock.withLock { routes[task.taskIdentifier] }
     }
 
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+    ) {
         events(for: dataTask)?.transportDidReceive(response: response)
         completionHandler(.allow)
     }
@@ -110,7 +114,10 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
     /// asks the caller's delegate or credential storage exactly as a plain session does (and
     /// resends the request with the credential itself). So the inner task is stopped here and
     /// its end reported as the normal end of the 401 response.
-    func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge, completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
         var disposition = URLSession.AuthChallengeDisposition.performDefaultHandling
         #if canImport(FoundationNetworking)
         if (challenge.failureResponse as? HTTPURLResponse)?.statusCode == 401 {
@@ -131,7 +138,10 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {  
     /// Redirects are the pipeline's to follow (through the interceptors, after asking the
     /// caller's delegate): the task decides, and the inner session then delivers the redirect
     /// response, which the task drops if it follows.
-    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest,
+        completionHandler: @escaping (URLRequest?) -> Void
+    ) {
         // Called once; corelibs' handler hops to the task's own queue itself.
         nonisolated(unsafe) let completion = completionHandler
         guard let events = events(for: task) else { return completion(nil) }

@@ -20,7 +20,8 @@ final class OAuth2SignInTests: XCTestCase {
             payments = try OAuthServer(name: "pay", access: nil)
             self.paymentsStore = paymentsStore ?? InMemoryCredentialStore()
             identityAuth = OAuth2Authenticator(origins: [identity.server.baseURL], tokenEndpoint: identity.endpoint, store: identityStore)
-            paymentsAuth = OAuth2Authenticator(origins: [payments.server.baseURL], tokenEndpoint: payments.endpoint, store: self.paymentsStore)
+            paymentsAuth = OAuth2Authenticator(
+                origins: [payments.server.baseURL], tokenEndpoint: payments.endpoint, store: self.paymentsStore)
         }
 
         /// Password grant at the identity service, then a token exchange at payments.
@@ -45,14 +46,20 @@ final class OAuth2SignInTests: XCTestCase {
         let password = OAuthServer.decodeForm(try XCTUnwrap(services.identity.tokenRequests.first?.bodyText))
         XCTAssertEqual(password, ["grant_type": "password", "username": "ada", "password": "s&cret=1", "client_id": "tests"])
         let exchange = OAuthServer.decodeForm(try XCTUnwrap(services.payments.tokenRequests.first?.bodyText))
-        XCTAssertEqual(exchange, [
-            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange", "subject_token": "id-access-1",
-            "subject_token_type": "urn:ietf:params:oauth:token-type:access_token", "client_id": "tests",
-        ])
+        XCTAssertEqual(
+            exchange,
+            [
+                "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange", "subject_token": "id-access-1",
+                "subject_token_type": "urn:ietf:params:oauth:token-type:access_token", "client_id": "tests",
+            ])
 
         let manager = URLTaskManager(
-            interceptors: [BearerInterceptor(authenticator: services.identityAuth), BearerInterceptor(authenticator: services.paymentsAuth)],
-            reactors: [OAuth2RefreshReactor(authenticator: services.identityAuth), OAuth2RefreshReactor(authenticator: services.paymentsAuth)]
+            interceptors: [
+                BearerInterceptor(authenticator: services.identityAuth), BearerInterceptor(authenticator: services.paymentsAuth),
+            ],
+            reactors: [
+                OAuth2RefreshReactor(authenticator: services.identityAuth), OAuth2RefreshReactor(authenticator: services.paymentsAuth),
+            ]
         )
         let me = await Kit.fetch(manager.session, services.identity.apiURL("/me"))
         let wallet = await Kit.fetch(manager.session, services.payments.apiURL("/wallet"))
@@ -117,9 +124,12 @@ final class OAuth2SignInTests: XCTestCase {
         let rotated = try OAuth2TokenEndpoint.credential(
             from: ["access_token": "new", "token_type": "bearer", "expires_in": 3600, "refresh_token": "rotated", "scope": "read write"],
             issuedAt: issued, previous: previous)
-        XCTAssertEqual(rotated, OAuth2Credential(accessToken: "new", refreshToken: "rotated", expiresAt: issued.addingTimeInterval(3600), scope: "read write"))
+        XCTAssertEqual(
+            rotated,
+            OAuth2Credential(accessToken: "new", refreshToken: "rotated", expiresAt: issued.addingTimeInterval(3600), scope: "read write"))
 
-        let kept = try OAuth2TokenEndpoint.credential(from: ["access_token": "new", "expires_in": "60"], issuedAt: issued, previous: previous)
+        let kept = try OAuth2TokenEndpoint.credential(
+            from: ["access_token": "new", "expires_in": "60"], issuedAt: issued, previous: previous)
         XCTAssertEqual(kept.refreshToken, "keep-me", "no refresh_token in the answer: keep the old one (RFC 6749 §6)")
         XCTAssertEqual(kept.scope, "read")
         XCTAssertEqual(kept.expiresAt, issued.addingTimeInterval(60), "expires_in as a string")
@@ -129,7 +139,8 @@ final class OAuth2SignInTests: XCTestCase {
         XCTAssertNil(forever.refreshToken)
 
         XCTAssertThrowsError(try OAuth2TokenEndpoint.credential(from: ["token_type": "Bearer"], issuedAt: issued, previous: nil))
-        XCTAssertThrowsError(try OAuth2TokenEndpoint.credential(from: ["access_token": "x", "token_type": "mac"], issuedAt: issued, previous: nil))
+        XCTAssertThrowsError(
+            try OAuth2TokenEndpoint.credential(from: ["access_token": "x", "token_type": "mac"], issuedAt: issued, previous: nil))
     }
 
     func testTheTokenEndpointsErrorsAreTypedAndKnowWhetherOnlySignInHelps() async throws {
@@ -161,7 +172,8 @@ final class OAuth2SignInTests: XCTestCase {
 
     func testTheCredentialExpiresWithALeewayRoundTripsAndNeverPrintsItsTokens() throws {
         let now = Date(timeIntervalSince1970: 1_000_000)
-        let credential = OAuth2Credential(accessToken: "secret-access", refreshToken: "secret-refresh", expiresAt: now.addingTimeInterval(30))
+        let credential = OAuth2Credential(
+            accessToken: "secret-access", refreshToken: "secret-refresh", expiresAt: now.addingTimeInterval(30))
         XCTAssertFalse(credential.isExpired(at: now))
         XCTAssertFalse(credential.isExpired(within: .seconds(29), at: now))
         XCTAssertTrue(credential.isExpired(within: .seconds(30), at: now))

@@ -54,7 +54,8 @@ final class OAuth2SignOutTests: XCTestCase {
         let store = SlowKeychainStore(api.credential(access: "stale"))
         defer { store.releaseSave.fulfill(()) }
         let auth = OAuth2Authenticator(origins: [api.baseURL], tokenEndpoint: api.endpoint, store: store)
-        let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
 
         // A 401 refreshes; the refreshed credential is current and its save is under way.
         let request = Kit.start(manager.session, api.apiURL())

@@ -102,7 +102,8 @@ final class OAuth2StormTests: XCTestCase {
         XCTAssertEqual(Kit.tally(baseline), ["200": Self.stormSize])
         XCTAssertEqual(api.tokenRequestCount, 1)
 
-        print("""
+        print(
+            """
             [storm] \(Self.stormSize) requests, stale token: refreshes=\(api.tokenRequestCount), \
             wall=\(stormTime.formatted(.units(allowed: [.milliseconds]))), \
             401s absorbed=\(stale.count), stale requests after the token endpoint was hit=\(staleAfterTokenHit), \
@@ -133,7 +134,9 @@ final class OAuth2StormTests: XCTestCase {
         XCTAssertEqual(recorder.hookCalls.count, 1, "\(recorder.hookCalls)")
         XCTAssertEqual(api.tokenRequestCount, 1)
         let sent = api.apiRequests.count
-        print("[storm] \(Self.stormSize) requests, refresh answered 400: all failed typed in \(stormTime.formatted(.units(allowed: [.milliseconds]))), \(sent) reached the API, hook calls=\(recorder.hookCalls.count)")
+        print(
+            "[storm] \(Self.stormSize) requests, refresh answered 400: all failed typed in \(stormTime.formatted(.units(allowed: [.milliseconds]))), \(sent) reached the API, hook calls=\(recorder.hookCalls.count)"
+        )
 
         // The session is over: a new request fails at once, without touching the network...
         let after = await Kit.fetch(manager.session, url)

@@ -43,9 +43,11 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         let refreshed = try await inBody.refresh(stale)
         XCTAssertEqual(refreshed.accessToken, "a-access-1")
         XCTAssertNil(api.tokenRequests.first?.headers["authorization"])
-        XCTAssertEqual(form(api.tokenRequests.first), [
-            "grant_type": "refresh_token", "refresh_token": "refresh-0", "client_id": "app", "client_secret": "s3cret",
-        ])
+        XCTAssertEqual(
+            form(api.tokenRequests.first),
+            [
+                "grant_type": "refresh_token", "refresh_token": "refresh-0", "client_id": "app", "client_secret": "s3cret",
+            ])
 
         let open = try OAuthServer()
         _ = try await OAuth2TokenEndpoint(url: open.tokenURL, clientID: "app").refresh(stale)
@@ -66,7 +68,8 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
                 hookCalls.increment()
                 hookRan.fulfill(())
             })
-        let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
 
         let first = await Kit.fetch(manager.session, api.apiURL())
         guard case .reactorFailed(_, let underlying)? = first.taskError, let error = underlying as? OAuth2Error else {
@@ -182,7 +185,9 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         let requests = server.requests(path: "/token")
         XCTAssertEqual(requests.map { $0.headers["connection"] }, ["close", "close"])
         XCTAssertEqual(Set(requests.map(\.connectionID)).count, 2, "each token request had a connection of its own")
-        print("[token endpoint] second refresh after the first connection stopped answering: \(elapsed.formatted(.units(allowed: [.milliseconds])))")
+        print(
+            "[token endpoint] second refresh after the first connection stopped answering: \(elapsed.formatted(.units(allowed: [.milliseconds])))"
+        )
     }
 
     /// A token endpoint that accepts the request and never answers fails the refresh, and every
@@ -199,7 +204,8 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         let auth = OAuth2Authenticator(
             origins: [api.baseURL], tokenEndpoint: OAuth2TokenEndpoint(url: api.tokenURL, clientID: "tests", timeout: .seconds(1)),
             store: InMemoryCredentialStore(api.credential(access: "stale")))
-        let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
         let url = api.apiURL()
 
         let started = ContinuousClock.now
@@ -213,6 +219,8 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         }
         XCTAssertEqual(timedOut.count, 5, "\(Kit.tally(results))")
         XCTAssertEqual(api.tokenRequestCount, 1)
-        print("[token endpoint] 5 requests behind a hung refresh (timeout 1 s) failed after \(elapsed.formatted(.units(allowed: [.milliseconds])))")
+        print(
+            "[token endpoint] 5 requests behind a hung refresh (timeout 1 s) failed after \(elapsed.formatted(.units(allowed: [.milliseconds])))"
+        )
     }
 }

@@ -86,7 +86,8 @@ final class URLTaskEventTests: XCTestCase {
         let endpoint = OAuth2TokenEndpoint(url: oauth.tokenURL)
         let auth = OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: endpoint)
         try await auth.signIn(endpoint.signIn(username: "ada", password: "lovelace"))
-        let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
         defer { manager.invalidateAndCancel() }
         let collector = Collector(manager.events())
         oauth.revokeAccess()
@@ -96,10 +97,12 @@ final class URLTaskEventTests: XCTestCase {
 
         XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)
         let events = collector.all
-        XCTAssertEqual(Self.names(events), [
-            "created", "BearerInterceptor execute", "sent 1", "head 401", "OAuth2RefreshReactor reacts 1",
-            "requeued 2", "BearerInterceptor execute", "sent 2", "head 200", "completed 200",
-        ])
+        XCTAssertEqual(
+            Self.names(events),
+            [
+                "created", "BearerInterceptor execute", "sent 1", "head 401", "OAuth2RefreshReactor reacts 1",
+                "requeued 2", "BearerInterceptor execute", "sent 2", "head 200", "completed 200",
+            ])
         let versions = events.compactMap { event -> Int? in
             if case .sent(_, let versions) = event.kind { return versions["OAuth2RefreshReactor"] }
             return nil
@@ -127,7 +130,8 @@ final class URLTaskEventTests: XCTestCase {
         _ = try await manager.session.data(from: server.url("/a"))
         try await collector.waitForCompletions(1)
 
-        XCTAssertEqual(Self.names(collector.all), ["created", "sent 1", "head 200", "completed 200"], "only the task started after subscribing")
+        XCTAssertEqual(
+            Self.names(collector.all), ["created", "sent 1", "head 200", "completed 200"], "only the task started after subscribing")
     }
 
     /// A reader that does not read keeps the newest events; the tasks finish regardless.
@@ -162,7 +166,9 @@ final class URLTaskEventTests: XCTestCase {
         try await collector.waitForCompletions(2)
 
         let byTask = Dictionary(grouping: collector.all, by: \.task).values.map(Self.names)
-        XCTAssertTrue(byTask.contains(["created", "BatchInterceptor hold", "held", "released", "sent 1", "head 200", "completed 200"]), "\(byTask)")
-        XCTAssertTrue(byTask.contains(["created", "BatchInterceptor release", "released", "sent 1", "head 200", "completed 200"]), "\(byTask)")
+        XCTAssertTrue(
+            byTask.contains(["created", "BatchInterceptor hold", "held", "released", "sent 1", "head 200", "completed 200"]), "\(byTask)")
+        XCTAssertTrue(
+            byTask.contains(["created", "BatchInterceptor release", "released", "sent 1", "head 200", "completed 200"]), "\(byTask)")
     }
 }

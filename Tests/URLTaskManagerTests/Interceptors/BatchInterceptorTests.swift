@@ -105,7 +105,8 @@ final class BatchInterceptorTests: OKServerTestCase {
 
         let arrived = try await server.waitForRequests(path: "/w", count: 3, timeout: .seconds(5))
         for request in arrived {
-            XCTAssertGreaterThanOrEqual(firstStarted.duration(to: request.arrivedAt), .milliseconds(295), "released before the window ended")
+            XCTAssertGreaterThanOrEqual(
+                firstStarted.duration(to: request.arrivedAt), .milliseconds(295), "released before the window ended")
             XCTAssertLessThan(firstStarted.duration(to: request.arrivedAt), .seconds(2), "released long after the window ended")
         }
         XCTAssertLessThan(arrivalSpread(arrived), .milliseconds(100), "the window releases everything together")
@@ -154,7 +155,9 @@ final class BatchInterceptorTests: OKServerTestCase {
         var tasks: [URLSessionDataTask] = []
         for index in 0..<3 {
             let task = manager.session.dataTask(with: server.url("/c\(index)")) { _, response, error in
-                let result: Fetched = error.map { .failure($0) } ?? .response(status: (response as? HTTPURLResponse)?.statusCode ?? -1, headers: [:], body: Data())
+                let result: Fetched =
+                    error.map { .failure($0) }
+                    ?? .response(status: (response as? HTTPURLResponse)?.statusCode ?? -1, headers: [:], body: Data())
                 outcomes.append((index, result))
             }
             task.resume()

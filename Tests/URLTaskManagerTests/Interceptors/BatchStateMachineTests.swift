@@ -24,8 +24,9 @@ final class BatchStateMachineTests: XCTestCase {
     func testATimerIsArmedOnlyWhenTheEarliestDeadlineMovesEarlier() {
         var m = Machine()
         XCTAssertEqual(m.hold(Self.id(1), deadline: nil), .none)
-        XCTAssertEqual(m.hold(Self.id(2), deadline: t0 + .seconds(5)), .armTimer(deadline: t0 + .seconds(5), generation: 1),
-                       "the first deadline, even after a member without one")
+        XCTAssertEqual(
+            m.hold(Self.id(2), deadline: t0 + .seconds(5)), .armTimer(deadline: t0 + .seconds(5), generation: 1),
+            "the first deadline, even after a member without one")
         XCTAssertEqual(m.hold(Self.id(3), deadline: t0 + .seconds(9)), .none, "later than the earliest")
         XCTAssertEqual(m.hold(Self.id(4), deadline: t0 + .seconds(5)), .none, "equal to the earliest")
         XCTAssertEqual(m.hold(Self.id(5), deadline: nil), .none)
@@ -68,7 +69,9 @@ final class BatchStateMachineTests: XCTestCase {
 
     func testRemovingTheLastMemberOutdatesItsTimer() {
         var m = Machine()
-        guard case .armTimer(_, let generation) = m.hold(Self.id(1), deadline: t0 + .milliseconds(300)) else { return XCTFail("expected a timer") }
+        guard case .armTimer(_, let generation) = m.hold(Self.id(1), deadline: t0 + .milliseconds(300)) else {
+            return XCTFail("expected a timer")
+        }
         XCTAssertTrue(m.remove(Self.id(1)))
         XCTAssertEqual(m.count, 0)
         // A new batch without a deadline (a custom interceptor's `.hold(for: nil)`).

@@ -18,7 +18,7 @@ final class HeaderInterceptorTests: OKServerTestCase {
                     return "task-\(task.id)"
                 },
                 "X-Absent": .computed { _ in nil },
-            ]),
+            ])
         ])
         defer { manager.invalidateAndCancel() }
 
@@ -45,7 +45,12 @@ final class HeaderInterceptorTests: OKServerTestCase {
         let keptCalls = ProbeLog<URLTask.ID>()
         let manager = URLTaskManager(interceptors: [
             HeaderInterceptor(["X-Replace": "interceptor"]),
-            HeaderInterceptor(["X-Keep": .computed { task in keptCalls.append(task.id); return "interceptor" }], conflict: .keepExisting),
+            HeaderInterceptor(
+                [
+                    "X-Keep": .computed { task in
+                        keptCalls.append(task.id); return "interceptor"
+                    }
+                ], conflict: .keepExisting),
         ])
         defer { manager.invalidateAndCancel() }
 
@@ -82,7 +87,6 @@ final class HeaderInterceptorTests: OKServerTestCase {
     }
 
     // MARK: Requeue
-
 
     struct RefreshOn401: URLTaskReactor {
         let token: LockedBox<String>
@@ -139,15 +143,17 @@ final class HeaderInterceptorTests: OKServerTestCase {
 
     func testHeaderInterceptorRefusesCRLFAndNULInValues() async throws {
         let manager = URLTaskManager(interceptors: [
-            HeaderInterceptor(["X-Value": .computed { task in
-                switch task.request.url?.path {
-                case "/crlf": "a\r\nInjected: yes"
-                case "/lf": "a\nInjected: yes"
-                case "/cr": "a\rb"
-                case "/nul": "a\u{0}b"
-                default: "fine"
+            HeaderInterceptor([
+                "X-Value": .computed { task in
+                    switch task.request.url?.path {
+                    case "/crlf": "a\r\nInjected: yes"
+                    case "/lf": "a\nInjected: yes"
+                    case "/cr": "a\rb"
+                    case "/nul": "a\u{0}b"
+                    default: "fine"
+                    }
                 }
-            }]),
+            ])
         ])
         defer { manager.invalidateAndCancel() }
 

@@ -74,8 +74,10 @@ final class InterceptorChainTests: OKServerTestCase {
         // The completion-handler API sees the same answer.
         let completed = ProbeLog<Fetched>()
         manager.session.dataTask(with: server.url("/cached")) { data, response, error in
-            completed.append(error.map { .failure($0) } ?? .response(
-                status: (response as? HTTPURLResponse)?.statusCode ?? -1, headers: [:], body: data ?? Data()))
+            completed.append(
+                error.map { .failure($0) }
+                    ?? .response(
+                        status: (response as? HTTPURLResponse)?.statusCode ?? -1, headers: [:], body: data ?? Data()))
         }.resume()
         let viaHandler = try await completed.wait(count: 1).first
         XCTAssertEqual(viaHandler?.status, 203)

@@ -76,11 +76,12 @@ struct ProbeInterceptor<Inner: URLTaskInterceptor>: URLTaskInterceptor {
     }
 
     private func record(_ task: URLTask, _ decision: ProbeEvent.Decision, _ context: InterceptContext) {
-        log.append(ProbeEvent(
-            taskID: task.id, attempt: task.attempt, path: task.request.url?.path ?? "",
-            decision: decision, batchCount: context.currentBatchCount,
-            headers: task.request.allHTTPHeaderFields ?? [:]
-        ))
+        log.append(
+            ProbeEvent(
+                taskID: task.id, attempt: task.attempt, path: task.request.url?.path ?? "",
+                decision: decision, batchCount: context.currentBatchCount,
+                headers: task.request.allHTTPHeaderFields ?? [:]
+            ))
     }
 }
 
@@ -89,10 +90,11 @@ struct CountingInterceptor: URLTaskInterceptor {
     let log: ProbeLog<ProbeEvent>
 
     func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
-        log.append(ProbeEvent(
-            taskID: task.id, attempt: task.attempt, path: task.request.url?.path ?? "",
-            decision: .execute, batchCount: context.currentBatchCount, headers: [:]
-        ))
+        log.append(
+            ProbeEvent(
+                taskID: task.id, attempt: task.attempt, path: task.request.url?.path ?? "",
+                decision: .execute, batchCount: context.currentBatchCount, headers: [:]
+            ))
         return .execute
     }
 }

@@ -18,7 +18,9 @@ final class RequestBodyInterceptionTests: XCTestCase {
         server.route("POST", "/echo") { request in .text("\(request.bodyLength) \(request.bodySHA256)") }
         let attempts = LockedBox(0)
         server.route("POST", "/flaky") { request in
-            attempts.withLock { $0 += 1; return $0 } == 1 ? .status(503) : .text("\(request.bodyLength) \(request.bodySHA256)")
+            attempts.withLock {
+                $0 += 1; return $0
+            } == 1 ? .status(503) : .text("\(request.bodyLength) \(request.bodySHA256)")
         }
     }
 
@@ -97,7 +99,8 @@ final class RequestBodyInterceptionTests: XCTestCase {
     func testAReplacedBodyIsSentAndEachAttemptStartsFromTheCallersBody() async throws {
         let replacement = Data("replaced".utf8)
         let recorder = Recorder(replacingWith: .data(replacement))
-        let retry = RetryReactor(policy: RetryPolicy(maximumAttempts: 2, retryableMethods: ["POST"], backoff: .init(base: .milliseconds(1), jitter: 0)))
+        let retry = RetryReactor(
+            policy: RetryPolicy(maximumAttempts: 2, retryableMethods: ["POST"], backoff: .init(base: .milliseconds(1), jitter: 0)))
         let session = URLTaskManager(interceptors: [recorder], reactors: [retry]).session
         defer { session.invalidateAndCancel() }
 

@@ -28,7 +28,9 @@ final class AuthenticationParityTests: XCTestCase {
         harness = try ParityHarness()
         harness.route("/basic") { _, request in
             if let authorization = request.headers["Authorization"] { return .text("welcome, \(authorization)") }
-            return ServerResponse(status: 401, headers: ["WWW-Authenticate": "Basic realm=\"parity\"", "X-Custom": "denied"], body: .data(Data("denied".utf8)))
+            return ServerResponse(
+                status: 401, headers: ["WWW-Authenticate": "Basic realm=\"parity\"", "X-Custom": "denied"], body: .data(Data("denied".utf8))
+            )
         }
     }
 
@@ -42,9 +44,12 @@ final class AuthenticationParityTests: XCTestCase {
             let delegate = RecordingDelegate(challenge: { _ in
                 (disposition, disposition == .useCredential ? URLCredential(user: "user", password: "secret", persistence: .none) : nil)
             })
-            let (outcome, record, _) = try await client.delegateTask(delegate, timeout: .seconds(10)) { $0.dataTask(with: client.url("/basic")) }
-            return Authenticated(outcome: outcome, challenges: record.challenges,
-                                 authorizationHeaders: harness.server.requests(path: client.path("/basic")).map { $0.headers["Authorization"] ?? "none" })
+            let (outcome, record, _) = try await client.delegateTask(delegate, timeout: .seconds(10)) {
+                $0.dataTask(with: client.url("/basic"))
+            }
+            return Authenticated(
+                outcome: outcome, challenges: record.challenges,
+                authorizationHeaders: harness.server.requests(path: client.path("/basic")).map { $0.headers["Authorization"] ?? "none" })
         }
     }
 
@@ -57,7 +62,8 @@ final class AuthenticationParityTests: XCTestCase {
             XCTAssertEqual(side.authorizationHeaders, ["none", "Basic " + Data("user:secret".utf8).base64EncodedString()])
         }
         XCTAssertEqual(result.manager.outcome.bodyLength, welcome.count, "the manager's caller gets the authenticated body alone")
-        XCTAssertEqual(result.plain.outcome.bodyLength, welcome.count + 6, "corelibs also hands the 401's body to a plain session's delegate")
+        XCTAssertEqual(
+            result.plain.outcome.bodyLength, welcome.count + 6, "corelibs also hands the 401's body to a plain session's delegate")
     }
 
     func testDelegateCancelsTheChallenge() async throws {
@@ -73,9 +79,12 @@ final class AuthenticationParityTests: XCTestCase {
 
     /// The resend with the credential passes the interceptors (and reactors) like any resend.
     func testTheAuthenticatedResendPassesTheInterceptors() async throws {
-        let delegate = RecordingDelegate(challenge: { _ in (.useCredential, URLCredential(user: "user", password: "secret", persistence: .none)) })
-        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["X-Manager": .fixed("marked")])],
-                                     configuration: ParityHarness.defaultConfiguration(), delegate: delegate)
+        let delegate = RecordingDelegate(challenge: { _ in
+            (.useCredential, URLCredential(user: "user", password: "secret", persistence: .none))
+        })
+        let manager = URLTaskManager(
+            interceptors: [HeaderInterceptor(["X-Manager": .fixed("marked")])],
+            configuration: ParityHarness.defaultConfiguration(), delegate: delegate)
         defer { manager.invalidateAndCancel() }
         let task = manager.session.dataTask(with: harness.server.url(Side.manager.pathPrefix + "/basic"))
         task.resume()
@@ -83,7 +92,8 @@ final class AuthenticationParityTests: XCTestCase {
         XCTAssertEqual(delegate.outcome(for: task, side: .manager).status, 200)
         let seen = harness.server.requests(path: Side.manager.pathPrefix + "/basic")
         XCTAssertEqual(seen.map { $0.headers["X-Manager"] ?? "none" }, ["marked", "marked"])
-        XCTAssertEqual(seen.map { $0.headers["Authorization"] ?? "none" }, ["none", "Basic " + Data("user:secret".utf8).base64EncodedString()])
+        XCTAssertEqual(
+            seen.map { $0.headers["Authorization"] ?? "none" }, ["none", "Basic " + Data("user:secret".utf8).base64EncodedString()])
     }
 
     /// Nobody answers the challenge (no delegate, no stored credential): a plain session on
@@ -118,7 +128,9 @@ final class AuthenticationParityTests: XCTestCase {
         task.resume()
         try await delegate.completion(of: task, timeout: .seconds(10))
         XCTAssertEqual(delegate.outcome(for: task, side: .manager).status, 401)
-        XCTAssertEqual(delegate.record(for: task).challenges, ["\(NSURLAuthenticationMethodHTTPBasic) strict 0", "\(NSURLAuthenticationMethodHTTPBasic) strict 1"])
+        XCTAssertEqual(
+            delegate.record(for: task).challenges,
+            ["\(NSURLAuthenticationMethodHTTPBasic) strict 0", "\(NSURLAuthenticationMethodHTTPBasic) strict 1"])
         XCTAssertEqual(harness.server.requests(path: Side.manager.pathPrefix + "/strict").count, 2)
     }
 }

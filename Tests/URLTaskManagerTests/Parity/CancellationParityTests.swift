@@ -35,8 +35,10 @@ final class CancellationParityTests: XCTestCase {
         harness.route("/stall") { _, _ in
             // One 4 KB chunk (well inside one curl read), then a pause longer than any test:
             // the body stalls mid-way.
-            ServerResponse(body: .chunked([Data(repeating: 0x61, count: 4096), Data(repeating: 0x62, count: 4096)],
-                                          chunkDelay: .seconds(60)))
+            ServerResponse(
+                body: .chunked(
+                    [Data(repeating: 0x61, count: 4096), Data(repeating: 0x62, count: 4096)],
+                    chunkDelay: .seconds(60)))
         }
         harness.route("/never") { _, _ in .text("should not be requested") }
     }
@@ -47,7 +49,10 @@ final class CancellationParityTests: XCTestCase {
         harness = nil
     }
 
-    private func assertCancelled(_ result: (plain: Cancelled, manager: Cancelled), _ scenario: String, requests: Int, file: StaticString = #filePath, line: UInt = #line) {
+    private func assertCancelled(
+        _ result: (plain: Cancelled, manager: Cancelled), _ scenario: String, requests: Int, file: StaticString = #filePath,
+        line: UInt = #line
+    ) {
         XCTAssertParity(result, scenario, file: file, line: line)
         XCTAssertTrue(result.manager.outcome.isCancelled, "\(result.manager)", file: file, line: line)
         XCTAssertEqual(result.manager.completions, 1, file: file, line: line)
@@ -61,7 +66,8 @@ final class CancellationParityTests: XCTestCase {
             task.resume()
             let outcome = try await done.wait()
             try await client.barrier()
-            return Cancelled(outcome: outcome, completions: calls.value, requestsSeen: harness.server.requestCount(path: client.path("/never")))
+            return Cancelled(
+                outcome: outcome, completions: calls.value, requestsSeen: harness.server.requestCount(path: client.path("/never")))
         }
         assertCancelled(completion, "cancel() before resume(), completion handler", requests: 0)
 
@@ -73,8 +79,9 @@ final class CancellationParityTests: XCTestCase {
             task.resume()
             try await recorder.completion(of: task)
             try await client.barrier(session)
-            return Cancelled(outcome: recorder.outcome(for: task, side: client.side), completions: recorder.record(for: task).completionCount,
-                             requestsSeen: harness.server.requestCount(path: client.path("/never")))
+            return Cancelled(
+                outcome: recorder.outcome(for: task, side: client.side), completions: recorder.record(for: task).completionCount,
+                requestsSeen: harness.server.requestCount(path: client.path("/never")))
         }
         assertCancelled(delegate, "cancel() before resume(), delegate", requests: 0)
     }
@@ -99,7 +106,8 @@ final class CancellationParityTests: XCTestCase {
             task.cancel()
             let outcome = try await done.wait()
             try await client.barrier()
-            return Cancelled(outcome: outcome, completions: calls.value, requestsSeen: harness.server.requestCount(path: client.path("/held")))
+            return Cancelled(
+                outcome: outcome, completions: calls.value, requestsSeen: harness.server.requestCount(path: client.path("/held")))
         }
         assertCancelled(completion, "held response, completion handler task.cancel()", requests: 1)
         harness.server.resetRecords()
@@ -115,8 +123,9 @@ final class CancellationParityTests: XCTestCase {
             try await client.barrier(session)
             let record = recorder.record(for: task)
             XCTAssertEqual(record.events, ["complete"], "\(client.side)")
-            return Cancelled(outcome: recorder.outcome(for: task, side: client.side), completions: record.completionCount,
-                             requestsSeen: harness.server.requestCount(path: client.path("/held")))
+            return Cancelled(
+                outcome: recorder.outcome(for: task, side: client.side), completions: record.completionCount,
+                requestsSeen: harness.server.requestCount(path: client.path("/held")))
         }
         assertCancelled(delegate, "held response, delegate task.cancel()", requests: 1)
     }
@@ -132,8 +141,9 @@ final class CancellationParityTests: XCTestCase {
             try await client.barrier(session)
             let record = recorder.record(for: task)
             XCTAssertEqual(record.events, ["response", "data", "complete"], "\(client.side)")
-            return Cancelled(outcome: recorder.outcome(for: task, side: client.side), completions: record.completionCount,
-                             requestsSeen: harness.server.requestCount(path: client.path("/stall")), bytesBeforeCancel: record.byteCount)
+            return Cancelled(
+                outcome: recorder.outcome(for: task, side: client.side), completions: record.completionCount,
+                requestsSeen: harness.server.requestCount(path: client.path("/stall")), bytesBeforeCancel: record.byteCount)
         }
         assertCancelled(result, "mid-body, delegate cancels on first chunk", requests: 1)
         XCTAssertEqual(result.manager.outcome.status, 200, "the response arrived before the cancel")

@@ -79,8 +79,9 @@ final class DataTaskParityTests: XCTestCase {
     func testDelegateDataTaskStreamsChunks() async throws {
         let length = 4 << 20
         harness.route("/chunked") { _, _ in
-            ServerResponse(headers: ["Content-Type": "application/octet-stream", "X-Custom": "chunked"],
-                           body: .generated(length: length, chunkSize: 32 * 1024, chunked: true))
+            ServerResponse(
+                headers: ["Content-Type": "application/octet-stream", "X-Custom": "chunked"],
+                body: .generated(length: length, chunkSize: 32 * 1024, chunked: true))
         }
         let result = try await harness.both { client in
             let delegate = RecordingDelegate(handling: .hashOnly)
@@ -164,7 +165,8 @@ final class DataTaskParityTests: XCTestCase {
         let result = try await harness.both { client in
             let taskDelegate = RecordingDelegate()
             do {
-                let (data, response) = try await client.session.data(for: URLRequest(url: client.url("/chunked-1mb")), delegate: taskDelegate)
+                let (data, response) = try await client.session.data(
+                    for: URLRequest(url: client.url("/chunked-1mb")), delegate: taskDelegate)
                 return client.outcome(data: data, response: response, error: nil)
             } catch {
                 return client.outcome(data: nil, response: nil, error: error)
@@ -186,7 +188,8 @@ final class DataTaskParityTests: XCTestCase {
                     group.addTask {
                         if index.isMultiple(of: 2) {
                             let (data, response) = try await session.data(from: url)
-                            return "\(Outcome(side: side, data: data, response: response, error: nil).summary) \(String(decoding: data, as: UTF8.self))"
+                            return
+                                "\(Outcome(side: side, data: data, response: response, error: nil).summary) \(String(decoding: data, as: UTF8.self))"
                         }
                         let done = Latch<String>("completion \(index)")
                         session.dataTask(with: url) { data, response, error in
@@ -202,7 +205,9 @@ final class DataTaskParityTests: XCTestCase {
             }
         }
         XCTAssertEqual(result.plain, result.manager, "100 concurrent tasks")
-        ParityLog.record("100 concurrent tasks (async + completion)", plain: "\(Set(result.plain).count) distinct bodies", manager: "\(Set(result.manager).count) distinct bodies")
+        ParityLog.record(
+            "100 concurrent tasks (async + completion)", plain: "\(Set(result.plain).count) distinct bodies",
+            manager: "\(Set(result.manager).count) distinct bodies")
         XCTAssertEqual(Set(result.manager).count, 100)
         XCTAssertTrue(result.manager.allSatisfy { $0.hasPrefix("200") })
     }
@@ -245,15 +250,19 @@ final class DataTaskParityTests: XCTestCase {
         #else
         let plainReceived = body
         #endif
-        XCTAssertEqual(result.plain, Properties(state: URLSessionTask.State.completed.rawValue, status: 200, error: nil, original: "/{side}/moved",
-                                                current: "/{side}/resource", responseURL: "/{side}/resource", received: plainReceived, expected: body))
+        XCTAssertEqual(
+            result.plain,
+            Properties(
+                state: URLSessionTask.State.completed.rawValue, status: 200, error: nil, original: "/{side}/moved",
+                current: "/{side}/resource", responseURL: "/{side}/resource", received: plainReceived, expected: body))
         var expectedManager = result.plain
         expectedManager.current = "/{side}/moved"
         expectedManager.received = 0
         expectedManager.expected = 0
         XCTAssertEqual(result.manager, expectedManager, "documented differences: byte counters 0, currentRequest not redirected")
-        ParityLog.record("task properties after a 302: currentRequest, countOfBytesReceived/ExpectedToReceive",
-                         plain: "\(result.plain.current ?? "-"), \(result.plain.received)/\(result.plain.expected)",
-                         manager: "\(result.manager.current ?? "-"), \(result.manager.received)/\(result.manager.expected)")
+        ParityLog.record(
+            "task properties after a 302: currentRequest, countOfBytesReceived/ExpectedToReceive",
+            plain: "\(result.plain.current ?? "-"), \(result.plain.received)/\(result.plain.expected)",
+            manager: "\(result.manager.current ?? "-"), \(result.manager.received)/\(result.manager.expected)")
     }
 }

@@ -15,8 +15,9 @@ final class DownloadParityTests: XCTestCase {
         harness = try ParityHarness()
         let length = self.length
         harness.route("/file") { _, _ in
-            ServerResponse(headers: ["Content-Type": "application/octet-stream", "X-Custom": "download"],
-                           body: .generated(length: length))
+            ServerResponse(
+                headers: ["Content-Type": "application/octet-stream", "X-Custom": "download"],
+                body: .generated(length: length))
         }
         harness.route("/missing") { _, _ in .text("not here", status: 404) }
     }
@@ -26,7 +27,9 @@ final class DownloadParityTests: XCTestCase {
         harness = nil
     }
 
-    private func assertFile(_ result: (plain: Outcome, manager: Outcome), _ scenario: String, file: StaticString = #filePath, line: UInt = #line) {
+    private func assertFile(
+        _ result: (plain: Outcome, manager: Outcome), _ scenario: String, file: StaticString = #filePath, line: UInt = #line
+    ) {
         XCTAssertParity(result, scenario, file: file, line: line)
         XCTAssertEqual(result.manager.status, 200, file: file, line: line)
         XCTAssertEqual(result.manager.bodyLength, length, file: file, line: line)

@@ -53,7 +53,9 @@ final class InvalidationStressTests: XCTestCase {
             interceptors: [
                 HeaderInterceptor(["X-Stress": "1"]),
                 // Every third task waits in a batch of 4 (or 2 ms), where a cancel must reach it.
-                BatchInterceptor(size: 4, window: .milliseconds(2)) { $0.url?.query?.hasSuffix("0") == true || $0.url?.query?.hasSuffix("3") == true },
+                BatchInterceptor(size: 4, window: .milliseconds(2)) {
+                    $0.url?.query?.hasSuffix("0") == true || $0.url?.query?.hasSuffix("3") == true
+                },
                 ReleaseSentinel { released.fulfill(()) },
             ],
             delegate: delegate

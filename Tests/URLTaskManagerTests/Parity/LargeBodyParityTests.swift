@@ -17,9 +17,12 @@ final class LargeBodyParityTests: XCTestCase {
     override func setUpWithError() throws {
         harness = try ParityHarness()
         harness.route("/1mb") { _, _ in ServerResponse(body: .generated(length: Self.megabyte)) }
-        harness.route("/1mb-chunked") { _, _ in ServerResponse(body: .generated(length: Self.megabyte, chunkSize: 16 * 1024, chunked: true)) }
+        harness.route("/1mb-chunked") { _, _ in ServerResponse(body: .generated(length: Self.megabyte, chunkSize: 16 * 1024, chunked: true))
+        }
         harness.route("/100mb") { _, _ in
-            ServerResponse(headers: ["Content-Type": "application/octet-stream"], body: .generated(length: Self.hundredMegabytes, chunkSize: 256 * 1024))
+            ServerResponse(
+                headers: ["Content-Type": "application/octet-stream"],
+                body: .generated(length: Self.hundredMegabytes, chunkSize: 256 * 1024))
         }
     }
 
@@ -92,8 +95,9 @@ final class LargeBodyParityTests: XCTestCase {
         let manager = peaks[.manager]!
         let plainGrowth = (plain.peak - plain.base) / 1024
         let managerGrowth = (manager.peak - manager.base) / 1024
-        print("MEMORY| 100 MB delegate download: plain peak \(plain.peak / 1024) MB (base \(plain.base / 1024) MB, +\(plainGrowth) MB); "
-            + "manager peak \(manager.peak / 1024) MB (base \(manager.base / 1024) MB, +\(managerGrowth) MB)")
+        print(
+            "MEMORY| 100 MB delegate download: plain peak \(plain.peak / 1024) MB (base \(plain.base / 1024) MB, +\(plainGrowth) MB); "
+                + "manager peak \(manager.peak / 1024) MB (base \(manager.base / 1024) MB, +\(managerGrowth) MB)")
         ParityLog.record("100 MB delegate download, peak RSS growth", plain: "+\(plainGrowth) MB", manager: "+\(managerGrowth) MB")
         XCTAssertLessThanOrEqual(manager.peak, plain.peak + 32 * 1024, "the manager buffered the body")
         XCTAssertLessThan(managerGrowth, 64, "a 100 MB body must stream, not be held")

@@ -47,7 +47,8 @@ final class ManagerLifecycleParityTests: XCTestCase {
             let session = client.makeSession(delegate: delegate)
             let streamed = session.dataTask(with: client.url("/held?a"))
             streamed.resume()
-            let (buffered, done, calls) = (client.start { _, handler in session.dataTask(with: client.url("/held?b"), completionHandler: handler) })
+            let (buffered, done, calls) =
+                (client.start { _, handler in session.dataTask(with: client.url("/held?b"), completionHandler: handler) })
             buffered.resume()
             _ = try await harness.server.waitForRequests(path: client.path("/held"), count: 2)
 
@@ -57,8 +58,9 @@ final class ManagerLifecycleParityTests: XCTestCase {
             let completionOutcome = try await done.wait()
             _ = try await delegate.invalidated.wait()
             XCTAssertEqual(calls.value, 1)
-            return Invalidated(delegateTask: delegate.outcome(for: streamed, side: client.side), completionTask: completionOutcome,
-                               invalidations: delegate.invalidations, events: delegate.sessionEvents)
+            return Invalidated(
+                delegateTask: delegate.outcome(for: streamed, side: client.side), completionTask: completionOutcome,
+                invalidations: delegate.invalidations, events: delegate.sessionEvents)
         }
         XCTAssertParity(result, "invalidateAndCancel() with two running tasks")
         XCTAssertTrue(result.manager.delegateTask.isCancelled)
@@ -80,8 +82,10 @@ final class ManagerLifecycleParityTests: XCTestCase {
 
             try await delegate.completion(of: task)
             _ = try await delegate.invalidated.wait()
-            return Invalidated(delegateTask: delegate.outcome(for: task, side: client.side), completionTask: delegate.outcome(for: task, side: client.side),
-                               invalidations: delegate.invalidations, events: delegate.sessionEvents)
+            return Invalidated(
+                delegateTask: delegate.outcome(for: task, side: client.side),
+                completionTask: delegate.outcome(for: task, side: client.side),
+                invalidations: delegate.invalidations, events: delegate.sessionEvents)
         }
         XCTAssertParity(result, "finishTasksAndInvalidate() with a running task")
         XCTAssertEqual(result.manager.delegateTask.status, 200)
@@ -100,8 +104,12 @@ final class ManagerLifecycleParityTests: XCTestCase {
         let result = try await harness.both { client in
             let first = client.makeSession()
             let second = client.makeSession()
-            let (firstTask, firstDone, _) = client.start { _, handler in first.dataTask(with: client.url("/held?first"), completionHandler: handler) }
-            let (secondTask, secondDone, _) = client.start { _, handler in second.dataTask(with: client.url("/held?second"), completionHandler: handler) }
+            let (firstTask, firstDone, _) = client.start { _, handler in
+                first.dataTask(with: client.url("/held?first"), completionHandler: handler)
+            }
+            let (secondTask, secondDone, _) = client.start { _, handler in
+                second.dataTask(with: client.url("/held?second"), completionHandler: handler)
+            }
             firstTask.resume()
             secondTask.resume()
             _ = try await harness.server.waitForRequests(path: client.path("/held"), count: 2)
@@ -153,9 +161,11 @@ final class ManagerLifecycleParityTests: XCTestCase {
         for name in ["A", "B", "C"] {
             let records = server.requests(path: "/by/\(name)")
             XCTAssertEqual(records.count, 10, name)
-            XCTAssertEqual(Set(records.compactMap { $0.headers["X-Manager"] }), [name], "requests of \(name)'s session went through another manager")
+            XCTAssertEqual(
+                Set(records.compactMap { $0.headers["X-Manager"] }), [name], "requests of \(name)'s session went through another manager")
         }
-        XCTAssertEqual(server.requests(path: "/by/plain").compactMap { $0.headers["X-Manager"] }, [], "a plain session must not be intercepted")
+        XCTAssertEqual(
+            server.requests(path: "/by/plain").compactMap { $0.headers["X-Manager"] }, [], "a plain session must not be intercepted")
 
         // Drop A (with its session); a new manager D routes its own tasks.
         weak let droppedA = managers.removeValue(forKey: "A")

@@ -17,13 +17,19 @@ final class ProgressTests: XCTestCase {
     override func setUpWithError() throws {
         server = try LoopbackServer()
         let body = Data(GeneratedBody.bytes(offset: 0, count: Self.size))
-        server.route("GET", "/big") { _ in ServerResponse(status: 200, headers: ["Content-Type": "application/octet-stream"], body: .data(body)) }
+        server.route("GET", "/big") { _ in
+            ServerResponse(status: 200, headers: ["Content-Type": "application/octet-stream"], body: .data(body))
+        }
         let pieces = (0..<4).map { Data(GeneratedBody.bytes(offset: $0 * 16_384, count: 16_384)) }
         server.route("GET", "/slow") { _ in ServerResponse(status: 200, body: .chunked(pieces, chunkDelay: .milliseconds(100))) }
         server.route("GET", "/empty") { _ in ServerResponse(status: 204) }
         let attempts = LockedBox(0)
         server.route("GET", "/flaky") { _ in
-            attempts.withLock { $0 += 1; return $0 } == 1 ? ServerResponse(status: 503, headers: ["Retry-After": "0"], body: .data(Data("busy".utf8))) : ServerResponse(status: 200, body: .data(body))
+            attempts.withLock {
+                $0 += 1; return $0
+            } == 1
+                ? ServerResponse(status: 503, headers: ["Retry-After": "0"], body: .data(Data("busy".utf8)))
+                : ServerResponse(status: 200, body: .data(body))
         }
     }
 
@@ -34,9 +40,11 @@ final class ProgressTests: XCTestCase {
 
     func testADelegateTasksProgressMovesWithTheBodyAndEndsComplete() async throws {
         let seenAtFirstChunk = LockedBox<(completed: Int64, total: Int64)?>(nil)
-        let delegate = RecordingDelegate(handling: .hashOnly, onFirstData: { task in
-            seenAtFirstChunk.withLock { $0 = (task.progress.completedUnitCount, task.progress.totalUnitCount) }
-        })
+        let delegate = RecordingDelegate(
+            handling: .hashOnly,
+            onFirstData: { task in
+                seenAtFirstChunk.withLock { $0 = (task.progress.completedUnitCount, task.progress.totalUnitCount) }
+            })
         let session = URLTaskManager(delegate: delegate).session
         defer { session.invalidateAndCancel() }
         let task = session.dataTask(with: server.url("/big"))
@@ -73,7 +81,9 @@ final class ProgressTests: XCTestCase {
 
     func testACompletionHandlerTaskEndsWithItsBodyCounted() async throws {
         for path in ["/big", "/flaky"] {
-            let session = URLTaskManager(reactors: [RetryReactor(policy: RetryPolicy(maximumAttempts: 3, backoff: .init(base: .milliseconds(1), jitter: 0)))]).session
+            let session = URLTaskManager(reactors: [
+                RetryReactor(policy: RetryPolicy(maximumAttempts: 3, backoff: .init(base: .milliseconds(1), jitter: 0)))
+            ]).session
             defer { session.invalidateAndCancel() }
             let done = Latch<Int>("completion of \(path)")
             let task = session.dataTask(with: server.url(path)) { data, _, _ in done.fulfill(data?.count ?? -1) }

@@ -137,7 +137,10 @@ final class RedirectParityTests: XCTestCase {
         let result = try await harness.both { client in
             let delegate = RecordingDelegate(redirect: { _ in nil })
             let (outcome, record, _) = try await client.delegateTask(delegate) { $0.dataTask(with: client.url("/redirect/302/absolute")) }
-            return [outcome.description, "redirect callbacks: \(record.redirectCount)", "target requests: \(harness.server.requestCount(path: client.path("/target")))"]
+            return [
+                outcome.description, "redirect callbacks: \(record.redirectCount)",
+                "target requests: \(harness.server.requestCount(path: client.path("/target")))",
+            ]
         }
         XCTAssertParity(result, "delegate answers nil to a 302")
         XCTAssertTrue(result.manager[0].hasPrefix("302"), result.manager[0])

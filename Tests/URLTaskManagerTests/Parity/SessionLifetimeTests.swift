@@ -109,10 +109,12 @@ final class SessionLifetimeTests: XCTestCase {
         do {
             let session: URLSession
             do {
-                let manager = Self.marking("A", [
-                    BatchInterceptor(size: 100) { $0.url?.path.hasPrefix("/by/batched") == true },
-                    ReleaseSentinel { released.fulfill(()) },
-                ])
+                let manager = Self.marking(
+                    "A",
+                    [
+                        BatchInterceptor(size: 100) { $0.url?.path.hasPrefix("/by/batched") == true },
+                        ReleaseSentinel { released.fulfill(()) },
+                    ])
                 weakPipeline = manager.pipeline
                 weakTransport = manager.pipeline.transport
                 session = manager.session

@@ -47,7 +47,9 @@ final class UploadParityTests: XCTestCase {
         harness.server.resetRecords()
     }
 
-    private func assertReceived(_ result: (plain: Outcome, manager: Outcome), _ scenario: String, file: StaticString = #filePath, line: UInt = #line) {
+    private func assertReceived(
+        _ result: (plain: Outcome, manager: Outcome), _ scenario: String, file: StaticString = #filePath, line: UInt = #line
+    ) {
         XCTAssertParity(result, scenario, file: file, line: line)
         XCTAssertEqual(result.manager.status, 200, file: file, line: line)
         XCTAssertEqual(result.manager.header("X-Body-Length"), String(payload.count), file: file, line: line)
@@ -170,8 +172,10 @@ final class UploadParityTests: XCTestCase {
             let error = try await delegate.completed.wait()
             answer.call(InputStream(data: payload))
             try await client.barrier(session)
-            return ["\((error as NSError?)?.code ?? 0)", "completions \(delegate.completions.value)",
-                    "server saw \(harness.server.requestCount(path: client.path("/echo")))"]
+            return [
+                "\((error as NSError?)?.code ?? 0)", "completions \(delegate.completions.value)",
+                "server saw \(harness.server.requestCount(path: client.path("/echo")))",
+            ]
         }
         XCTAssertEqual(result, ["\(NSURLErrorCancelled)", "completions 1", "server saw 0"])
     }
@@ -191,7 +195,8 @@ final class UploadParityTests: XCTestCase {
 }
 
 /// A delegate that keeps `needNewBodyStream`'s completion handler for the test to call later.
-private final class LateBodyDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // only latches and a counter, all thread-safe.
+// @unchecked Sendable: only latches and a counter, all thread-safe.
+private final class LateBodyDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     struct Answer: @unchecked Sendable {  // the handler is called once, by the test.
         let handler: (InputStream?) -> Void
         func call(_ stream: InputStream?) { handler(stream) }

@@ -38,7 +38,8 @@ final class PipelineLifecycleStateMachineTests: XCTestCase {
         XCTAssertEqual(m.taskStarted(), .run)
         XCTAssertEqual(m.transferStarting(), .run)
         XCTAssertEqual(m.transferStarting(), .run)
-        XCTAssertEqual(m.cancelRequested(), .cancelHeldTasks(inner: .none), "two inner tasks are being created: the inner session must stay valid")
+        XCTAssertEqual(
+            m.cancelRequested(), .cancelHeldTasks(inner: .none), "two inner tasks are being created: the inner session must stay valid")
         XCTAssertEqual(m.taskStarted(), .refuseCancelled)
         XCTAssertEqual(m.transferStarting(), .refuseCancelled, "nothing new is sent")
         XCTAssertEqual(m.transferStarted(), .none)
@@ -62,7 +63,8 @@ final class PipelineLifecycleStateMachineTests: XCTestCase {
         var m = Machine()
         XCTAssertEqual(m.taskStarted(), .run)
         XCTAssertEqual(m.finishRequested(), .none)
-        XCTAssertEqual(m.cancelRequested(), .cancelHeldTasks(inner: .cancel), "invalidateAndCancel() after finishTasksAndInvalidate() still cancels")
+        XCTAssertEqual(
+            m.cancelRequested(), .cancelHeldTasks(inner: .cancel), "invalidateAndCancel() after finishTasksAndInvalidate() still cancels")
         XCTAssertEqual(m.taskEnded(), .none, "and the inner session is not released twice")
     }
 }

@@ -176,7 +176,9 @@ final class PipelineModelTests: XCTestCase {
                     violate("task \(t) let go with headers from before run version \(admission.reactors[reactor].version) of r\(reactor)")
                 }
             }
-            if scenario.reactors.indices.contains(where: { admission.covers(Self.id(t), reactor: $0) }), let limit = scenario.connectionLimit {
+            if scenario.reactors.indices.contains(where: { admission.covers(Self.id(t), reactor: $0) }),
+                let limit = scenario.connectionLimit
+            {
                 holding.insert(t)
                 if holding.count > limit { violate("\(holding.count) requests in flight, limit \(limit)") }
             }
@@ -237,7 +239,8 @@ final class PipelineModelTests: XCTestCase {
                 pending.append(response == .transportError ? .complete(t, response) : .head(t, response))
             case .head(let t, let response):
                 let status = response == .ok ? 200 : 401
-                let http = HTTPURLResponse(url: URL(string: "http://127.0.0.1/")!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: nil)!
+                let http = HTTPURLResponse(
+                    url: URL(string: "http://127.0.0.1/")!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: nil)!
                 // TaskRun.chooseReactor: the first reactor that does not exempt the task wants a 401.
                 let reactor = status == 401 ? scenario.reactors.indices.first { !exempt[t][$0] } : nil
                 perform(t, machines[t].transportReceived(response: http, reactor: reactor))
@@ -259,7 +262,8 @@ final class PipelineModelTests: XCTestCase {
                 // transition; an outcome decided at once is delivered after.
                 checkJudgedOnlyByCovering(t, reactor: reactor, "reacted to")
                 var immediate: ReactorStorage.Outcome?
-                let (need, handedOver) = admission.transferEndedNeedingReaction(id(t), reactor: reactor, alreadyRequeued: machines[t].wasRequeued(by: reactor), now: clock)
+                let (need, handedOver) = admission.transferEndedNeedingReaction(
+                    id(t), reactor: reactor, alreadyRequeued: machines[t].wasRequeued(by: reactor), now: clock)
                 holding.remove(t)
                 handOver(handedOver)
                 switch need {
@@ -365,13 +369,29 @@ final class PipelineModelTests: XCTestCase {
         let refresh = ReactorSpec()
         let scenarios: [(String, Scenario)] = [
             ("one refreshing reactor", Scenario(tasks: 5, interceptors: 1, reactors: [refresh])),
-            ("two backends, each exempting the other's tasks", Scenario(tasks: 6, interceptors: 1, reactors: [refresh, refresh], exemptTenths: 5)),
-            ("resend without the interceptors", Scenario(tasks: 5, interceptors: 0, reactors: [ReactorSpec(reintercept: false, maximumReactions: 3)])),
-            ("a holding reactor and a delivering one", Scenario(tasks: 5, interceptors: 2, reactors: [refresh, ReactorSpec(holdsNewTasks: false, requeue: false)])),
-            ("one connection per host, loop guard", Scenario(tasks: 5, interceptors: 1,
-                                                              reactors: [ReactorSpec(maximumReactions: 3, loopGuard: .init(maximumRuns: 2, window: .seconds(10)))],
-                                                              connectionLimit: 1)),
-            ("no slots, every resource refuses", Scenario(tasks: 4, interceptors: 1, reactors: [refresh, refresh], connectionLimit: nil, persistentTenths: 10)),
+            (
+                "two backends, each exempting the other's tasks",
+                Scenario(tasks: 6, interceptors: 1, reactors: [refresh, refresh], exemptTenths: 5)
+            ),
+            (
+                "resend without the interceptors",
+                Scenario(tasks: 5, interceptors: 0, reactors: [ReactorSpec(reintercept: false, maximumReactions: 3)])
+            ),
+            (
+                "a holding reactor and a delivering one",
+                Scenario(tasks: 5, interceptors: 2, reactors: [refresh, ReactorSpec(holdsNewTasks: false, requeue: false)])
+            ),
+            (
+                "one connection per host, loop guard",
+                Scenario(
+                    tasks: 5, interceptors: 1,
+                    reactors: [ReactorSpec(maximumReactions: 3, loopGuard: .init(maximumRuns: 2, window: .seconds(10)))],
+                    connectionLimit: 1)
+            ),
+            (
+                "no slots, every resource refuses",
+                Scenario(tasks: 4, interceptors: 1, reactors: [refresh, refresh], connectionLimit: nil, persistentTenths: 10)
+            ),
         ]
         print("PipelineModelTests: \(Self.seedsPerScenario) seeds × \(scenarios.count) scenarios")
         for (name, scenario) in scenarios {

@@ -45,7 +45,8 @@ final class TaskStateMachineTests: XCTestCase {
             case .react(let reactor, let outcome, let body):
                 switch outcome {
                 case .response(let response): self = .react(reactor: reactor, outcome: "response(\(response.statusCode))", body: body)
-                case .failure(let error): self = .react(reactor: reactor, outcome: "failure(\((error as? URLError)?.code.rawValue ?? 0))", body: body)
+                case .failure(let error):
+                    self = .react(reactor: reactor, outcome: "failure(\((error as? URLError)?.code.rawValue ?? 0))", body: body)
                 }
             case .cancelTransport: self = .cancelTransport
             case .leaveBatch(let index): self = .leaveBatch(index)
@@ -194,9 +195,12 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testTransportErrorsFailTheTaskBeforeAndAfterTheHead() {
         var beforeHead = Self.sending()
-        XCTAssertEqual(Step(beforeHead.transportCompleted(error: URLError(.timedOut), reactor: nil)), .fail(String(describing: URLError(.timedOut))))
+        XCTAssertEqual(
+            Step(beforeHead.transportCompleted(error: URLError(.timedOut), reactor: nil)), .fail(String(describing: URLError(.timedOut))))
         var afterHead = Self.receiving()
-        XCTAssertEqual(Step(afterHead.transportCompleted(error: URLError(.networkConnectionLost), reactor: nil)), .fail(String(describing: URLError(.networkConnectionLost))))
+        XCTAssertEqual(
+            Step(afterHead.transportCompleted(error: URLError(.networkConnectionLost), reactor: nil)),
+            .fail(String(describing: URLError(.networkConnectionLost))))
         XCTAssertTrue(afterHead.isCompleted)
     }
 
@@ -208,7 +212,9 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.waitingAtGate(reactor: 0)), .none)
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0))
         XCTAssertEqual(Step(m.waitingAtGate(reactor: 0)), .none, "a late waitingAtGate is ignored once the gate opened")
-        XCTAssertEqual(Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .runInterceptor(1), "and leaves the task intercepting")
+        XCTAssertEqual(
+            Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .runInterceptor(1),
+            "and leaves the task intercepting")
     }
 
     func testATaskGatedByAdmissionIsInterceptedAgainWhenTheGateOpens() {
@@ -228,7 +234,10 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testFailSendingOnlyWhileSending() {
         var m = Self.sending()
-        guard case .invalidHeader(let name, _)? = Self.failure(of: m.failSending(URLTaskError.invalidHeader(name: "X", reason: "r"))) as? URLTaskError else {
+        guard
+            case .invalidHeader(let name, _)? = Self.failure(of: m.failSending(URLTaskError.invalidHeader(name: "X", reason: "r")))
+                as? URLTaskError
+        else {
             return XCTFail("expected the error given")
         }
         XCTAssertEqual(name, "X")
@@ -243,7 +252,8 @@ final class TaskStateMachineTests: XCTestCase {
         var m = Self.intercepting(0)
         XCTAssertEqual(Step(m.interceptorReturned(index: 0, command: .hold(for: .seconds(2)), interceptorName: "I")), .hold(0, .seconds(2)))
         XCTAssertEqual(Step(m.released(index: 1)), .none, "released by another batch")
-        XCTAssertEqual(Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .none, "a held task is not intercepting")
+        XCTAssertEqual(
+            Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .none, "a held task is not intercepting")
         XCTAssertEqual(Step(m.released(index: 0)), .runInterceptor(1))
         XCTAssertEqual(Step(m.released(index: 0)), .none, "released twice")
     }
@@ -268,7 +278,10 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertTrue(failed.isCompleted)
 
         var threw = Self.intercepting(0)
-        guard case .interceptorFailed(let thrower, _)? = Self.failure(of: threw.interceptorThrew(index: 0, error: Boom(), interceptorName: "Thrower")) as? URLTaskError else {
+        guard
+            case .interceptorFailed(let thrower, _)? = Self.failure(
+                of: threw.interceptorThrew(index: 0, error: Boom(), interceptorName: "Thrower")) as? URLTaskError
+        else {
             return XCTFail("expected interceptorFailed")
         }
         XCTAssertEqual(thrower, "Thrower")
@@ -298,21 +311,25 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.transportReceived(response: Self.response(401), reactor: 0)), .none, "the caller never sees the 401")
         XCTAssertEqual(Step(m.transportReceived(data: Data("expired".utf8))), .none)
         XCTAssertEqual(Step(m.transportReceived(data: Data(" token".utf8))), .none)
-        XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: 0)), .react(reactor: 0, outcome: "response(401)", body: Data("expired token".utf8)))
+        XCTAssertEqual(
+            Step(m.transportCompleted(error: nil, reactor: 0)),
+            .react(reactor: 0, outcome: "response(401)", body: Data("expired token".utf8)))
         XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: 0)), .none, "completes once")
     }
 
     func testACollectedBodyCutByAnErrorIsReactedToAsTheFailure() {
         var m = Self.collecting()
         _ = m.transportReceived(data: Data("partial".utf8))
-        XCTAssertEqual(Step(m.transportCompleted(error: URLError(.networkConnectionLost), reactor: 0)),
-                       .react(reactor: 0, outcome: "failure(\(URLError.Code.networkConnectionLost.rawValue))", body: Data()))
+        XCTAssertEqual(
+            Step(m.transportCompleted(error: URLError(.networkConnectionLost), reactor: 0)),
+            .react(reactor: 0, outcome: "failure(\(URLError.Code.networkConnectionLost.rawValue))", body: Data()))
     }
 
     func testATransportErrorBeforeTheHeadCanBeReactedTo() {
         var m = Self.sending()
-        XCTAssertEqual(Step(m.transportCompleted(error: URLError(.timedOut), reactor: 0)),
-                       .react(reactor: 0, outcome: "failure(\(URLError.Code.timedOut.rawValue))", body: Data()))
+        XCTAssertEqual(
+            Step(m.transportCompleted(error: URLError(.timedOut), reactor: 0)),
+            .react(reactor: 0, outcome: "failure(\(URLError.Code.timedOut.rawValue))", body: Data()))
     }
 
     func testCollectedBodyIsCappedAtTheReactionBodyLimit() {
@@ -373,8 +390,9 @@ final class TaskStateMachineTests: XCTestCase {
 
         var noResponse = Self.sending()
         _ = noResponse.transportCompleted(error: URLError(.timedOut), reactor: 0)
-        XCTAssertEqual(Step(noResponse.reactionFinished(reactor: 0, result: .deliver)), .fail(String(describing: URLError(.timedOut))),
-                       "the transport's own error, as a plain session reports it")
+        XCTAssertEqual(
+            Step(noResponse.reactionFinished(reactor: 0, result: .deliver)), .fail(String(describing: URLError(.timedOut))),
+            "the transport's own error, as a plain session reports it")
     }
 
     func testAFailedReactionFailsTheTask() {
@@ -390,7 +408,9 @@ final class TaskStateMachineTests: XCTestCase {
         _ = m.connectionGranted()
         for attempt in 1...2 {
             _ = m.transportReceived(response: Self.response(401), reactor: 0)
-            XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: 0)), .react(reactor: 0, outcome: "response(401)", body: Data()), "reaction \(attempt)")
+            XCTAssertEqual(
+                Step(m.transportCompleted(error: nil, reactor: 0)), .react(reactor: 0, outcome: "response(401)", body: Data()),
+                "reaction \(attempt)")
             XCTAssertEqual(Step(m.reactionFinished(reactor: 0, result: .requeue(reintercept: false))), .acquireConnection)
             XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: attempt + 1))
         }
@@ -409,7 +429,12 @@ final class TaskStateMachineTests: XCTestCase {
     func testCancelInEveryState() {
         let cases: [(String, Machine, Step)] = [
             ("created", Self.machine(), .abandon),
-            ("gated, checking", { var m = Self.machine(); _ = m.start(); return m }(), .abandon),
+            (
+                "gated, checking",
+                {
+                    var m = Self.machine(); _ = m.start(); return m
+                }(), .abandon
+            ),
             ("gated at a reactor", Self.gatedAtReactor(), .leaveReactor(0)),
             ("intercepting", Self.intercepting(1), .abandon),
             ("held", Self.held(1), .leaveBatch(1)),
@@ -454,11 +479,37 @@ final class TaskStateMachineTests: XCTestCase {
     func testEveryEventAfterCompletionIsIgnored() {
         let endings: [(String, Machine)] = [
             ("finished", Self.completed()),
-            ("cancelled while held", { var m = Self.held(); _ = m.cancel(); return m }()),
-            ("cancelled while reacting", { var m = Self.reacting(); _ = m.cancel(); return m }()),
-            ("failed unsent", { var m = Self.gatedAtReactor(); _ = m.fail(Boom()); return m }()),
-            ("failed by an interceptor", { var m = Self.intercepting(); _ = m.interceptorThrew(index: 0, error: Boom(), interceptorName: "I"); return m }()),
-            ("answered locally", { var m = Self.intercepting(); _ = m.interceptorReturned(index: 0, command: .respond(Self.response(200), body: Data()), interceptorName: "I"); return m }()),
+            (
+                "cancelled while held",
+                {
+                    var m = Self.held(); _ = m.cancel(); return m
+                }()
+            ),
+            (
+                "cancelled while reacting",
+                {
+                    var m = Self.reacting(); _ = m.cancel(); return m
+                }()
+            ),
+            (
+                "failed unsent",
+                {
+                    var m = Self.gatedAtReactor(); _ = m.fail(Boom()); return m
+                }()
+            ),
+            (
+                "failed by an interceptor",
+                {
+                    var m = Self.intercepting(); _ = m.interceptorThrew(index: 0, error: Boom(), interceptorName: "I"); return m
+                }()
+            ),
+            (
+                "answered locally",
+                {
+                    var m = Self.intercepting();
+                    _ = m.interceptorReturned(index: 0, command: .respond(Self.response(200), body: Data()), interceptorName: "I"); return m
+                }()
+            ),
         ]
         for (ending, machine) in endings {
             XCTAssertTrue(machine.isCompleted, ending)

@@ -19,7 +19,9 @@ final class PlatformPinTests: XCTestCase {
         sessions = []
     }
 
-    private func pinSession(delegate: (any URLSessionDelegate)? = nil, configure: (URLSessionConfiguration) -> Void = { _ in }) -> URLSession {
+    private func pinSession(
+        delegate: (any URLSessionDelegate)? = nil, configure: (URLSessionConfiguration) -> Void = { _ in }
+    ) -> URLSession {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.protocolClasses = [PinProtocol.self]
         configure(configuration)
@@ -28,7 +30,9 @@ final class PlatformPinTests: XCTestCase {
         return session
     }
 
-    private func runCompletionTask(_ make: (@escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void) -> URLSessionTask) async throws -> Data? {
+    private func runCompletionTask(
+        _ make: (@escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void) -> URLSessionTask
+    ) async throws -> Data? {
         let done = Latch<Data?>("pin task completion")
         make { data, _, error in
             XCTAssertNil(error)
@@ -60,7 +64,9 @@ final class PlatformPinTests: XCTestCase {
         _ = try await session.upload(for: post(asyncUpload), from: payload)
         for id in [fromData, fromFile, asyncUpload] {
             let seen = try XCTUnwrap(PinProtocol.observation(id))
-            XCTAssertEqual(seen.startSawHTTPBody, false, "an upload task's body became visible as httpBody: Platform's knownBody reflection may be unnecessary")
+            XCTAssertEqual(
+                seen.startSawHTTPBody, false,
+                "an upload task's body became visible as httpBody: Platform's knownBody reflection may be unnecessary")
             XCTAssertEqual(seen.startSawBodyStream, false, "an upload task's body became visible as httpBodyStream")
         }
 
@@ -77,8 +83,9 @@ final class PlatformPinTests: XCTestCase {
         let session = pinSession()
         let url = PinProtocol.url(UUID().uuidString, chunks: ["first-half|", "second-half"])
         let data = try await runCompletionTask { session.dataTask(with: url, completionHandler: $0) }
-        XCTAssertEqual(data.map { String(decoding: $0, as: UTF8.self) }, "second-half",
-                       "completion handlers now get every chunk: the bridge could stream to them instead of buffering")
+        XCTAssertEqual(
+            data.map { String(decoding: $0, as: UTF8.self) }, "second-half",
+            "completion handlers now get every chunk: the bridge could stream to them instead of buffering")
 
         let (asyncData, _) = try await session.data(from: PinProtocol.url(UUID().uuidString, chunks: ["first-half|", "second-half"]))
         XCTAssertEqual(String(decoding: asyncData, as: UTF8.self), "second-half")
@@ -99,8 +106,9 @@ final class PlatformPinTests: XCTestCase {
         let id = UUID().uuidString
         let mutable = NSMutableURLRequest(url: PinProtocol.url(id))
         URLProtocol.setProperty("marked", forKey: PinProtocol.propertyKey, in: mutable)
-        XCTAssertEqual(URLProtocol.property(forKey: PinProtocol.propertyKey, in: mutable as URLRequest) as? String, nil,
-                       "properties now survive bridging to URLRequest")
+        XCTAssertEqual(
+            URLProtocol.property(forKey: PinProtocol.propertyKey, in: mutable as URLRequest) as? String, nil,
+            "properties now survive bridging to URLRequest")
         let request = mutable as URLRequest
         _ = try await runCompletionTask { session.dataTask(with: request, completionHandler: $0) }
         let seen = try XCTUnwrap(PinProtocol.observation(id))
@@ -139,7 +147,8 @@ final class PlatformPinTests: XCTestCase {
         } catch {
             XCTAssertEqual((error as NSError).code, NSURLErrorTimedOut)
         }
-        XCTAssertLessThan(ContinuousClock.now - start, .milliseconds(400), "a 0.5 s timeout is now honoured: tests may use sub-second timeouts")
+        XCTAssertLessThan(
+            ContinuousClock.now - start, .milliseconds(400), "a 0.5 s timeout is now honoured: tests may use sub-second timeouts")
     }
 
     // MARK: The library's reflection (Bridge/Platform.swift) works on this toolchain
@@ -158,7 +167,9 @@ final class PlatformPinTests: XCTestCase {
         task.resume()
         try await delegate.completion(of: task)
 
-        for (id, expected, kind) in [(completion, BodyDelivery.buffer, "completion handler"), (async, .buffer, "async data(for:)"), (streamed, .stream, "delegate")] {
+        for (id, expected, kind) in [
+            (completion, BodyDelivery.buffer, "completion handler"), (async, .buffer, "async data(for:)"), (streamed, .stream, "delegate"),
+        ] {
             let seen = try XCTUnwrap(PinProtocol.observation(id), kind)
             XCTAssertEqual(seen.delivery, expected, "\(kind): Platform misreads the task's behaviour")
             XCTAssertTrue(seen.workQueueFound, "\(kind): Platform no longer finds the task's workQueue")

@@ -51,7 +51,9 @@ final class AdmissionTests: XCTestCase {
         }
         let (aRuns, bRuns) = (CallCounter(), CallCounter())
         let manager = URLTaskManager(
-            reactors: [OriginRefresh(origin: a.baseURL, fails: true, runs: aRuns), OriginRefresh(origin: b.baseURL, fails: false, runs: bRuns)],
+            reactors: [
+                OriginRefresh(origin: a.baseURL, fails: true, runs: aRuns), OriginRefresh(origin: b.baseURL, fails: false, runs: bRuns),
+            ],
             options: .init(maximumRequestsInFlightPerHost: 2)
         )
         defer { manager.invalidateAndCancel() }

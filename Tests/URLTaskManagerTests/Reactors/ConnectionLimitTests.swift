@@ -26,7 +26,11 @@ final class ConnectionLimitTests: XCTestCase {
         private var peak = 0
 
         var maximum: Int { lock.withLock { peak } }
-        func enter() { lock.withLock { current += 1; peak = max(peak, current) } }
+        func enter() {
+            lock.withLock {
+                current += 1; peak = max(peak, current)
+            }
+        }
         func leave() { lock.withLock { current -= 1 } }
     }
 

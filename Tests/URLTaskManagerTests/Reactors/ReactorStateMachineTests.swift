@@ -40,7 +40,8 @@ final class ReactorStateMachineTests: XCTestCase {
         _ = m.runFinished(run: 1, succeeded: true)
         XCTAssertEqual(m.taskNeedsReaction(Self.id(2), sentUnder: before, now: t0), .requeueNow, "sent before run 1 ended")
         XCTAssertFalse(m.isRunning)
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(3), sentUnder: m.stamp, now: t0), .startRun(run: 2), "sent after: the work is needed again")
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(3), sentUnder: m.stamp, now: t0), .startRun(run: 2), "sent after: the work is needed again")
     }
 
     func testALateTaskAfterAFailedRunFailsWithoutRunningAgain() {
@@ -85,16 +86,19 @@ final class ReactorStateMachineTests: XCTestCase {
         var m = Machine(loopGuard: .init(maximumRuns: 2, window: .seconds(10)))
         XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, now: t0), .startRun(run: 1))
         _ = m.runFinished(run: 1, succeeded: false)
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(2), sentUnder: m.stamp, now: t0 + .seconds(1)), .startRun(run: 2), "after a failure: not counted")
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(2), sentUnder: m.stamp, now: t0 + .seconds(1)), .startRun(run: 2), "after a failure: not counted")
         _ = m.runFinished(run: 2, succeeded: true)
         for run in 3...4 {
-            XCTAssertEqual(m.taskNeedsReaction(Self.id(UInt64(run)), sentUnder: m.stamp, now: t0 + .seconds(run)), .startRun(run: run), "counted")
+            XCTAssertEqual(
+                m.taskNeedsReaction(Self.id(UInt64(run)), sentUnder: m.stamp, now: t0 + .seconds(run)), .startRun(run: run), "counted")
             _ = m.runFinished(run: run, succeeded: true)
         }
         XCTAssertEqual(m.taskNeedsReaction(Self.id(5), sentUnder: m.stamp, now: t0 + .seconds(5)), .refuseLoop(runs: 2))
         XCTAssertFalse(m.isRunning, "a refused task starts nothing")
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(6), sentUnder: m.stamp, now: t0 + .seconds(13.5)), .startRun(run: 5),
-                       "run 3 left the window, run 4 is still in it")
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(6), sentUnder: m.stamp, now: t0 + .seconds(13.5)), .startRun(run: 5),
+            "run 3 left the window, run 4 is still in it")
         _ = m.runFinished(run: 5, succeeded: true)
         XCTAssertEqual(m.taskNeedsReaction(Self.id(7), sentUnder: m.stamp, now: t0 + .seconds(14)), .refuseLoop(runs: 2))
         // A task that is merely late is requeued whatever the guard says: no run is started.
@@ -105,20 +109,25 @@ final class ReactorStateMachineTests: XCTestCase {
         var m = Machine(loopGuard: nil)
         XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, now: t0), .startRun(run: 1))
         _ = m.runFinished(run: 1, succeeded: true)
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, alreadyRequeued: true, now: t0), .deliverNow,
-                       "resent with the new headers and refused again: the server's answer stands")
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(2), sentUnder: Machine.Stamp(), alreadyRequeued: true, now: t0), .requeueNow,
-                       "headers older than the latest run: still just late")
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, alreadyRequeued: true, now: t0), .deliverNow,
+            "resent with the new headers and refused again: the server's answer stands")
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(2), sentUnder: Machine.Stamp(), alreadyRequeued: true, now: t0), .requeueNow,
+            "headers older than the latest run: still just late")
         XCTAssertFalse(m.isRunning)
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(3), sentUnder: m.stamp, now: t0), .startRun(run: 2), "a task not yet requeued still starts a run")
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: Machine.Stamp(version: 1), alreadyRequeued: true, now: t0), .wait(run: 2),
-                       "a run already going is joined: it will produce newer headers")
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(3), sentUnder: m.stamp, now: t0), .startRun(run: 2), "a task not yet requeued still starts a run")
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(1), sentUnder: Machine.Stamp(version: 1), alreadyRequeued: true, now: t0), .wait(run: 2),
+            "a run already going is joined: it will produce newer headers")
     }
 
     func testHeadersOutdatedByTheReactorsOwnVersionAreLateWithoutARun() {
         var m = Machine(loopGuard: nil)
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, outdated: true, now: t0), .requeueNow,
-                       "the credential changed outside any run (a sign-in, an early renewal): no run needed")
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, outdated: true, now: t0), .requeueNow,
+            "the credential changed outside any run (a sign-in, an early renewal): no run needed")
         XCTAssertFalse(m.isRunning)
         XCTAssertEqual(m.taskNeedsReaction(Self.id(2), sentUnder: m.stamp, outdated: false, now: t0), .startRun(run: 1))
     }

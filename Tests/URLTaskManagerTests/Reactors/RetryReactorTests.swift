@@ -134,7 +134,8 @@ final class RetryReactorTests: XCTestCase {
     // MARK: The policy
 
     private func response(_ status: Int, _ headers: [String: String] = [:]) -> URLTaskOutcome {
-        .response(HTTPURLResponse(url: URL(string: "https://example.com")!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)!)
+        .response(
+            HTTPURLResponse(url: URL(string: "https://example.com")!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)!)
     }
 
     private func request(_ method: String) -> URLRequest {
@@ -157,7 +158,9 @@ final class RetryReactorTests: XCTestCase {
         for method in ["POST", "PATCH", "CONNECT"] {
             XCTAssertFalse(policy.shouldRetry(request(method), attempt: 1, after: response(503)), method)
         }
-        for code: URLError.Code in [.timedOut, .networkConnectionLost, .cannotConnectToHost, .notConnectedToInternet, .dnsLookupFailed, .cannotFindHost] {
+        for code: URLError.Code in [
+            .timedOut, .networkConnectionLost, .cannotConnectToHost, .notConnectedToInternet, .dnsLookupFailed, .cannotFindHost,
+        ] {
             XCTAssertTrue(policy.shouldRetry(request("GET"), attempt: 1, after: .failure(URLError(code))), "\(code)")
         }
         for code: URLError.Code in [.cancelled, .badURL, .secureConnectionFailed, .serverCertificateUntrusted] {
@@ -190,7 +193,8 @@ final class RetryReactorTests: XCTestCase {
         let policy = RetryPolicy(maximumRetryAfter: .seconds(10))
         XCTAssertEqual(policy.delay(afterAttempt: 1, outcome: response(503, ["Retry-After": "3"]), now: now), .seconds(3))
         XCTAssertEqual(policy.delay(afterAttempt: 1, outcome: response(503, ["Retry-After": "3600"]), now: now), .seconds(10))
-        XCTAssertEqual(policy.delay(afterAttempt: 1, outcome: response(429, ["Retry-After": "Sun, 06 Nov 1994 08:49:42 GMT"]), now: now), .seconds(5))
+        XCTAssertEqual(
+            policy.delay(afterAttempt: 1, outcome: response(429, ["Retry-After": "Sun, 06 Nov 1994 08:49:42 GMT"]), now: now), .seconds(5))
         let ignoring = RetryPolicy(backoff: .init(base: .milliseconds(100), jitter: 0), honorsRetryAfter: false)
         XCTAssertEqual(ignoring.delay(afterAttempt: 1, outcome: response(503, ["Retry-After": "3"]), now: now), .milliseconds(100))
     }

@@ -63,7 +63,8 @@ enum CompiledSnippets {
     static func droppingImports(_ block: String) -> String {
         var lines = block.split(separator: "\n", omittingEmptySubsequences: false)[...]
         while let first = lines.first?.trimmingCharacters(in: .whitespaces),
-              first.isEmpty || first.hasPrefix("import ") || first.hasPrefix("#if canImport(") || first == "#endif" {
+            first.isEmpty || first.hasPrefix("import ") || first.hasPrefix("#if canImport(") || first == "#endif"
+        {
             lines = lines.dropFirst()
         }
         return lines.joined(separator: "\n")

@@ -99,14 +99,15 @@ private struct OpenSSL: @unchecked Sendable {  // immutable table of C function 
             return unsafeBitCast(pointer, to: type)
         }
         guard let newContext = symbol("EVP_MD_CTX_new", as: NewContext.self),
-              let sha256 = symbol("EVP_sha256", as: SHA256Type.self),
-              let initFunction = symbol("EVP_DigestInit_ex", as: Init.self),
-              let update = symbol("EVP_DigestUpdate", as: Update.self),
-              let final = symbol("EVP_DigestFinal_ex", as: Final.self),
-              let free = symbol("EVP_MD_CTX_free", as: Free.self)
+            let sha256 = symbol("EVP_sha256", as: SHA256Type.self),
+            let initFunction = symbol("EVP_DigestInit_ex", as: Init.self),
+            let update = symbol("EVP_DigestUpdate", as: Update.self),
+            let final = symbol("EVP_DigestFinal_ex", as: Final.self),
+            let free = symbol("EVP_MD_CTX_free", as: Free.self)
         else { return nil }
-        return OpenSSL(newContextFunction: newContext, sha256: sha256, initFunction: initFunction,
-                       updateFunction: update, finalFunction: final, freeFunction: free)
+        return OpenSSL(
+            newContextFunction: newContext, sha256: sha256, initFunction: initFunction,
+            updateFunction: update, finalFunction: final, freeFunction: free)
         #else
         return nil
         #endif

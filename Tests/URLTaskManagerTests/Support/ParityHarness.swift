@@ -36,7 +36,9 @@ final class ParityHarness {
             "X-Body-SHA256": request.bodySHA256,
             "X-Chunked": String(request.wasChunked),
         ]
-        for (name, echoed) in [("Cookie", "X-Received-Cookie"), ("X-Extra", "X-Received-Extra"), ("Content-Type", "X-Received-Content-Type")] {
+        for (name, echoed) in [
+            ("Cookie", "X-Received-Cookie"), ("X-Extra", "X-Received-Extra"), ("Content-Type", "X-Received-Content-Type"),
+        ] {
             if let value = request.headers[name] { headers[echoed] = value }
         }
         return ServerResponse(status: 200, headers: headers, body: .data(Data("echo \(request.method) \(request.bodyLength)".utf8)))
@@ -71,7 +73,10 @@ final class ParityHarness {
     }
 
     /// Runs `scenario` on one side only.
-    func run<T>(_ side: Side, configuration: URLSessionConfiguration = ParityHarness.defaultConfiguration(), _ scenario: (ParityClient) async throws -> T) async throws -> T {
+    func run<T>(
+        _ side: Side, configuration: URLSessionConfiguration = ParityHarness.defaultConfiguration(),
+        _ scenario: (ParityClient) async throws -> T
+    ) async throws -> T {
         let client = ParityClient(side: side, server: server, configuration: configuration)
         defer { client.invalidateAll() }
         return try await scenario(client)

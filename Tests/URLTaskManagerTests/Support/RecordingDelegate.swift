@@ -7,7 +7,8 @@ import URLTaskManager
 
 /// A session delegate that records every callback, per task, so a delegate-driven scenario can
 /// be compared between a plain session and a manager's session.
-final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {  // `records`, `latches` and the counters are guarded by `lock`.
+// @unchecked Sendable: `records`, `latches` and the counters are guarded by `lock`.
+final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {
     /// What to do with body bytes as they arrive.
     struct BodyHandling: Sendable {
         /// Keep the bytes (for small bodies).
@@ -143,7 +144,10 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
 
     // MARK: URLSessionDataDelegate
 
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse, completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+    ) {
         update(dataTask) {
             $0.response = response
             $0.responseCount += 1
@@ -173,7 +177,10 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
 
     // MARK: URLSessionTaskDelegate
 
-    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest,
+        completionHandler: @escaping (URLRequest?) -> Void
+    ) {
         update(task) {
             $0.redirectCount += 1
             $0.events.append("redirect")
@@ -181,7 +188,10 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
         completionHandler(redirect.map { $0(request) } ?? request)
     }
 
-    func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge, completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
         let space = challenge.protectionSpace
         update(task) {
             $0.challenges.append("\(space.authenticationMethod) \(space.realm ?? "-") \(challenge.previousFailureCount)")

@@ -40,8 +40,9 @@ final class SupportSelfTests: XCTestCase {
     }
 
     func testOutcomeCapturesWhatItShould() {
-        let response = HTTPURLResponse(url: URL(string: "http://h/side-plain/x")!, statusCode: 201, httpVersion: "HTTP/1.1",
-                                       headerFields: ["Date": "now", "X-A": "1", "Location": "/side-plain/y"])
+        let response = HTTPURLResponse(
+            url: URL(string: "http://h/side-plain/x")!, statusCode: 201, httpVersion: "HTTP/1.1",
+            headerFields: ["Date": "now", "X-A": "1", "Location": "/side-plain/y"])
         let outcome = Outcome(side: .plain, data: Data("abc".utf8), response: response, error: nil)
         XCTAssertEqual(outcome.status, 201)
         XCTAssertNil(outcome.header("Date"))

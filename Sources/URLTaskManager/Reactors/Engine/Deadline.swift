@@ -41,19 +41,22 @@ private final class DeadlineRace: @unchecked Sendable {  // all state is guarded
             return nil
         }
         if let tooLate { return continuation.resume(with: tooLate) }
-        var tasks = [Task { [self] in
-            do {
-                try await work()
-                finish(.success(()))
-            } catch {
-                finish(.failure(error))
+        var tasks = [
+            Task { [self] in
+                do {
+                    try await work()
+                    finish(.success(()))
+                } catch {
+                    finish(.failure(error))
+                }
             }
-        }]
+        ]
         if let limit {
-            tasks.append(Task { [self] in
-                guard (try? await Task.sleep(for: limit)) != nil else { return }
-                finish(.failure(ReactorDeadlineExceeded(limit: limit)))
-            })
+            tasks.append(
+                Task { [self] in
+                    guard (try? await Task.sleep(for: limit)) != nil else { return }
+                    finish(.failure(ReactorDeadlineExceeded(limit: limit)))
+                })
         }
         let finishedMeanwhile: Bool = lock.withLock {
             guard case .running(let continuation, _) = state else { return true }

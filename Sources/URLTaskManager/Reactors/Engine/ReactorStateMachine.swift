@@ -94,7 +94,9 @@ struct ReactorStateMachine {
     ///   - outdated: Whether the reactor's own credential version says the task's headers are
     ///     older than the current ones (``URLTaskReactor/credentialVersion(of:)``): late, as if
     ///     a run had succeeded since.
-    mutating func taskNeedsReaction(_ id: TaskID, sentUnder: Stamp, alreadyRequeued: Bool = false, outdated: Bool = false, now: ContinuousClock.Instant) -> NeedAction {
+    mutating func taskNeedsReaction(
+        _ id: TaskID, sentUnder: Stamp, alreadyRequeued: Bool = false, outdated: Bool = false, now: ContinuousClock.Instant
+    ) -> NeedAction {
         switch state {
         case .running(let run, var waiters, let gated):
             waiters.append(id)
