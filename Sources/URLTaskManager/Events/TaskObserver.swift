@@ -6,7 +6,14 @@ import FoundationNetworking
 /// Records one task's timings and emits its events; exists only for a task started while
 /// someone listens (``EventHub/isListening``), so an unobserved task pays one `nil` check per
 /// event site.
-final class TaskObserver: @unchecked Sendable {  // the timings are guarded by `lock`; `hub` and `id` are immutable.
+///
+/// A task's events come from several threads (the interceptors', the transport's, a reactor
+/// run's). They are queued in the order their transitions happened and emitted by one thread
+/// at a time, never under the lock. Between a reaction's start and the `reacted` event (which
+/// names the run the task joined, known only once admission has decided) the task's other
+/// events wait, so a run that ends at once cannot report `requeued` before `reacted`.
+// @unchecked Sendable: the timings and the queue are guarded by `lock`; `hub` and `id` are immutable.
+final class TaskObserver: @unchecked Sendable {
     private let id: URLTask.ID
     private let hub: EventHub
     private let created = ContinuousClock.now
@@ -21,6 +28,11 @@ final class TaskObserver: @unchecked Sendable {  // the timings are guarded by `
     private var bytesReceived: Int64 = 0
     private var status: Int?
     private var completed = false
+    /// Events to emit, in order, and whether a thread is emitting them now.
+    private var queue: [URLTaskEvent] = []
+    private var emitting = false
+    /// Events held back until the reaction that began is reported.
+    private var heldBack: [URLTaskEvent]?
 
     init(id: URLTask.ID, request: URLRequest, hub: EventHub) {
         self.id = id
@@ -91,9 +103,22 @@ final class TaskObserver: @unchecked Sendable {  // the timings are guarded by `
         }
     }
 
+    /// A reactor takes the task's outcome: its events wait for ``reacted(by:run:)``.
+    func reactionStarting() {
+        lock.withLock {
+            reactingSince = .now
+            heldBack = []
+        }
+    }
+
     func reacted(by reactor: String, run: Int?) {
-        lock.withLock { reactingSince = .now }
-        emit(.reacted(reactor: reactor, run: run))
+        let event = URLTaskEvent(task: id, date: Date(), kind: .reacted(reactor: reactor, run: run))
+        lock.withLock {
+            queue.append(event)
+            queue += heldBack ?? []
+            heldBack = nil
+        }
+        drain()
     }
 
     func reactionEnded() {
@@ -139,7 +164,36 @@ final class TaskObserver: @unchecked Sendable {  // the timings are guarded by `
     }
 
     private func emit(_ kind: URLTaskEvent.Kind) {
-        hub.emit(URLTaskEvent(task: id, date: Date(), kind: kind))
+        let event = URLTaskEvent(task: id, date: Date(), kind: kind)
+        lock.withLock {
+            if heldBack != nil {
+                heldBack?.append(event)
+            } else {
+                queue.append(event)
+            }
+        }
+        drain()
+    }
+
+    /// Emits the queued events in order, from one thread at a time, without the lock.
+    private func drain() {
+        let claimed: Bool = lock.withLock {
+            if emitting { return false }
+            emitting = true
+            return true
+        }
+        guard claimed else { return }
+        while true {
+            let next: URLTaskEvent? = lock.withLock {
+                if queue.isEmpty {
+                    emitting = false
+                    return nil
+                }
+                return queue.removeFirst()
+            }
+            guard let next else { return }
+            hub.emit(next)
+        }
     }
 
     private static func name(_ value: Any) -> String {

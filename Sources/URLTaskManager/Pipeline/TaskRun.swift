@@ -431,11 +431,13 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         switch reactor.configuration.sharing {
         case .singleFlight:
             // The run starts (or is joined) and the slot is handed over in one transition.
+            observer?.reactionStarting()
             let (immediate, run) = pipeline.admission.transferEnded(
                 self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: snapshot)
             observer?.reacted(by: reactor.name, run: run)
             if let immediate { reactionFinished(reactor: index, outcome: immediate) }
         case .perTask:
+            observer?.reactionStarting()
             observer?.reacted(by: reactor.name, run: nil)
             pipeline.admission.transferEnded(self)
             let work = Task {
