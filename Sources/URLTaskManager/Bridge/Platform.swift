@@ -108,6 +108,14 @@ enum Platform {
     static let sessionReportsInvalidation = false
     #endif
 
+    /// Whether the bridge moves the outer task's `progress` itself: corelibs moves it only for
+    /// its own protocol; Apple's URLSession counts what a protocol delivers.
+    #if canImport(FoundationNetworking)
+    static let bridgeMovesProgress = true
+    #else
+    static let bridgeMovesProgress = false
+    #endif
+
     /// Creates the session a manager hands out, owning `pipeline` for as long as it lives.
     ///
     /// On swift-corelibs-foundation it is a ``ManagedURLSession``: invalidating it ends the

@@ -122,12 +122,12 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     /// traps in corelibs (#3263); `countOfBytesReceived` and its siblings have internal setters
     /// there and stay 0.
     private func expectProgress(_ length: Int64) {
-        guard length > 0, let progress = openTask()?.progress else { return }
+        guard length > 0, let progress = progressToMove() else { return }
         progress.totalUnitCount = length
     }
 
     private func advanceProgress(by count: Int) {
-        guard count > 0, let progress = openTask()?.progress else { return }
+        guard count > 0, let progress = progressToMove() else { return }
         let completed = progress.completedUnitCount + Int64(count)
         if progress.totalUnitCount > 0, completed > progress.totalUnitCount {
             // More than announced (a decoded body): the total is unknown after all.
@@ -139,16 +139,18 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     /// Complete, as corelibs completes its own tasks: the bytes received of as many, or 1 of 1
     /// for an empty body (a total of 0 would trap once it had been set).
     private func completeProgress() {
-        guard let progress = openTask()?.progress else { return }
+        guard let progress = progressToMove() else { return }
         let done = max(progress.completedUnitCount, 1)
         if progress.totalUnitCount != done { progress.totalUnitCount = done }
         progress.completedUnitCount = done
     }
 
-    private func openTask() -> URLSessionTask? {
-        lock.withLock {
+    /// The open task's progress, where the bridge moves it (``Platform/bridgeMovesProgress``).
+    private func progressToMove() -> Progress? {
+        guard Platform.bridgeMovesProgress else { return nil }
+        return lock.withLock {
             guard case .open = state else { return nil }
-            return urlProtocol?.task
+            return urlProtocol?.task?.progress
         }
     }
 
