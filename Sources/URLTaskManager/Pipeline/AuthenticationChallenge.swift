@@ -24,12 +24,11 @@ enum AuthenticationChallenge {
     static func make(for response: HTTPURLResponse, previousFailureCount: Int, storage: URLCredentialStorage?) -> URLAuthenticationChallenge
     {
         let (method, realm) = schemeAndRealm(response) ?? (NSURLAuthenticationMethodHTTPBasic, nil)
-        let url = response.url
-        let scheme = url?.scheme?.lowercased() ?? "http"
+        let origin = response.url.flatMap(OAuth2Origin.init)
         let space = URLProtectionSpace(
-            host: url?.host ?? "",
-            port: url?.port ?? (scheme == "https" ? 443 : 80),
-            protocol: scheme,
+            host: origin?.host ?? "",
+            port: origin?.port ?? 0,
+            protocol: origin?.scheme ?? "http",
             realm: realm,
             authenticationMethod: method
         )

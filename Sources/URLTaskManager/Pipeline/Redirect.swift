@@ -38,18 +38,10 @@ enum Redirect {
         return request
     }
 
+    /// Same scheme, host and port (default ports filled in), as ``OAuth2Origin`` compares
+    /// the origins a credential may go to; a URL without a host matches nothing.
     static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
-        a.scheme?.lowercased() == b.scheme?.lowercased()
-            && a.host?.lowercased() == b.host?.lowercased()
-            && effectivePort(a) == effectivePort(b)
-    }
-
-    private static func effectivePort(_ url: URL) -> Int? {
-        if let port = url.port { return port }
-        switch url.scheme?.lowercased() {
-        case "http": return 80
-        case "https": return 443
-        default: return nil
-        }
+        guard let a = OAuth2Origin(a), let b = OAuth2Origin(b) else { return false }
+        return a == b
     }
 }
