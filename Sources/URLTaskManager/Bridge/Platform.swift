@@ -159,8 +159,9 @@ enum Platform {
         delegate.urlSession(session, task: task, needNewBodyStream: completion)
     }
 
-    /// Runs the transport's delegate callbacks on the inner session's own work queue instead of
-    /// a thread of their own, and marks that queue so ``isOnSessionWorkQueue`` can see it.
+    /// Runs the transport's delegate callbacks on the queue where the inner session's libcurl
+    /// reads (its multi handle's queue, which targets the session's work queue) instead of a
+    /// thread of their own, and marks the work queue so ``isOnSessionWorkQueue`` can see it.
     ///
     /// On corelibs every session's work queue targets one shared serial queue, so a callback
     /// running there is serialized with the outer session's work queue too: the bridge may then
@@ -168,15 +169,24 @@ enum Platform {
     /// queue's thread and then the work queue's again (two thread hops per event, most of the
     /// bridge's cost). The price is the rule of that queue: nothing run from a transport
     /// callback may create, resume or cancel a task, or answer a challenge, there (each `sync`s
-    /// onto it): ``isOnSessionWorkQueue`` says when to move such a call elsewhere. Must be
-    /// called before the queue has any operation. Returns `false` (and changes nothing) where
-    /// the work queue cannot be found.
+    /// onto it): ``isOnSessionWorkQueue`` says when to move such a call elsewhere.
+    ///
+    /// Why the multi handle's queue and not the work queue itself: while a socket stays
+    /// readable (a fast server on loopback), libdispatch keeps draining that queue, reading the
+    /// whole body, before anything else queued on the work queue runs. Callbacks queued on the
+    /// work queue then waited behind the entire body (50 MB held in memory, measured), and so
+    /// did a `suspend()` meant to pause the transfer. Queued on the same queue as the reads,
+    /// each chunk's callback runs right after the read that produced it.
+    ///
+    /// Must be called before the queue has any operation. Returns `false` (and changes nothing)
+    /// where the work queue cannot be found; falls back to the work queue where the multi
+    /// handle's queue cannot be.
     @discardableResult
     static func runCallbacksOnWorkQueue(of session: URLSession, delegateQueue: OperationQueue) -> Bool {
         #if canImport(FoundationNetworking)
         guard let workQueue = Reflection.child(session, "workQueue") as? DispatchQueue else { return false }
         workQueue.setSpecific(key: sessionWorkQueueKey, value: true)
-        delegateQueue.underlyingQueue = workQueue
+        delegateQueue.underlyingQueue = libcurlQueue(of: session) ?? workQueue
         return true
         #else
         return false
@@ -196,6 +206,12 @@ enum Platform {
 
     #if canImport(FoundationNetworking)
     private static let sessionWorkQueueKey = DispatchSpecificKey<Bool>()
+
+    /// The queue of `session`'s libcurl multi handle (`multiHandle.queue`), where it reads
+    /// and writes its sockets; it targets the session's work queue.
+    static func libcurlQueue(of session: URLSession) -> DispatchQueue? {
+        Reflection.child(session, "multiHandle").flatMap { Reflection.child($0, "queue") } as? DispatchQueue
+    }
     #endif
 
     /// The protocol class URLSession itself uses for HTTP, to which download tasks are handed.

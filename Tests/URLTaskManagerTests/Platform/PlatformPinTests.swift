@@ -181,8 +181,9 @@ final class PlatformPinTests: XCTestCase {
     }
 
     /// A manager's session reads its work queue and task registry once, when it is made, and
-    /// the transport's callbacks run on the inner session's work queue, which every session's
-    /// work queue shares: the bridge calls the caller's client from there.
+    /// the transport's callbacks run on the inner session's libcurl queue, which targets its
+    /// work queue, which every session's work queue shares: the bridge calls the caller's client
+    /// from there.
     func testManagedSessionFindsItsInternalsAndTransportCallbacksShareTheWorkQueue() throws {
         let session = URLTaskManager().session
         defer { session.invalidateAndCancel() }
@@ -191,8 +192,10 @@ final class PlatformPinTests: XCTestCase {
         XCTAssertNotNil(managed.foundTaskRegistry, "the session's taskRegistry is no longer found")
         let inner: URLSession = managed.pipeline.transport.session
         let innerQueue = try XCTUnwrap(Reflection.child(inner, "workQueue") as? DispatchQueue)
-        XCTAssertTrue(inner.delegateQueue.underlyingQueue === innerQueue, "transport callbacks no longer run on the inner work queue")
+        let libcurlQueue = try XCTUnwrap(Platform.libcurlQueue(of: inner), "the inner session's multi handle queue is no longer found")
+        XCTAssertTrue(inner.delegateQueue.underlyingQueue === libcurlQueue, "transport callbacks no longer run on libcurl's queue")
         XCTAssertTrue(innerQueue.sync { Platform.isOnSessionWorkQueue })
+        XCTAssertTrue(libcurlQueue.sync { Platform.isOnSessionWorkQueue }, "libcurl's queue no longer targets the work queue")
         XCTAssertFalse(Platform.isOnSessionWorkQueue)
     }
 

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Reads the process's resident-set figures from `/proc/self/status` (Linux only).
 ///
@@ -11,9 +14,12 @@ enum MemoryProbe {
     /// Current resident set in KiB (`VmRSS`).
     static var residentKiB: Int? { field("VmRSS") }
 
-    /// Resets the peak to the current resident set; false if the kernel refused.
+    /// Resets the peak to the current resident set; false if the kernel refused. Memory freed
+    /// by earlier work is first returned to the system, so that one measurement's leftovers do
+    /// not hide the next one's growth.
     @discardableResult
     static func resetPeak() -> Bool {
+        trimMallocHeap()
         guard let handle = FileHandle(forWritingAtPath: "/proc/self/clear_refs") else { return false }
         defer { try? handle.close() }
         do {
@@ -22,6 +28,15 @@ enum MemoryProbe {
         } catch {
             return false
         }
+    }
+
+    /// glibc's `malloc_trim(0)`, looked up at run time (the Glibc module does not export it).
+    private static func trimMallocHeap() {
+        #if canImport(Glibc)
+        typealias Trim = @convention(c) (Int) -> Int32
+        guard let process = dlopen(nil, RTLD_NOW), let symbol = dlsym(process, "malloc_trim") else { return }
+        _ = unsafeBitCast(symbol, to: Trim.self)(0)
+        #endif
     }
 
     private static func field(_ name: String) -> Int? {

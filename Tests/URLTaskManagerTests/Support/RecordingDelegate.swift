@@ -20,12 +20,19 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
         /// delegate keeps up with the transfer (a slow delegate lets chunks pile up in the
         /// delegate queue, which would blur a memory measurement).
         var spotCheckGenerated = false
+        /// Simulates a consumer slower than the network: blocks the delegate queue for 1 ms
+        /// after every this many chunks (the work a real app does with its data).
+        var pauseEveryChunks: Int?
 
         static let keepAll = BodyHandling()
         /// For 100 MB bodies: hash, never hold.
         static let hashOnly = BodyHandling(keep: false, hash: true)
         /// For memory measurements: spot-check against the pattern, never hold, never hash.
         static let spotCheckOnly = BodyHandling(keep: false, hash: false, spotCheckGenerated: true)
+        /// For flow-control measurements: spot-check, and 1 ms of work every 100 chunks.
+        static let slowConsumer = BodyHandling(keep: false, hash: false, spotCheckGenerated: true, pauseEveryChunks: 100)
+        /// Far slower than loopback: 1 ms of work every other chunk.
+        static let verySlowConsumer = BodyHandling(keep: false, hash: false, spotCheckGenerated: true, pauseEveryChunks: 2)
     }
 
     struct Record {
@@ -171,6 +178,10 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
             }
             records[dataTask.taskIdentifier] = record
             return record.chunkCount == 1
+        }
+        if let every = handling.pauseEveryChunks, record(for: dataTask).chunkCount % every == 0 {
+            // The consumer's own work, not a wait for an event.
+            Thread.sleep(forTimeInterval: 0.001)
         }
         if first { onFirstData?(dataTask) }
     }
