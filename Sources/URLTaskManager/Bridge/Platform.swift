@@ -47,6 +47,14 @@ struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; t
     /// about redirects and authentication challenges (corelibs cannot take either from a
     /// custom protocol); `nil` where the platform does that itself.
     var session: URLSession?
+    /// The delegate given to one of the async APIs (`data(for:delegate:)`, `upload(for:from:delegate:)`,
+    /// ...): corelibs keeps it in its task registry and has only its own protocol stream the body
+    /// and report upload progress to it, so the bridge does. `nil` on other platforms.
+    var taskDelegate: (any URLSessionTaskDelegate)?
+    /// Who is told of upload progress (`didSendBodyData`): the task's own delegate, or the
+    /// session's delegate for a delegate-driven task, as corelibs' own protocol does. `nil` where
+    /// the platform reports it itself.
+    var uploadProgressDelegate: (any URLSessionTaskDelegate)?
 }
 
 enum Platform {
@@ -64,11 +72,10 @@ enum Platform {
         // A manager's session found its work queue and task registry once, when it was made.
         let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
         let registry = managed?.foundTaskRegistry ?? session.flatMap { Reflection.child($0, "taskRegistry") }
-        // With no delegate to stream to, corelibs either hands the body to a completion handler
-        // (which must have it whole) or drops it: buffering serves both, without reading the registry.
-        let delivery =
-            task.delegate == nil
-            ? .buffer : registry.map { behaviourDelivery(registry: $0, taskIdentifier: task.taskIdentifier) } ?? .buffer
+        // The registry says how the task reports (delegate or completion handler) and holds the
+        // delegate an async API was given; without one, everything is buffered.
+        let behaviour = registry.flatMap { registeredBehaviour(registry: $0, taskIdentifier: task.taskIdentifier) }
+        let delivery = behaviour?.delivery ?? .buffer
         var body = URLTaskBody(request: request)
         var missing = false
         var fromDelegate = false
@@ -87,6 +94,8 @@ enum Platform {
         facts.bodyFromDelegate = fromDelegate
         facts.pipeline = managed?.pipeline
         facts.session = managed
+        facts.taskDelegate = behaviour?.taskDelegate
+        facts.uploadProgressDelegate = behaviour?.taskDelegate ?? (delivery == .stream ? task.delegate : nil)
         return facts
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls
@@ -224,14 +233,20 @@ enum Platform {
 
     #if canImport(FoundationNetworking)
     /// Reads `session.taskRegistry.behaviours[taskIdentifier]`: `callDelegate`, the one case
-    /// without a payload, streams; the completion-handler cases buffer.
-    private static func behaviourDelivery(registry: Any, taskIdentifier: Int) -> BodyDelivery {
+    /// without a payload, streams; the completion-handler cases buffer, and those of the async
+    /// APIs (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate
+    /// the caller gave, second in their payload.
+    private static func registeredBehaviour(
+        registry: Any, taskIdentifier: Int
+    ) -> (delivery: BodyDelivery, taskDelegate: (any URLSessionTaskDelegate)?)? {
         // One key is looked up in place: `as? [Int: Any]` would convert every live task's entry,
         // O(live tasks) for every task started.
         guard let behaviours = Reflection.child(registry, "behaviours") as? any IntKeyedDictionary,
             let behaviour = behaviours.value(forKey: taskIdentifier)
-        else { return .buffer }
-        return Mirror(reflecting: behaviour).children.isEmpty ? .stream : .buffer
+        else { return nil }
+        guard let payload = Mirror(reflecting: behaviour).children.first?.value else { return (.stream, nil) }
+        let delegate = Mirror(reflecting: payload).children.dropFirst().first.flatMap { Reflection.unwrapOptional($0.value) }
+        return (.buffer, delegate as? any URLSessionTaskDelegate)
     }
 
     /// Maps corelibs' internal `URLSessionTask._Body` (`none`, `data(DispatchData)`,

@@ -33,6 +33,13 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     private let mayCallInline: Bool
     /// The caller's session, whose delegate the sink asks about redirects and challenges.
     private let session: URLSession?
+    /// The delegate an async API was given, which a plain session streams the body to while it
+    /// buffers it for the caller (``OuterTaskFacts/taskDelegate``).
+    private let chunkDelegate: (any URLSessionDataDelegate)?
+    /// Told of upload progress (``OuterTaskFacts/uploadProgressDelegate``).
+    private let uploadProgressDelegate: (any URLSessionTaskDelegate)?
+    /// The most body bytes reported sent so far, over every attempt (guarded by `lock`).
+    private var reportedSent: Int64 = 0
 
     init(urlProtocol: URLProtocol, client: any URLProtocolClient, facts: OuterTaskFacts) {
         self.urlProtocol = urlProtocol
@@ -40,6 +47,8 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
         self.queue = facts.workQueue ?? DispatchQueue(label: "URLTaskManager.ProtocolSink")
         self.mayCallInline = facts.workQueue != nil
         self.session = facts.session
+        self.chunkDelegate = facts.delivery == .buffer ? facts.taskDelegate as? any URLSessionDataDelegate : nil
+        self.uploadProgressDelegate = facts.session == nil ? nil : facts.uploadProgressDelegate
         self.state = .open(buffer: facts.delivery == .buffer ? Data() : nil)
     }
 
@@ -60,7 +69,10 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
             state = .open(buffer: buffer)
             return true
         }
-        if buffered { return }
+        if buffered {
+            if let chunkDelegate { streamToTaskDelegate(chunkDelegate, data) }
+            return
+        }
         onWorkQueue {
             guard let urlProtocol = self.openProtocol() else { return }
             self.client.urlProtocol(urlProtocol, didLoad: data)
@@ -86,6 +98,37 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     }
 
     var answersChallenges: Bool { session != nil }
+
+    /// Hands a chunk to the delegate of an async API, on the session's delegate queue after the
+    /// response that corelibs already gave it, as corelibs' own protocol does.
+    private func streamToTaskDelegate(_ delegate: any URLSessionDataDelegate, _ data: Data) {
+        onWorkQueue {
+            guard let session = self.session, let dataTask = self.openProtocol()?.task as? URLSessionDataTask else { return }
+            session.delegateQueue.addOperation { delegate.urlSession(session, dataTask: dataTask, didReceive: data) }
+        }
+    }
+
+    /// Reports upload progress as corelibs' own protocol does: on the session's delegate queue,
+    /// to the task's delegate. A resend (a redirect followed, a requeue) reports only what goes
+    /// beyond what was already reported, so the caller sees one sequence that only grows and
+    /// ends at the body's size (a plain session on Linux keeps adding on a 307, past the size).
+    func sentBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        guard let delegate = uploadProgressDelegate else { return }
+        let delta: Int64 = lock.withLock {
+            guard case .open = state, totalBytesSent > reportedSent else { return 0 }
+            defer { reportedSent = totalBytesSent }
+            return totalBytesSent - reportedSent
+        }
+        guard delta > 0 else { return }
+        onWorkQueue {
+            guard let session = self.session, let task = self.openProtocol()?.task else { return }
+            session.delegateQueue.addOperation {
+                delegate.urlSession(
+                    session, task: task, didSendBodyData: delta, totalBytesSent: totalBytesSent,
+                    totalBytesExpectedToSend: totalBytesExpectedToSend)
+            }
+        }
+    }
 
     /// Asks the caller's delegate, as a plain session would: the task's own delegate, then the
     /// session's (corelibs' default implementation passes it on), on the session's delegate

@@ -190,6 +190,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         perform(lock.withLock { machine.transportReceived(data: data) })
     }
 
+    func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        sink.sentBody(totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend)
+    }
+
     func transportDidComplete(error: (any Error)?) {
         let awaitingHead = lock.withLock { machine.isAwaitingResponseHead }
         let reactor = awaitingHead ? error.flatMap { chooseReactor(for: .failure($0)) } : nil

@@ -15,6 +15,10 @@ protocol TaskSink: Sendable {
     func finish()
     func fail(_ error: any Error)
 
+    /// The current attempt has sent `totalBytesSent` of its body, of `totalBytesExpectedToSend`
+    /// (0 or -1 when unknown). Each attempt counts from 0.
+    func sentBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64)
+
     /// Asks the caller's side whether to follow a redirect: `answer` gets the request to
     /// follow (possibly changed) or `nil` to deliver the redirect response itself. Called once
     /// per redirect, from any thread; `answer` may be called from any thread.
@@ -30,6 +34,9 @@ protocol TaskSink: Sendable {
 }
 
 extension TaskSink {
+    /// Nobody to tell.
+    func sentBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {}
+
     /// Follows every redirect, as a session without a delegate does.
     func redirect(_ response: HTTPURLResponse, to request: URLRequest, answer: @escaping @Sendable (URLRequest?) -> Void) {
         answer(request)

@@ -8,6 +8,9 @@ protocol TransportEvents: AnyObject, Sendable {
     func transportDidReceive(response: URLResponse)
     func transportDidReceive(data: Data)
     func transportDidComplete(error: (any Error)?)
+    /// The transfer has sent `totalBytesSent` bytes of its body, of `totalBytesExpectedToSend`
+    /// (0 or -1 when unknown).
+    func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64)
     /// The transfer met a redirect and waits for `decide` (`nil`: do not follow).
     func transportWillRedirect(_ response: HTTPURLResponse, to request: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void)
 }
@@ -104,6 +107,13 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         events(for: dataTask)?.transportDidReceive(data: data)
+    }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64,
+        totalBytesExpectedToSend: Int64
+    ) {
+        events(for: task)?.transportDidSendBody(totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend)
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {

@@ -50,8 +50,15 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
         /// "<method> <realm> <previousFailureCount>" per challenge.
         var challenges: [String] = []
         var downloadedFile: Data?
-        /// Event names in order: "response", "data" (once per run of chunks), "redirect",
-        /// "challenge", "needNewBodyStream", "download", "complete".
+        /// `totalBytesSent` of each `didSendBodyData`, in order.
+        var totalsSent: [Int64] = []
+        /// The sum of each call's `bytesSent`.
+        var bytesSentSum: Int64 = 0
+        /// `totalBytesExpectedToSend` of the last `didSendBodyData`.
+        var expectedToSend: Int64?
+        /// Event names in order: "sent" (once per run of upload progress calls), "response",
+        /// "data" (once per run of chunks), "redirect", "challenge", "needNewBodyStream",
+        /// "download", "complete".
         var events: [String] = []
     }
 
@@ -113,6 +120,10 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
     }
 
     var invalidations: Int { lock.withLock { invalidationCount } }
+
+    /// Every task's record, in task-identifier order (for a per-task delegate, whose task the
+    /// test never sees).
+    var allRecords: [Record] { lock.withLock { records.sorted { $0.key < $1.key }.map(\.value) } }
 
     /// Session-level events in order ("complete#<id>", "invalid").
     var sessionEvents: [String] { lock.withLock { order } }
@@ -210,6 +221,18 @@ final class RecordingDelegate: NSObject, URLSessionDataDelegate, URLSessionDownl
         }
         let (disposition, credential) = self.challenge?(challenge) ?? (.performDefaultHandling, nil)
         completionHandler(disposition, credential)
+    }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64,
+        totalBytesExpectedToSend: Int64
+    ) {
+        update(task) {
+            $0.totalsSent.append(totalBytesSent)
+            $0.bytesSentSum += bytesSent
+            $0.expectedToSend = totalBytesExpectedToSend
+            if $0.events.last != "sent" { $0.events.append("sent") }
+        }
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, needNewBodyStream completionHandler: @escaping (InputStream?) -> Void) {
