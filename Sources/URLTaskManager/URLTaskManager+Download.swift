@@ -15,7 +15,7 @@ extension URLTaskManager {
     /// Cancelling the calling task cancels the download with `URLError.cancelled`.
     public func download(for request: URLRequest) async throws -> (URL, URLResponse) {
         let (location, file) = try FileDownloadSink.makeFile()
-        let handle = HandleBox()
+        let handle = HandleBox(url: request.url)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let sink = FileDownloadSink(location: location, file: file, continuation: continuation)
@@ -30,9 +30,15 @@ extension URLTaskManager {
 /// Lets the cancellation handler reach a download that may not have started yet.
 private final class HandleBox: @unchecked Sendable {  // all state is guarded by `lock`.
     private let lock = NSLock()
+    /// The download's URL, which its cancellation error names.
+    private let url: URL?
     private var handle: (any PipelineTaskHandle)?
     private var sink: FileDownloadSink?
     private var cancelled = false
+
+    init(url: URL?) {
+        self.url = url
+    }
 
     func set(_ handle: any PipelineTaskHandle, sink: FileDownloadSink) {
         let cancelNow: Bool = lock.withLock {
@@ -49,7 +55,7 @@ private final class HandleBox: @unchecked Sendable {  // all state is guarded by
             return (self.handle, self.sink)
         }
         // Unlike the session, nobody else reports the cancellation here.
-        sink?.fail(URLError(.cancelled))
+        sink?.fail(URLError.cancelled(url: url))
         handle?.cancel()
     }
 }

@@ -60,7 +60,7 @@ enum AuthenticationChallenge {
             // As URLSession: the stored default, once; after it failed, the 401.
             chosen = challenge.previousFailureCount == 0 ? challenge.proposedCredential : nil
         case .cancelAuthenticationChallenge, .rejectProtectionSpace:
-            return .fail(cancelled(request))
+            return .fail(URLError.cancelled(url: request.url))
         @unknown default:
             chosen = nil
         }
@@ -85,14 +85,6 @@ enum AuthenticationChallenge {
             let stripped = HTTPURLResponse(url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: fields)
         else { return response }
         return stripped
-    }
-
-    private static func cancelled(_ request: URLRequest) -> URLError {
-        var info: [String: Any] = [NSLocalizedDescriptionKey: "cancelled"]
-        if let url = request.url {
-            info[NSURLErrorFailingURLErrorKey] = url
-        }
-        return URLError(.cancelled, userInfo: info)
     }
 
     /// The authentication method and realm of the first Basic or Digest challenge.

@@ -55,7 +55,9 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         case .run:
             break
         case .refuseCancelled:
-            sink.fail(URLError(.cancelled))
+            // The session is being cancelled: the error corelibs would give the task, whichever
+            // of the two reaches the caller.
+            sink.fail(URLError.cancelled(url: request.url))
             return RefusedTask()
         case .refuseInvalidated:
             sink.fail(URLTaskError.managerInvalidated)
@@ -80,12 +82,15 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     /// meanwhile: then returns the error to fail the task with. The inner session is never
     /// invalidated while this runs (corelibs crashes when a task is created on an invalidated
     /// session).
-    func startTransfer(_ request: URLRequest, body: URLTaskBody, events: any TransportEvents) -> Result<URLSessionTask, any Error> {
+    /// - Parameter callerURL: The URL the caller asked for, which a cancellation error names.
+    func startTransfer(
+        _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents
+    ) -> Result<URLSessionTask, any Error> {
         switch lock.withLock({ lifecycle.transferStarting() }) {
         case .run:
             break
         case .refuseCancelled:
-            return .failure(URLError(.cancelled))
+            return .failure(URLError.cancelled(url: callerURL))
         case .refuseInvalidated:
             return .failure(URLTaskError.managerInvalidated)
         }
@@ -115,7 +120,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     func invalidateAndCancel() {
         guard case .cancelHeldTasks(let inner) = lock.withLock({ lifecycle.cancelRequested() }) else { return }
         for batch in batches {
-            for run in batch.removeAll() { run.failUnsent(URLError(.cancelled)) }
+            for run in batch.removeAll() { run.failUnsent(URLError.cancelled(url: run.callerURL)) }
         }
         perform(inner)
     }

@@ -10,6 +10,8 @@ import FoundationNetworking
 /// under it.
 final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable {  // mutable state is guarded by `lock`.
     let id: URLTask.ID
+    /// The URL the caller asked for, which the errors a plain session would give name.
+    let callerURL: URL?
     private let lock = NSLock()
     private var machine: TaskStateMachine
     private var task: URLTask
@@ -36,6 +38,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
+        self.callerURL = request.url
         var bare = request
         bare.httpBody = nil
         bare.httpBodyStream = nil
@@ -174,7 +177,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     /// not to follow: the pipeline follows a redirect itself, through the interceptors.
     func transportWillRedirect(_ response: HTTPURLResponse, to newRequest: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void) {
         let (action, current) = lock.withLock {
-            (machine.redirectReceived(tooMany: Self.tooManyRedirects(task.request)), base)
+            (machine.redirectReceived(tooMany: URLError.tooManyRedirects(url: task.request.url)), base)
         }
         guard case .consultRedirect = action else { return decide(nil) }
         let proposed = Redirect.request(following: response, to: newRequest, from: current)
@@ -334,14 +337,6 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                     return machine.challengeAnswered(answer)
                 })
         }
-    }
-
-    private static func tooManyRedirects(_ request: URLRequest) -> URLError {
-        var info: [String: Any] = [NSLocalizedDescriptionKey: "too many HTTP redirects"]
-        if let url = request.url {
-            info[NSURLErrorFailingURLErrorKey] = url
-        }
-        return URLError(.httpTooManyRedirects, userInfo: info)
     }
 
     /// Waits at a running reactor's gate, or records the credential stamps and goes on to the
@@ -504,7 +499,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             observer.sent(attempt: attempt, credentialVersions: pipeline.admission.credentialVersions(of: self, task: snapshot), body: body)
         }
         let inner: URLSessionTask
-        switch pipeline.startTransfer(request, body: body, events: self) {
+        switch pipeline.startTransfer(request, body: body, callerURL: callerURL, events: self) {
         case .success(let task):
             inner = task
         case .failure(let error):

@@ -1,0 +1,122 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import URLTaskManager
+import XCTest
+
+/// A `URLError` the caller gets through a manager reads exactly as a plain session's: domain,
+/// code, description and every user-info entry (the failing URL and its string above all),
+/// whether the transport produced it or the manager made it on a path where plain would have.
+final class ErrorFidelityTests: XCTestCase {
+    private var harness: ParityHarness!
+
+    override func setUpWithError() throws {
+        harness = try ParityHarness()
+        harness.route("/slow") { _, _ in .text("too late").with { $0.delay = .seconds(4) } }
+        harness.route("/hello") { _, _ in .text("hello") }
+        harness.route("/loop") { side, _ in ServerResponse(status: 302, headers: ["Location": side.pathPrefix + "/loop"], body: .empty) }
+    }
+
+    override func tearDown() {
+        harness.shutdown()
+        harness = nil
+    }
+
+    /// An error as a caller can read it, with this side's path prefix normalised.
+    private struct Fields: Equatable, CustomStringConvertible {
+        var domain: String
+        var code: Int
+        var localizedDescription: String
+        /// Every user-info entry, described (URLs and strings normalised).
+        var userInfo: [String: String]
+
+        init(_ error: any Error, side: Side) {
+            let error = error as NSError
+            domain = error.domain
+            code = error.code
+            localizedDescription = side.normalise(error.localizedDescription)
+            userInfo = error.userInfo.mapValues { side.normalise("\($0)") }
+        }
+
+        var description: String { "\(domain) \(code) \"\(localizedDescription)\" \(userInfo.sorted { $0.key < $1.key })" }
+    }
+
+    /// Runs a completion-handler task on a fresh session of this side, lets `interrupt` act on
+    /// it right after `resume()`, and returns the error it completed with.
+    private func error(
+        _ client: ParityClient, _ request: URLRequest, interrupt: @escaping (URLSession, URLSessionTask) -> Void = { _, _ in }
+    ) async throws -> Fields? {
+        let session = client.makeSession()
+        let done = Latch<(any Error)?>("completion")
+        let task = session.dataTask(with: request) { _, _, error in done.fulfill(error) }
+        task.resume()
+        interrupt(session, task)
+        return try await done.wait(timeout: .seconds(20)).map { Fields($0, side: client.side) }
+    }
+
+    /// `invalidateAndCancel()` right after `resume()`, 20 times on each side: the manager's
+    /// session may refuse the task before corelibs marks it cancelled, and its error must then
+    /// be the one corelibs would have given. Either side may also finish the request first (the
+    /// cancel comes too late), so the errors are compared as a set: every cancellation the manager
+    /// reports must be one plain reports.
+    func testInvalidateAndCancelRightAfterResume() async throws {
+        var plainErrors: [Fields] = []
+        var managerErrors: [Fields] = []
+        for _ in 1...20 {
+            let result = try await harness.both { client in
+                try await error(client, URLRequest(url: client.url("/hello"))) { session, _ in session.invalidateAndCancel() }
+            }
+            if let plain = result.plain { plainErrors.append(plain) }
+            if let manager = result.manager { managerErrors.append(manager) }
+        }
+        let plainShapes = Set(plainErrors.map(\.description))
+        print(
+            "FIDELITY| invalidateAndCancel() after resume(): plain \(plainErrors.count) of 20 cancelled, manager \(managerErrors.count); plain's error: \(plainShapes)"
+        )
+        XCTAssertEqual(plainShapes.count, 1, "plain's cancellation error varies: \(plainShapes)")
+        XCTAssertGreaterThan(managerErrors.count, 0, "no task was cancelled: the test checked nothing")
+        for manager in managerErrors {
+            XCTAssertTrue(plainShapes.contains(manager.description), "the manager's \(manager) is not plain's \(plainShapes)")
+            XCTAssertNotNil(manager.userInfo[NSURLErrorFailingURLStringErrorKey])
+        }
+    }
+
+    func testCancelRightAfterResume() async throws {
+        for iteration in 1...5 {
+            let result = try await harness.both { client in
+                try await error(client, URLRequest(url: client.url("/slow?i=\(iteration)"))) { _, task in task.cancel() }
+            }
+            XCTAssertEqual(result.plain, result.manager, "iteration \(iteration)")
+            XCTAssertEqual(result.manager?.code, NSURLErrorCancelled)
+        }
+    }
+
+    func testTimeout() async throws {
+        let result = try await harness.both { client in
+            var request = URLRequest(url: client.url("/slow?secret-free=1"))
+            request.timeoutInterval = 1
+            return try await error(client, request)
+        }
+        XCTAssertEqual(result.plain, result.manager)
+        XCTAssertEqual(result.manager?.code, NSURLErrorTimedOut)
+    }
+
+    func testConnectionRefused() async throws {
+        let gone = try LoopbackServer()
+        let url = gone.url("/nobody-listens")
+        gone.shutdown()
+        let result = try await harness.both { client in try await error(client, URLRequest(url: url)) }
+        XCTAssertEqual(result.plain, result.manager)
+        XCTAssertEqual(result.manager?.code, NSURLErrorCannotConnectToHost)
+    }
+
+    /// A redirect loop: corelibs gives up after 20 redirects; the manager follows redirects
+    /// itself and must give up the same way, with the same error.
+    func testTooManyRedirects() async throws {
+        let result = try await harness.both { client in try await error(client, URLRequest(url: client.url("/loop"))) }
+        XCTAssertEqual(result.plain, result.manager)
+        XCTAssertEqual(result.manager?.code, NSURLErrorHTTPTooManyRedirects)
+    }
+}
