@@ -44,6 +44,13 @@ public enum URLTaskError: Error, Sendable {
     /// or a ``URLTaskManager/download(for:)`` started after the session was invalidated. A plain
     /// session would refuse such a task too.
     case managerInvalidated
+    /// A download task made with the session's own download APIs (`download(from:)`,
+    /// `downloadTask(with:)`) whose request an interceptor would change, hold, fail or answer.
+    /// On Linux such a task cannot pass through the interceptors (corelibs completes a download
+    /// only from its own protocol), and sending it without them (no token, no API key) would
+    /// fail quietly; so it fails before anything is sent. Use ``URLTaskManager/download(for:)``,
+    /// which runs the whole pipeline.
+    case downloadNeedsPipeline(interceptor: String, reason: String)
 }
 
 extension URLTaskError: CustomStringConvertible, LocalizedError {
@@ -69,6 +76,10 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
             "The upload body is not visible to URLTaskManager on this platform; the task was not sent"
         case .managerInvalidated:
             "The URLTaskManager's session was invalidated before the task was sent"
+        case .downloadNeedsPipeline(let interceptor, let reason):
+            "Interceptor \(interceptor) would not let this download go out as it is (\(reason)), and on Linux a download task "
+                + "made with URLSession's download APIs cannot pass through the interceptors: use manager.download(for:) instead; "
+                + "nothing was sent"
         }
     }
 

@@ -17,7 +17,7 @@ class BridgeURLProtocol: URLProtocol {
 
     private var handle: PipelineTaskHandle?
     private var sink: ProtocolSink?
-    private var native: URLProtocol?
+    private var native: NativeDownload?
 
     override class func canInit(with request: URLRequest) -> Bool {
         // Only managers' sessions list this class, so every request it is asked about is one
@@ -35,15 +35,16 @@ class BridgeURLProtocol: URLProtocol {
             return
         }
         let facts = Platform.facts(for: task, request: request, bridge: Self.self)
-        if facts.isDownload, let nativeClass = Platform.nativeHTTPProtocol {
-            // See Platform.swift: only the native protocol can complete a download task.
-            let native = nativeClass.init(task: task, cachedResponse: cachedResponse, client: client)
-            self.native = native
-            native.startLoading()
-            return
-        }
         let sink = ProtocolSink(urlProtocol: self, client: client, facts: facts)
         self.sink = sink
+        if facts.isDownload, let nativeClass = Platform.nativeHTTPProtocol {
+            // See Platform.swift: only the native protocol can complete a download task.
+            let native = NativeDownload(
+                native: nativeClass.init(task: task, cachedResponse: cachedResponse, client: client), sink: sink, facts: facts)
+            self.native = native
+            native.start(request)
+            return
+        }
         guard let pipeline = facts.pipeline else {
             sink.fail(URLTaskError.managerInvalidated)
             return
@@ -68,7 +69,7 @@ class BridgeURLProtocol: URLProtocol {
 
     override func stopLoading() {
         if let native {
-            native.stopLoading()
+            native.stop()
             return
         }
         // The session reports the cancellation itself right after this call; from now on the

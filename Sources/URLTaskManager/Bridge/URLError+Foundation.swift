@@ -23,10 +23,14 @@ extension URLError {
         if let underlying { info[NSUnderlyingErrorKey] = underlying }
         if let url {
             info[NSURLErrorFailingURLErrorKey] = url
-            info[NSURLErrorFailingURLStringErrorKey] = url.absoluteString
+            info[failingURLStringKey] = url.absoluteString
         }
         return URLError(code, userInfo: info)
     }
+
+    /// `NSURLErrorFailingURLStringErrorKey`, which Foundation still sets and callers still read,
+    /// spelled out: the constant is deprecated, and the strict build refuses its use.
+    static let failingURLStringKey = "NSErrorFailingURLStringKey"
 
     /// The error a cancelled task completes with, exactly as `URLSessionTask.cancel()` builds it.
     static func cancelled(url: URL?) -> URLError {

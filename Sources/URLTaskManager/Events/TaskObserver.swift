@@ -136,6 +136,11 @@ final class TaskObserver: @unchecked Sendable {
         emit(.redirected(status: response.statusCode, to: URLTaskEvent.redacted(url)))
     }
 
+    /// A download task made with the session's download APIs was let go unchanged, or refused.
+    func nativeDownload(sentUnchanged: Bool) {
+        emit(.nativeDownload(sentUnchanged: sentUnchanged))
+    }
+
     /// The caller's answer: `response` (a local answer or a delivered one) or `error`; the
     /// status of the last response head otherwise.
     func completed(response: URLResponse? = nil, error: (any Error)? = nil) {

@@ -45,6 +45,12 @@ public struct URLTaskEvent: Sendable, CustomStringConvertible {
         case redirected(status: Int, to: URL?)
         /// The caller got its answer.
         case completed(Completion)
+        /// A download task made with the session's own download APIs, which on Linux cannot pass
+        /// through the pipeline: every interceptor left its request as it was, and corelibs sends it
+        /// itself (`true`; the pipeline sees nothing more of it, so no `completed` follows), or one
+        /// would have changed it and the task fails with ``URLTaskError/downloadNeedsPipeline(interceptor:reason:)``
+        /// (`false`, then `completed`).
+        case nativeDownload(sentUnchanged: Bool)
     }
 
     /// What a task waits for before it is sent.
@@ -107,6 +113,8 @@ extension URLTaskEvent.Kind: CustomStringConvertible {
         case .reacted(let reactor, let run): return "\(reactor) reacts" + (run.map { " (run \($0))" } ?? "")
         case .requeued(let attempt): return "requeued as attempt \(attempt)"
         case .redirected(let status, let url): return "\(status) redirect to \(url?.absoluteString ?? "-")"
+        case .nativeDownload(let sentUnchanged):
+            return sentUnchanged ? "download sent by URLSession itself, unchanged" : "download refused: use manager.download(for:)"
         case .completed(let completion):
             let outcome = completion.status.map { "\($0)" } ?? "error \(completion.error.map { String(describing: type(of: $0)) } ?? "-")"
             let ms: (Duration) -> String = { $0.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))) }

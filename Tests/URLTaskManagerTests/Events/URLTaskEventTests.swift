@@ -48,6 +48,7 @@ final class URLTaskEventTests: XCTestCase {
             case .requeued(let attempt): return "requeued \(attempt)"
             case .redirected(let status, _): return "redirect \(status)"
             case .completed(let completion): return "completed \(completion.status.map(String.init) ?? "error")"
+            case .nativeDownload(let sentUnchanged): return "native download \(sentUnchanged)"
             }
         }
     }

@@ -79,7 +79,7 @@ final class ErrorFidelityTests: XCTestCase {
         XCTAssertGreaterThan(managerErrors.count, 0, "no task was cancelled: the test checked nothing")
         for manager in managerErrors {
             XCTAssertTrue(plainShapes.contains(manager.description), "the manager's \(manager) is not plain's \(plainShapes)")
-            XCTAssertNotNil(manager.userInfo[NSURLErrorFailingURLStringErrorKey])
+            XCTAssertNotNil(manager.userInfo["NSErrorFailingURLStringKey"], "no failing URL string")
         }
     }
 

@@ -1,0 +1,58 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A download task made with the session's own download APIs, which corelibs completes only
+/// from its own protocol: checked against the interceptors (``NativeDownloadCheck``), then
+/// handed to corelibs' protocol unchanged, or failed.
+///
+/// The check may await (an interceptor waiting for a token), so it runs off the work queue;
+/// corelibs' protocol is then started on the task's work queue, where `startLoading` always
+/// runs. A cancel during the check wins: the task is never started.
+// @unchecked Sendable: `machine` is guarded by `lock`; `native` is only touched on the work queue.
+final class NativeDownload: @unchecked Sendable {
+    private let lock = NSLock()
+    private var machine = NativeDownloadStateMachine()
+    private let native: URLProtocol
+    private let sink: ProtocolSink
+    private let pipeline: Pipeline?
+    private let workQueue: DispatchQueue?
+
+    init(native: URLProtocol, sink: ProtocolSink, facts: OuterTaskFacts) {
+        self.native = native
+        self.sink = sink
+        self.pipeline = facts.pipeline
+        self.workQueue = facts.workQueue
+    }
+
+    /// Called from `startLoading`, on the work queue: returns at once.
+    func start(_ request: URLRequest) {
+        guard let pipeline, !pipeline.interceptors.isEmpty else {
+            // Nothing could change the request: no check, no event, no hop.
+            _ = lock.withLock { machine.checked(passed: true) }
+            return native.startLoading()
+        }
+        let observer = pipeline.events.isListening ? TaskObserver(id: .next(), request: request, hub: pipeline.events) : nil
+        Task {
+            let refusal = await NativeDownloadCheck.run(request, pipeline: pipeline, observer: observer)
+            observer?.nativeDownload(sentUnchanged: refusal == nil)
+            switch lock.withLock({ machine.checked(passed: refusal == nil) }) {
+            case .startNative:
+                (workQueue ?? DispatchQueue.global()).async { self.native.startLoading() }
+            case .fail:
+                let error = refusal ?? .managerInvalidated
+                observer?.completed(error: error)
+                sink.fail(error)
+            case .none:
+                observer?.completed(error: URLError.cancelled(url: request.url))
+            }
+        }
+    }
+
+    /// Called from `stopLoading`, on the work queue.
+    func stop() {
+        sink.close()
+        if case .stopNative = lock.withLock({ machine.stopLoading() }) { native.stopLoading() }
+    }
+}
