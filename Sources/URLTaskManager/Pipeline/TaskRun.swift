@@ -163,6 +163,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     func transportDidReceive(response: URLResponse) {
+        // An interim head (100, 103) is not the answer: the caller, the redirect decision and
+        // the reactors see only the final one.
+        if TaskStateMachine.isInterim(response) { return }
         let http = response as? HTTPURLResponse
         let reactor = http.flatMap { chooseReactor(for: .response($0)) }
         let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true

@@ -272,8 +272,10 @@ struct TaskStateMachine {
 
     /// The response head arrived. `reactor` is the first reactor that wants it, if any;
     /// `challenge` says it is a 401 whose authentication challenge the caller's side answers.
+    /// An interim (1xx) head leaves the task `sending`: only the final head counts.
     mutating func transportReceived(response: URLResponse, reactor: Int?, challenge: Bool = false) -> Action {
         guard case .sending = state else { return .none }
+        if Self.isInterim(response) { return .none }
         if let reactor, let http = response as? HTTPURLResponse {
             // Kept whole when it may reach the caller: never a truncated body without an error.
             let whole = reactors[reactor].delivers || requeuedBy[reactor]
@@ -453,6 +455,14 @@ struct TaskStateMachine {
         case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .completed:
             return .none
         }
+    }
+
+    /// Whether `response` is an interim head (`100 Continue`, `103 Early Hints`): the inner
+    /// session reports each one, a plain session's caller sees only the final response. `101`
+    /// is final (the connection changes protocol).
+    static func isInterim(_ response: URLResponse) -> Bool {
+        guard let status = (response as? HTTPURLResponse)?.statusCode else { return false }
+        return (100..<200).contains(status) && status != 101
     }
 
     private mutating func beginReaction(reactor: Int, outcome: URLTaskOutcome, body: Data) -> Action {
