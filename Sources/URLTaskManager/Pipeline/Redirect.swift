@@ -38,6 +38,26 @@ enum Redirect {
         return request
     }
 
+    /// The error a plain session fails a followed redirect to `target` with when it leaves
+    /// HTTP, or `nil` for http and https. corelibs would fetch an `ftp://` URL through libcurl
+    /// and hand an http caller a non-HTTP response; a plain session (after asking the
+    /// delegate) refuses: `URLError.unsupportedURL` naming the URL that redirected for FTP, a
+    /// scheme it knows but does not redirect to, and `URLError.badURL` naming the target for
+    /// any other. (A `file:` or `data:` Location never gets here: corelibs resolves it as a path
+    /// on the redirecting server.)
+    static func refusal(of target: URL?, redirectedFrom response: HTTPURLResponse) -> URLError? {
+        let scheme = target?.scheme?.lowercased()
+        guard scheme != "http", scheme != "https" else { return nil }
+        let known = scheme == "ftp" || scheme == "ftps"
+        let failing = known ? response.url : target
+        var info: [String: Any] = [NSLocalizedDescriptionKey: known ? "unsupported URL" : "bad URL"]
+        if let failing {
+            info[NSURLErrorFailingURLErrorKey] = failing
+            info[NSURLErrorFailingURLStringErrorKey] = failing.absoluteString
+        }
+        return URLError(known ? .unsupportedURL : .badURL, userInfo: info)
+    }
+
     /// Same scheme, host and port (default ports filled in), as ``OAuth2Origin`` compares
     /// the origins a credential may go to; a URL without a host matches nothing.
     static func sameOrigin(_ a: URL, _ b: URL) -> Bool {

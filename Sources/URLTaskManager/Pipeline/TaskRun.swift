@@ -182,8 +182,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         guard case .consultRedirect = action else { return decide(nil) }
         let proposed = Redirect.request(following: response, to: newRequest, from: current)
         sink.redirect(response, to: proposed) { [self] answer in
-            if let answer { observer?.redirected(response, to: answer.url) }
-            perform(lock.withLock { machine.redirectAnswered(answer) })
+            // Asked first, as a plain session asks it; a request that leaves HTTP then fails.
+            let refused = answer.flatMap { Redirect.refusal(of: $0.url, redirectedFrom: response) }
+            if let answer, refused == nil { observer?.redirected(response, to: answer.url) }
+            perform(lock.withLock { machine.redirectAnswered(answer, refused: refused) })
             decide(nil)
         }
     }

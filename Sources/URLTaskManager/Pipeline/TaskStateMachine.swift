@@ -314,7 +314,7 @@ struct TaskStateMachine {
     }
 
     /// The transfer met a redirect. Past the limit the task will fail (`tooMany`) when the
-    /// transfer ends; otherwise the caller's delegate is asked (``redirectAnswered(_:)``).
+    /// transfer ends; otherwise the caller's delegate is asked (``redirectAnswered(_:refused:)``).
     mutating func redirectReceived(tooMany: @autoclosure () -> any Error) -> Action {
         guard case .sending = state else { return .none }
         redirects += 1
@@ -327,9 +327,11 @@ struct TaskStateMachine {
 
     /// The caller's side answered a redirect: follow it with `request` (through the pipeline,
     /// once the transfer has ended) or, with `nil`, deliver the redirect response itself.
-    mutating func redirectAnswered(_ request: URLRequest?) -> Action {
+    /// `refused` is the error for a request the pipeline will not send (a scheme other than http
+    /// or https): the task fails with it when the transfer ends.
+    mutating func redirectAnswered(_ request: URLRequest?, refused: (any Error)? = nil) -> Action {
         guard case .sending = state, let request else { return .none }
-        state = .redirecting(to: request, failure: nil)
+        state = refused.map { .redirecting(to: nil, failure: $0) } ?? .redirecting(to: request, failure: nil)
         return .none
     }
 

@@ -25,6 +25,9 @@ final class RedirectParityTests: XCTestCase {
             harness.route("/redirect/\(code)/path") { side, _ in .redirect(to: "\(side.pathPrefix)/target", status: code) }
             harness.route("/redirect/\(code)/relative") { _, _ in .redirect(to: "../../target", status: code) }
         }
+        for (name, location) in Self.foreignLocations(port: port) {
+            harness.route("/foreign/\(name)") { _, _ in .redirect(to: location, status: 302) }
+        }
         harness.route("/loop") { side, _ in .redirect(to: "\(side.pathPrefix)/loop", status: 302) }
         harness.route("/chain/1") { side, _ in .redirect(to: "\(side.pathPrefix)/chain/2", status: 301) }
         harness.route("/chain/2") { side, _ in .redirect(to: "http://127.0.0.1:\(port)\(side.pathPrefix)/chain/3", status: 302) }
@@ -93,6 +96,38 @@ final class RedirectParityTests: XCTestCase {
             default:
                 XCTAssertParity(result, "POST \(code) -> \(method), body \(length) B")
             }
+        }
+    }
+
+    /// Redirects that leave HTTP: nothing listens for FTP on the server's port, so a session
+    /// that followed one would fail late with a transport error, not as a plain session does.
+    /// (corelibs resolves a `file:` or `data:` Location as a path on the redirecting server.)
+    static func foreignLocations(port: Int) -> [(String, String)] {
+        [
+            ("ftp", "ftp://127.0.0.1:\(port)/file"), ("file", "file:///etc/hostname"), ("data", "data:text/plain,hello"),
+            ("custom", "x-app://127.0.0.1/path"),
+        ]
+    }
+
+    /// A redirect may only lead to http or https: any other scheme fails as a plain session
+    /// fails it, through every API and whatever the delegate answers, and is never fetched.
+    func testARedirectToAnotherSchemeFailsAsAPlainSessionFailsIt() async throws {
+        for (name, _) in Self.foreignLocations(port: harness.server.port) {
+            let async = try await harness.both { await $0.asyncData(URLRequest(url: $0.url("/foreign/\(name)"))) }
+            XCTAssertParity(async, "async: redirect to \(name)")
+            let completion = try await harness.both { try await $0.completionData(URLRequest(url: $0.url("/foreign/\(name)"))) }
+            XCTAssertParity(completion, "completion handler: redirect to \(name)")
+            if name == "ftp" || name == "custom" {
+                XCTAssertNil(async.manager.status, "\(name): never fetched")
+                XCTAssertEqual(async.manager.errorCode, name == "ftp" ? NSURLErrorUnsupportedURL : NSURLErrorBadURL)
+                XCTAssertNil(completion.manager.status, name)
+            }
+            let delegate = try await harness.both { client in
+                let delegate = RecordingDelegate()
+                let (outcome, record, _) = try await client.delegateTask(delegate) { $0.dataTask(with: client.url("/foreign/\(name)")) }
+                return [outcome.description, "redirect callbacks: \(record.redirectCount)"]
+            }
+            XCTAssertParity(delegate, "delegate: redirect to \(name)")
         }
     }
 
