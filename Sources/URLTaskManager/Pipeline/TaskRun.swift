@@ -486,7 +486,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         let (request, body, replay): (URLRequest, URLTaskBody, Bool) = lock.withLock {
             task.attempt = attempt
             defer { bodyUsed = true }
-            return (task.request, task.body, bodyUsed)
+            // The bytes sent decide the framing, never a header that disagrees with them.
+            return (BodyFraming.framed(task.request, body: task.body), task.body, bodyUsed)
         }
         if let problem = HeaderValidation.firstProblem(in: request) {
             pipeline.admission.transferEnded(self)
