@@ -18,8 +18,9 @@ enum Redirect {
     /// The URL and the method are the inner session's (a 303, or a 301/302 after a POST, turns
     /// into GET). A redirect that keeps the method (307, 308) sends the body again, as
     /// RFC 9110 and Apple's URLSession do (a plain session on corelibs drops it): the pipeline
-    /// replays the body it holds (see `TaskRun`). The caller's `Authorization` never goes to
-    /// another origin (scheme, host or port).
+    /// replays the body it holds (see `TaskRun`). The caller's `Authorization` and `Cookie`
+    /// (the configuration's additional headers included) never go to another origin (scheme,
+    /// host or port).
     static func request(following response: HTTPURLResponse, to newRequest: URLRequest, from base: URLRequest) -> URLRequest {
         var request = base
         request.url = newRequest.url
@@ -33,7 +34,10 @@ enum Redirect {
             request.setValue(nil, forHTTPHeaderField: "Content-Length")
         }
         if let from = response.url, let to = newRequest.url, !sameOrigin(from, to) {
+            // Whoever set them (the caller, the configuration, an interceptor): the inner
+            // session's cookie storage adds the cookies that belong to the new origin itself.
             request.setValue(nil, forHTTPHeaderField: "Authorization")
+            request.setValue(nil, forHTTPHeaderField: "Cookie")
         }
         return request
     }

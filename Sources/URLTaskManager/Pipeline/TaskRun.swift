@@ -36,7 +36,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
-        var bare = request
+        // The configuration's additional headers belong to the caller's request, not to every
+        // request the inner session sends (a cross-origin redirect must not carry them).
+        var bare = pipeline.additionalHeaders.applied(to: request)
         bare.httpBody = nil
         bare.httpBodyStream = nil
         self.task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)

@@ -131,6 +131,49 @@ final class RedirectParityTests: XCTestCase {
         }
     }
 
+    /// An `Authorization` from the configuration's `httpAdditionalHeaders` and a caller-set
+    /// `Cookie` stay with their origin: a redirect to another port (another origin) carries
+    /// neither, while a header that is no credential still follows, and a same-origin redirect
+    /// keeps them all. A plain session sends both across (printed as the control).
+    func testACrossOriginRedirectCarriesNoAuthorizationOrCookieWhateverSetThem() async throws {
+        let other = try LoopbackServer()
+        defer { other.shutdown() }
+        other.route("/landing") { request in
+            .text("landed").with { response in
+                for name in ["Authorization", "Cookie", "X-Extra"] { response.headers["X-Got-" + name] = request.headers[name] ?? "none" }
+            }
+        }
+        harness.route("/cross") { _, _ in .redirect(to: other.url("/landing").absoluteString) }
+        harness.route("/same") { side, _ in .redirect(to: "\(side.pathPrefix)/landing") }
+        harness.route("/landing") { _, request in
+            .text("landed").with { response in
+                for name in ["Authorization", "Cookie", "X-Extra"] { response.headers["X-Got-" + name] = request.headers[name] ?? "none" }
+            }
+        }
+        let configuration = {
+            let configuration = ParityHarness.defaultConfiguration()
+            configuration.httpAdditionalHeaders = ["Authorization": "Bearer from-configuration", "X-Extra": "extra"]
+            return configuration
+        }
+        let result = try await harness.both(configuration: configuration) { client in
+            var results: [String] = []
+            for path in ["/cross", "/same"] {
+                var request = URLRequest(url: client.url(path))
+                request.setValue("session=caller", forHTTPHeaderField: "Cookie")
+                let outcome = await client.asyncData(request)
+                results.append(
+                    ["Authorization", "Cookie", "X-Extra"].map { outcome.header("X-Got-" + $0) ?? "?" }.joined(separator: " | "))
+            }
+            return results
+        }
+        print("CROSS-ORIGIN| plain: \(result.plain) manager: \(result.manager)")
+        XCTAssertEqual(result.manager[0], "none | none | extra", "cross-origin: no credential, the other header follows")
+        XCTAssertEqual(result.manager[1], "Bearer from-configuration | session=caller | extra", "same origin: all kept")
+        XCTAssertEqual(result.manager[1], result.plain[1], "same origin, as plain")
+        let first = harness.server.requests(path: Side.manager.pathPrefix + "/cross").map { $0.headers["Authorization"] ?? "none" }
+        XCTAssertEqual(first, ["Bearer from-configuration"], "the first request carries the configuration's header")
+    }
+
     func testRedirectChain() async throws {
         let result = try await harness.both { client in
             try await client.completionData(URLRequest(url: client.url("/chain/1")))
