@@ -221,7 +221,8 @@ public struct OAuth2TokenEndpoint: Sendable {
             throw OAuth2Error.invalidTokenResponse(reason: "no access_token")
         }
         if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
-            throw OAuth2Error.invalidTokenResponse(reason: "token_type is \(type), not Bearer")
+            // The type is not echoed: the server chose the text, and it may hold anything.
+            throw OAuth2Error.invalidTokenResponse(reason: "token_type is not Bearer")
         }
         let lifetime = try Self.lifetime(object["expires_in"])
         return OAuth2Credential(
@@ -269,6 +270,18 @@ public struct OAuth2TokenEndpoint: Sendable {
         let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
         return string.addingPercentEncoding(withAllowedCharacters: unreserved) ?? string
     }
+}
+
+extension OAuth2TokenEndpoint: CustomStringConvertible, CustomDebugStringConvertible {
+    /// The URL, the client ID and how the client authenticates; never the client secret
+    /// (the synthesized description of a struct would print every stored property).
+    public var description: String {
+        "OAuth2TokenEndpoint(url: \(url.absoluteString), clientID: \(clientID ?? "none"), clientSecret: \(clientSecret == nil ? "none" : "set"), "
+            + "clientAuthentication: \(clientAuthentication))"
+    }
+
+    /// The same as ``description``: `String(reflecting:)` and the debugger do not show the secret either.
+    public var debugDescription: String { description }
 }
 
 /// The delegate of ``OAuth2TokenEndpoint/defaultSession``: refuses the HTTP authentication
