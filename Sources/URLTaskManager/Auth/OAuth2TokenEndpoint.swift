@@ -19,7 +19,7 @@ import FoundationNetworking
 /// **Timeouts and dead connections.** Every request the kit holds waits for a refresh, so a
 /// token request that hangs holds the whole app. Token requests therefore carry their own
 /// ``timeout`` (10 seconds unless you say otherwise: a token endpoint answers in well under a
-/// second, and a failed refresh is simply tried again by the next request) and ask for
+/// second, and a failed refresh is tried again after the authenticator's back-off) and ask for
 /// `Connection: close`: refreshes are minutes apart, and a keep-alive connection left idle that
 /// long is the one a NAT or a load balancer has silently dropped, which the next refresh would
 /// only find out about when its timeout fires. Measured on Linux against a connection that
