@@ -77,7 +77,9 @@ import FoundationNetworking
 ///   renewed early only once it has actually expired.
 /// - A refresh that has started runs to its end even if every request waiting for it is
 ///   cancelled: the new token is still worth keeping, and cancelling a rotation half-way could
-///   lose the new refresh token.
+///   lose the new refresh token. Its end is bounded: the token endpoint's whole answer by
+///   ``OAuth2TokenEndpoint/timeout``, and a refresh whose ``OAuth2RefreshReactor`` run timed
+///   out is cancelled with it.
 public actor OAuth2Authenticator {
     /// Obtains a new credential from the current one.
     public typealias Refresh = @Sendable (OAuth2Credential) async throws -> OAuth2Credential
@@ -246,6 +248,13 @@ public actor OAuth2Authenticator {
         guard sentVersion == storedVersion else { return }
         try throwIfBackingOff()
         _ = try await startRefresh().value
+    }
+
+    /// Cancels the refresh in flight, if any: its token request stops and the refresh fails
+    /// (a failure like any other: back-off, hook). Called when the refresh reactor's run timed
+    /// out; a refresh nobody has given up on runs to its end (see the hard cases).
+    func abandonRefresh() {
+        refreshing?.cancel()
     }
 
     // MARK: The app's side

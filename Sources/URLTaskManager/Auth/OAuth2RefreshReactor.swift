@@ -50,7 +50,14 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
         guard let sent = credentialVersion(of: task) else { return }
         // The engine already sent late 401s again without calling this; the check closes the
         // window between its decision and this call.
-        try await authenticator.refresh(ifUnchangedSince: sent)
+        // The engine cancels the work only when the run's timeout has passed (its waiters have
+        // then failed with `reactorTimedOut`): the refresh it waits for stops too, rather than
+        // run on, unbounded, for tasks that arrive later.
+        try await withTaskCancellationHandler {
+            try await authenticator.refresh(ifUnchangedSince: sent)
+        } onCancel: {
+            Task { [authenticator] in await authenticator.abandonRefresh() }
+        }
     }
 
     /// The authenticator's credential version the ``BearerInterceptor`` applied to `task`: the

@@ -33,6 +33,30 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private let pipeline: Pipeline
     /// Records and emits this task's events; `nil` when nobody listened as it started.
     private let observer: TaskObserver?
+    /// The current stretch of the task's life without the network: its waits count toward the
+    /// request's `timeoutInterval` (see ``waitBegins()``).
+    private var waiting = WaitPhase()
+
+    /// One stretch of a task's life inside the pipeline: from its start, the end of a transfer
+    /// it reacts to, or a restart, until it is sent. `armed` once its first wait set the timer.
+    private struct WaitPhase {
+        var generation = 0
+        var started = DispatchTime.now()
+        var armed = false
+
+        /// A new stretch starts now; a timer set for the previous one no longer fires.
+        mutating func begin() {
+            generation += 1
+            started = .now()
+            armed = false
+        }
+
+        /// The task is sent: nothing it waited for can time it out any more.
+        mutating func end() {
+            generation += 1
+            armed = true
+        }
+    }
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
@@ -70,7 +94,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             case .failure(let error): return failUnsent(error)
             }
         }
-        perform(lock.withLock { machine.start() })
+        perform(
+            lock.withLock {
+                waiting.begin()
+                return machine.start()
+            })
     }
 
     /// The caller cancelled (`stopLoading`, on the session's work queue). The transition is made
@@ -120,15 +148,21 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 pipeline.admission.transferEnded(self)
                 return admitted(.reintercept, failure: nil)
             }
-            let action = lock.withLock { machine.connectionGranted() }
+            let action = lock.withLock {
+                let action = machine.connectionGranted()
+                if case .send = action { waiting.end() }
+                return action
+            }
             // Not sendable any more (cancelled meanwhile): the slot goes to the next task.
             guard case .send = action else { return pipeline.admission.transferEnded(self) }
             perform(action)
         case .waitForSlot(let generation):
             if let observer { observer.waiting(for: .connectionSlot(host: Self.host(of: lock.withLock { task.request }))) }
             armSlotTimeout(generation: generation)
+            waitBegins()
         case .waitAtGate(let reactor):
             observer?.waiting(for: .reactorGate(reactor: pipeline.reactors[reactor].name))
+            waitBegins()
             perform(lock.withLock { machine.admissionGated(reactor: reactor) })
             // The run may have ended before the line above; its `gateOpened` then found the
             // task still awaiting admission and was ignored. Now that the task is gated, decide again.
@@ -236,6 +270,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 return (holdGeneration, decidedUnderFlushes)
             }
             observer?.held(by: pipeline.interceptors[index])
+            waitBegins()
             pipeline.batches[index].hold(self, maximumWait: maximumWait, flushesSeen: flushes)
             // A cancel that raced with the hold found nothing to leave.
             if lock.withLock({ machine.isCompleted }) { pipeline.batches[index].remove(self) }
@@ -315,6 +350,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 base = request
                 base.httpBody = nil
                 base.httpBodyStream = nil
+                waiting.begin()
                 task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
             }
             decideHeaders()
@@ -354,6 +390,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         switch pipeline.admission.headersWillBeDecided(self) {
         case .waitAtGate(let reactor):
             observer?.waiting(for: .reactorGate(reactor: pipeline.reactors[reactor].name))
+            waitBegins()
             perform(lock.withLock { machine.waitingAtGate(reactor: reactor) })
         case .proceed:
             perform(lock.withLock { machine.gateOpened() })
@@ -377,6 +414,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 return interceptorDecided(index, .failure(error), snapshot: snapshot, flushes: flushes)
             }
         }
+        // It may wait (for a credential, a lock, another service): that counts toward the timeout.
+        waitBegins()
         let work = Task {
             await serialGate?.acquire()
             // Released only after the command took effect (a hold is in the batch), so the
@@ -433,6 +472,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// Hands the task's outcome to reactor `index`, and gives its connection slot back.
     private func react(_ index: Int, outcome: URLTaskOutcome, body: Data) {
+        // The transfer has ended: waiting for the reaction starts a new stretch without progress.
+        lock.withLock { waiting.begin() }
+        waitBegins()
         let reactor = pipeline.reactors[index]
         let (snapshot, requeued) = lock.withLock { (task, machine.wasRequeued(by: index)) }
         switch reactor.configuration.sharing {
@@ -470,12 +512,51 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         guard interval > 0, interval.isFinite else { return }
         DispatchQueue.global().asyncAfter(deadline: .now() + interval) { [weak self] in
             guard let self, self.pipeline.admission.slotWaitExpired(self, generation: generation) else { return }
-            var info: [String: Any] = [NSLocalizedDescriptionKey: "The request timed out while waiting for a connection"]
-            if let url {
-                info[NSURLErrorFailingURLErrorKey] = url
-            }
-            self.failUnsent(URLError(.timedOut, userInfo: info))
+            self.failUnsent(Self.timedOut(url))
         }
+    }
+
+    /// The task starts to wait inside the pipeline (a gate, an interceptor that suspends, a
+    /// batch, the slot queue, a reaction). The first wait of a stretch sets one timer for the
+    /// request's `timeoutInterval` from the stretch's start: every wait of the stretch counts,
+    /// as a plain session counts every second without progress. A task sent meanwhile, or one
+    /// that started another stretch, is left alone when it fires.
+    private func waitBegins() {
+        let timer: (generation: Int, started: DispatchTime, interval: TimeInterval)? = lock.withLock {
+            guard !waiting.armed else { return nil }
+            waiting.armed = true
+            return (waiting.generation, waiting.started, task.request.timeoutInterval)
+        }
+        guard let timer, timer.interval > 0, timer.interval.isFinite else { return }
+        DispatchQueue.global().asyncAfter(deadline: timer.started + timer.interval) { [weak self] in
+            self?.waitExpired(generation: timer.generation)
+        }
+    }
+
+    /// The request's timeout passed while the task still waited in stretch `generation`: it
+    /// fails with `URLError.timedOut`, leaves what it waited in (admission takes it off a gate,
+    /// a run or the slot queue when it ends), and the interceptor or reaction work it waited
+    /// for is cancelled.
+    private func waitExpired(generation: Int) {
+        let (action, held, work): (TaskStateMachine.Action, Int?, Task<Void, Never>?) = lock.withLock {
+            guard waiting.generation == generation else { return (.none, nil, nil) }
+            return (machine.waitTimedOut(Self.timedOut(task.request.url)), hold?.index, running)
+        }
+        guard case .fail = action else { return }
+        if let held { pipeline.batches[held].remove(self) }
+        work?.cancel()
+        perform(action)
+    }
+
+    /// The error of a request that went its `timeoutInterval` without progress, with the
+    /// description and failing-URL keys a plain session's timeout carries.
+    static func timedOut(_ url: URL?) -> URLError {
+        var info: [String: Any] = [NSLocalizedDescriptionKey: "The request timed out."]
+        if let url {
+            info[NSURLErrorFailingURLErrorKey] = url
+            info[NSURLErrorFailingURLStringErrorKey] = url.absoluteString
+        }
+        return URLError(.timedOut, userInfo: info)
     }
 
     private func send(attempt: Int) {

@@ -29,7 +29,9 @@ import FoundationNetworking
 /// asked (`consultingChallenge`): a credential restarts the task the same way.
 /// Any state but `completed` can be cancelled (the caller cancelled: the session reports it)
 /// or failed before sending (hold timeout, invalidation, a failed reactor run it was gated
-/// on). Each event returns the one action the storage performs once its lock is released.
+/// on); a task that waits inside the pipeline longer than its request's timeout fails with
+/// `URLError.timedOut` (``waitTimedOut(_:)``). Each event returns the one action the storage
+/// performs once its lock is released.
 /// Events that arrive in a state that does not expect them return `.none`, which is what
 /// makes "completes exactly once" hold whatever the interleaving.
 struct TaskStateMachine {
@@ -465,6 +467,21 @@ struct TaskStateMachine {
     static func isInterim(_ response: URLResponse) -> Bool {
         guard let status = (response as? HTTPURLResponse)?.statusCode else { return false }
         return (100..<200).contains(status) && status != 101
+    }
+
+    /// The task waited inside the pipeline (at a gate, in an interceptor, a batch, the slot
+    /// queue, or for a reactor's work) for as long as its request's `timeoutInterval` allows
+    /// without being sent: it fails with `error` (`URLError.timedOut`), as a plain session's
+    /// request that went that long without progress does. A task on the network, or one whose
+    /// challenge the caller's side is deciding, is not waiting on the pipeline.
+    mutating func waitTimedOut(_ error: any Error) -> Action {
+        switch state {
+        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting:
+            state = .completed
+            return .fail(error)
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .completed:
+            return .none
+        }
     }
 
     private mutating func beginReaction(reactor: Int, outcome: URLTaskOutcome, body: Data) -> Action {

@@ -319,6 +319,24 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertFalse(Machine.isInterim(Self.response(101)), "101 switches protocols: final")
     }
 
+    func testAWaitInsideThePipelineTimesOutButATransferDoesNot() {
+        let waiting: [(String, Machine)] = [
+            ("gated", Self.gatedAtReactor()), ("intercepting", Self.intercepting(1)), ("held", Self.held()),
+            ("awaitingConnection", Self.awaitingConnection()), ("reacting", Self.reacting()),
+        ]
+        for (name, machine) in waiting {
+            var m = machine
+            XCTAssertEqual(Step(m.waitTimedOut(URLError(.timedOut))), .fail(String(describing: URLError(.timedOut))), name)
+            XCTAssertTrue(m.isCompleted, name)
+            XCTAssertEqual(Step(m.waitTimedOut(URLError(.timedOut))), .none, "\(name): completes once")
+        }
+        for (name, machine) in [("sending", Self.sending()), ("receiving", Self.receiving()), ("collecting", Self.collecting())] {
+            var m = machine
+            XCTAssertEqual(Step(m.waitTimedOut(URLError(.timedOut))), .none, "\(name): the transport's own timeout applies")
+            XCTAssertFalse(m.isCompleted, name)
+        }
+    }
+
     // MARK: Reactions
 
     func testA401IsCollectedThenReactedToWithItsBody() {
