@@ -195,12 +195,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         do {
             try await withDeadline(timeout) { [session] in answer.set(try await session.data(for: request)) }
         } catch is ReactorDeadlineExceeded {
-            var info: [String: Any] = [NSLocalizedDescriptionKey: "The request timed out."]
-            if let url = request.url {
-                info[NSURLErrorFailingURLErrorKey] = url
-                info[NSURLErrorFailingURLStringErrorKey] = url.absoluteString
-            }
-            throw URLError(.timedOut, userInfo: info)
+            throw PipelineURLError.timedOut(request.url)
         }
         guard let value = answer.value else { throw URLError(.unknown) }
         return value

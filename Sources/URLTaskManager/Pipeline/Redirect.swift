@@ -53,13 +53,8 @@ enum Redirect {
         let scheme = target?.scheme?.lowercased()
         guard scheme != "http", scheme != "https" else { return nil }
         let known = scheme == "ftp" || scheme == "ftps"
-        let failing = known ? response.url : target
-        var info: [String: Any] = [NSLocalizedDescriptionKey: known ? "unsupported URL" : "bad URL"]
-        if let failing {
-            info[NSURLErrorFailingURLErrorKey] = failing
-            info[NSURLErrorFailingURLStringErrorKey] = failing.absoluteString
-        }
-        return URLError(known ? .unsupportedURL : .badURL, userInfo: info)
+        return PipelineURLError.make(
+            known ? .unsupportedURL : .badURL, description: known ? "unsupported URL" : "bad URL", failing: known ? response.url : target)
     }
 
     /// Same scheme, host and port (default ports filled in), as ``OAuth2Origin`` compares

@@ -512,7 +512,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         guard interval > 0, interval.isFinite else { return }
         DispatchQueue.global().asyncAfter(deadline: .now() + interval) { [weak self] in
             guard let self, self.pipeline.admission.slotWaitExpired(self, generation: generation) else { return }
-            self.failUnsent(Self.timedOut(url))
+            self.failUnsent(PipelineURLError.timedOut(url))
         }
     }
 
@@ -540,23 +540,12 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private func waitExpired(generation: Int) {
         let (action, held, work): (TaskStateMachine.Action, Int?, Task<Void, Never>?) = lock.withLock {
             guard waiting.generation == generation else { return (.none, nil, nil) }
-            return (machine.waitTimedOut(Self.timedOut(task.request.url)), hold?.index, running)
+            return (machine.waitTimedOut(PipelineURLError.timedOut(task.request.url)), hold?.index, running)
         }
         guard case .fail = action else { return }
         if let held { pipeline.batches[held].remove(self) }
         work?.cancel()
         perform(action)
-    }
-
-    /// The error of a request that went its `timeoutInterval` without progress, with the
-    /// description and failing-URL keys a plain session's timeout carries.
-    static func timedOut(_ url: URL?) -> URLError {
-        var info: [String: Any] = [NSLocalizedDescriptionKey: "The request timed out."]
-        if let url {
-            info[NSURLErrorFailingURLErrorKey] = url
-            info[NSURLErrorFailingURLStringErrorKey] = url.absoluteString
-        }
-        return URLError(.timedOut, userInfo: info)
     }
 
     private func send(attempt: Int) {

@@ -84,7 +84,7 @@ final class PipelineWaitTimeoutTests: XCTestCase {
         print("[wait timeout] plain timeout's userInfo: \(plain.userInfo)")
         XCTAssertEqual(error.localizedDescription, "The request timed out.", label, file: file, line: line)
         XCTAssertEqual(error.userInfo[NSURLErrorFailingURLErrorKey] as? URL, url, label, file: file, line: line)
-        XCTAssertEqual(error.userInfo[NSURLErrorFailingURLStringErrorKey] as? String, url.absoluteString, label, file: file, line: line)
+        XCTAssertEqual(error.userInfo["NSErrorFailingURLStringKey"] as? String, url.absoluteString, label, file: file, line: line)
     }
 
     /// A request whose token must be renewed first waits in `BearerInterceptor` for a refresh
