@@ -13,7 +13,7 @@ enum HTTPReasonPhrase {
     }
 
     private static let phrases: [Int: String] = [
-        100: "Continue", 101: "Switching Protocols",
+        100: "Continue", 101: "Switching Protocols", 103: "Early Hints",
         200: "OK", 201: "Created", 202: "Accepted", 203: "Non-Authoritative Information", 204: "No Content",
         205: "Reset Content", 206: "Partial Content",
         300: "Multiple Choices", 301: "Moved Permanently", 302: "Found", 303: "See Other", 304: "Not Modified",

@@ -41,7 +41,11 @@ struct ResponseWriter {
         }
         if !keepAlive && !headers.contains("Connection") { headers["Connection"] = "close" }
 
-        var head = "HTTP/1.1 \(status) \(HTTPReasonPhrase.phrase(for: status))\r\n"
+        var head = ""
+        for interim in response.informational {
+            head += "HTTP/1.1 \(interim) \(HTTPReasonPhrase.phrase(for: interim))\r\n\r\n"
+        }
+        head += "HTTP/1.1 \(status) \(HTTPReasonPhrase.phrase(for: status))\r\n"
         for field in headers { head += "\(field.name): \(field.value)\r\n" }
         head += "\r\n"
         try Array(head.utf8).withUnsafeBytes { try Socket.sendAll(fd, $0) }

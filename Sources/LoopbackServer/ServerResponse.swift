@@ -21,6 +21,9 @@ public struct ServerResponse: Sendable {
     public var dropStyle: DropStyle
     /// Send `Connection: close` and close the connection after this response.
     public var closeConnection: Bool
+    /// Interim (1xx) responses sent, head only, before this one: `[103]` sends
+    /// `103 Early Hints` first, as a server pushing preload hints does.
+    public var informational: [Int]
 
     /// A response; the defaults are an empty `200 OK`.
     public init(status: Int = 200, headers: HTTPFields = [:], body: Body = .empty) {
@@ -31,6 +34,7 @@ public struct ServerResponse: Sendable {
         self.dropAfterBodyBytes = nil
         self.dropStyle = .reset
         self.closeConnection = false
+        self.informational = []
     }
 
     /// A UTF-8 `text/plain` response.

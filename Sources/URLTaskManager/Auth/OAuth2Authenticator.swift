@@ -51,11 +51,16 @@ import FoundationNetworking
 ///   request for these origins then fails at once with the same error, without touching the
 ///   network, until ``signIn(_:)``. Other failures (the token endpoint unreachable, a 5xx, a
 ///   client configuration error such as `invalid_client`, see
-///   ``OAuth2Error/isConfigurationError``) are tried again by the next request that needs a
-///   token, so a fix on the server's side is picked up without a relaunch.
+///   ``OAuth2Error/isConfigurationError``) are tried again by the first request that needs a
+///   token once ``refreshBackoff`` has passed, so a fix on the server's side is picked up
+///   without a relaunch; until then, requests that need a refresh fail at once with the same
+///   error, without a token request (an endpoint failing fast would otherwise be asked once
+///   per arriving request).
 /// - `onRefreshFailure` runs on a task of its own and nobody waits for it: the requests
 ///   waiting for the refresh fail as soon as the token endpoint's answer arrives, even while the
-///   hook is still showing a sign-in screen. It is still called exactly once per failed refresh.
+///   hook is still showing a sign-in screen. It is called once per failure episode: at the
+///   first failed refresh after a success or a sign-in, and again only if a later one in the
+///   same episode requires signing in (see ``RefreshFailureStateMachine``).
 /// - Signing in or out while a refresh is in flight wins: the refresh's result is dropped.
 /// - Writes to the store happen one at a time, in the order of the changes they record, so the
 ///   store ends up holding what the last change made even when a slow `save` (a Keychain write)
@@ -72,13 +77,25 @@ import FoundationNetworking
 ///   renewed early only once it has actually expired.
 /// - A refresh that has started runs to its end even if every request waiting for it is
 ///   cancelled: the new token is still worth keeping, and cancelling a rotation half-way could
-///   lose the new refresh token.
+///   lose the new refresh token. Its end is bounded: the token endpoint's whole answer by
+///   ``OAuth2TokenEndpoint/timeout``, and a refresh whose ``OAuth2RefreshReactor`` run timed
+///   out is cancelled with it.
 public actor OAuth2Authenticator {
     /// Obtains a new credential from the current one.
     public typealias Refresh = @Sendable (OAuth2Credential) async throws -> OAuth2Credential
 
     /// How long before its expiry a token is renewed instead of sent.
     public nonisolated let refreshLeeway: Duration
+
+    /// How long after a failed refresh (one that does not require signing in) requests that
+    /// need a new token fail at once with that failure's error instead of asking the token
+    /// endpoint again. The first request after it tries again.
+    public nonisolated let refreshBackoff: Duration
+
+    /// The ``refreshBackoff`` unless you pass another: long enough that a storm of requests
+    /// against a failing token endpoint costs one token request, short enough that a
+    /// recovered endpoint is used again within seconds.
+    public static let defaultRefreshBackoff: Duration = .seconds(5)
 
     private nonisolated let origins: Set<OAuth2Origin>
     private nonisolated let tokenRequestMatcher: @Sendable (URLRequest) -> Bool
@@ -92,8 +109,9 @@ public actor OAuth2Authenticator {
     private var refreshing: Task<OAuth2Credential, any Error>? { didSet { publish() } }
     /// The version a refresh produced last: it is not renewed early (see the hard cases).
     private var refreshedVersion: Int? { didSet { publish() } }
-    /// A refresh failure that only a sign-in can fix, and the version it belongs to.
-    private var rejection: (version: Int, error: any Error)? { didSet { publish() } }
+    /// Failed refreshes: the back-off after a temporary failure, a rejection that only a
+    /// sign-in ends, and whether the failure hook heard of the current episode.
+    private var failures: RefreshFailureStateMachine { didSet { publish() } }
     /// The store write enqueued last. Each write starts once the one before it has ended, so
     /// the store's calls land in the order of the changes they record (see the hard cases).
     private var lastWrite: Task<Void, any Error>?
@@ -117,7 +135,9 @@ public actor OAuth2Authenticator {
     ///     bearer token nor held behind a refresh, even if they go through the manager.
     ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
     ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
-    ///   - onRefreshFailure: Called once per failed refresh (and when a refreshed credential
+    ///   - refreshBackoff: After a failed refresh, requests that need a new token fail with its
+    ///     error for this long without asking the token endpoint (``defaultRefreshBackoff``).
+    ///   - onRefreshFailure: Called once per failure episode (and when a refreshed credential
     ///     could not be saved): the place to show a sign-in screen. It runs on a task of its own;
     ///     the requests waiting for the refresh fail without waiting for it, so it may take as
     ///     long as the user does. Check ``OAuth2Error/requiresSignIn`` before asking the user to
@@ -127,10 +147,11 @@ public actor OAuth2Authenticator {
         tokenEndpoint: OAuth2TokenEndpoint,
         store: any CredentialStore = InMemoryCredentialStore(),
         refreshLeeway: Duration = .seconds(60),
+        refreshBackoff: Duration = OAuth2Authenticator.defaultRefreshBackoff,
         onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil
     ) {
         self.init(
-            origins: origins, store: store, refreshLeeway: refreshLeeway,
+            origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff,
             isTokenRequest: { tokenEndpoint.matches($0) }, onRefreshFailure: onRefreshFailure,
             refresh: { try await tokenEndpoint.refresh($0) }
         )
@@ -147,15 +168,18 @@ public actor OAuth2Authenticator {
     ///     sent anywhere else.
     ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
     ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
+    ///   - refreshBackoff: After a failed refresh, requests that need a new token fail with its
+    ///     error for this long without calling `refresh` (``defaultRefreshBackoff``).
     ///   - isTokenRequest: The requests `refresh` sends, if it sends them through a manager
     ///     that uses this authenticator: they are then neither given the token nor held.
-    ///   - onRefreshFailure: Called once per failed refresh, on a task of its own, as for
-    ///     ``init(origins:tokenEndpoint:store:refreshLeeway:onRefreshFailure:)``.
+    ///   - onRefreshFailure: Called once per failure episode, on a task of its own, as for
+    ///     ``init(origins:tokenEndpoint:store:refreshLeeway:refreshBackoff:onRefreshFailure:)``.
     ///   - refresh: Returns a new credential for the current one.
     public init(
         origins: [URL],
         store: any CredentialStore = InMemoryCredentialStore(),
         refreshLeeway: Duration = .seconds(60),
+        refreshBackoff: Duration = OAuth2Authenticator.defaultRefreshBackoff,
         isTokenRequest: @escaping @Sendable (URLRequest) -> Bool = { _ in false },
         onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil,
         refresh: @escaping Refresh
@@ -163,6 +187,8 @@ public actor OAuth2Authenticator {
         self.origins = Set(origins.compactMap(OAuth2Origin.init))
         self.store = store
         self.refreshLeeway = refreshLeeway
+        self.refreshBackoff = refreshBackoff
+        self.failures = RefreshFailureStateMachine(backoff: refreshBackoff)
         self.tokenRequestMatcher = isTokenRequest
         self.onRefreshFailure = onRefreshFailure
         self.refresher = refresh
@@ -192,6 +218,7 @@ public actor OAuth2Authenticator {
         guard let credential else { return nil }
         let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
         if credential.isExpired(within: leeway) {
+            try throwIfBackingOff()
             _ = try await startRefresh().value
         }
         return self.credential.map { ($0, storedVersion) }
@@ -219,8 +246,15 @@ public actor OAuth2Authenticator {
             return
         }
         guard sentVersion == storedVersion else { return }
-        try throwIfRejected()
+        try throwIfBackingOff()
         _ = try await startRefresh().value
+    }
+
+    /// Cancels the refresh in flight, if any: its token request stops and the refresh fails
+    /// (a failure like any other: back-off, hook). Called when the refresh reactor's run timed
+    /// out; a refresh nobody has given up on runs to its end (see the hard cases).
+    func abandonRefresh() {
+        refreshing?.cancel()
     }
 
     // MARK: The app's side
@@ -232,6 +266,9 @@ public actor OAuth2Authenticator {
     }
 
     /// Renews the credential now (or waits for the refresh in flight) and returns it.
+    ///
+    /// The app's own call is not held back by ``refreshBackoff`` (a "try again" button should
+    /// try again); a standing rejection still throws until ``signIn(_:)``.
     @discardableResult
     public func refresh() async throws -> OAuth2Credential {
         try await ensureLoaded()
@@ -294,7 +331,7 @@ public actor OAuth2Authenticator {
 
     /// Republishes the state ``credentialWithoutWaiting()`` and ``version`` read.
     private func publish() {
-        let rejected = rejection.map { $0.version == storedVersion } ?? false
+        let rejected = failures.rejection != nil
         published.set(
             PublishedCredential.Snapshot(
                 credential: credential,
@@ -308,11 +345,17 @@ public actor OAuth2Authenticator {
         self.credential = credential
         loaded = true
         storedVersion += 1
-        rejection = nil
+        failures.credentialReplaced()
     }
 
     private func throwIfRejected() throws {
-        if let rejection, rejection.version == storedVersion { throw rejection.error }
+        if let rejection = failures.rejection { throw rejection }
+    }
+
+    /// Throws the standing failure's error if no refresh may start now: a rejection, or a
+    /// temporary failure within ``refreshBackoff``.
+    private func throwIfBackingOff() throws {
+        if case .fail(let error) = failures.mayStartRefresh(at: .now) { throw error }
     }
 
     /// Loads the stored credential once; concurrent first callers share the load.
@@ -349,13 +392,19 @@ public actor OAuth2Authenticator {
             refreshed = try await refresher(credential)
         } catch {
             refreshing = nil
-            if storedVersion == startVersion, (error as? OAuth2Error)?.requiresSignIn == true {
-                rejection = (startVersion, error)
+            guard storedVersion == startVersion else {
+                // Signed in or out meanwhile: the failure belongs to a credential that is gone.
+                reportFailure(error)
+                throw error
             }
-            reportFailure(error)
+            let requiresSignIn = (error as? OAuth2Error)?.requiresSignIn == true
+            if case .report(let first) = failures.refreshFailed(error, requiresSignIn: requiresSignIn, at: .now) {
+                reportFailure(first)
+            }
             throw error
         }
         refreshing = nil
+        if storedVersion == startVersion { failures.refreshSucceeded() }
         guard storedVersion == startVersion else {
             // Signed in or out meanwhile: that credential wins.
             guard let credential else { throw OAuth2Error.notSignedIn }

@@ -23,6 +23,32 @@ public enum OAuth2Error: Error, Sendable, Equatable {
     /// positive number of seconds.
     case invalidTokenResponse(reason: String)
 
+    /// The `error` code the token endpoint answered with, as it sent it (RFC 6749 §5.2), or
+    /// `nil`. The server chose this text: it may echo anything the request carried, so log it
+    /// only where a secret may be logged. ``description`` names only registered codes.
+    public var serverErrorCode: String? {
+        guard case .tokenRequestRejected(_, let error, _) = self else { return nil }
+        return error
+    }
+
+    /// The token endpoint's `error_description`, as it sent it, or `nil`. Never part of
+    /// ``description``: a server may echo the refresh token, the client's credentials or the
+    /// password in it, and this library does not know every form an echo can take. For apps
+    /// that want the server's words, knowing what they may contain.
+    public var serverDescription: String? {
+        guard case .tokenRequestRejected(_, _, let description) = self else { return nil }
+        return description
+    }
+
+    /// The error codes ``description`` names: RFC 6749 §5.2 and §4.1.2.1, RFC 6750 §3.1,
+    /// RFC 8628 §3.5 and RFC 8693 §2.2.2. Any other code is the server's text, which may hold
+    /// anything (see ``serverErrorCode``).
+    static let registeredErrorCodes: Set<String> = [
+        "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type", "invalid_scope",
+        "access_denied", "server_error", "temporarily_unavailable", "invalid_token", "insufficient_scope",
+        "authorization_pending", "slow_down", "expired_token", "invalid_target",
+    ]
+
     /// The RFC 6749 §5.2 codes that say the client, not the user's grant, is wrong.
     static let configurationErrorCodes: Set<String> = [
         "invalid_client", "invalid_request", "invalid_scope", "unauthorized_client", "unsupported_grant_type",
@@ -64,7 +90,10 @@ public enum OAuth2Error: Error, Sendable, Equatable {
 }
 
 extension OAuth2Error: CustomStringConvertible, LocalizedError {
-    /// What happened, with the server's error code and description; never a token or a secret.
+    /// What happened, with the status and a registered error code; never a token, a secret or
+    /// a password, whatever the server echoed. Nothing the server wrote freely is part of it:
+    /// its `error_description` is ``serverDescription``, an unregistered code
+    /// ``serverErrorCode``.
     public var description: String {
         switch self {
         case .notSignedIn:
@@ -72,7 +101,9 @@ extension OAuth2Error: CustomStringConvertible, LocalizedError {
         case .noRefreshToken:
             "The credential has no refresh token"
         case .tokenRequestRejected(let status, let error, let description):
-            "The token endpoint answered \(status)" + (error.map { " \($0)" } ?? "") + (description.map { ": \($0)" } ?? "")
+            "The token endpoint answered \(status)"
+                + (error.map { Self.registeredErrorCodes.contains($0) ? " \($0)" : " with an unregistered error code" } ?? "")
+                + (description == nil ? "" : " (its error_description is in serverDescription)")
                 + (isConfigurationError
                     ? " (a client configuration problem: check the client ID, secret, authentication method, grant and scope)" : "")
         case .invalidTokenResponse(let reason):
@@ -80,5 +111,6 @@ extension OAuth2Error: CustomStringConvertible, LocalizedError {
         }
     }
 
+    /// The same text as ``description``: what `localizedDescription` and the `NSError` form show.
     public var errorDescription: String? { description }
 }

@@ -7,8 +7,9 @@ import Foundation
 /// requests are refused at once (they all wait for it), and requests that have not been sent
 /// yet wait too instead of going out with the token being replaced. On success every waiting
 /// request is sent again through the interceptors; on failure they all fail with
-/// ``URLTaskError/reactorFailed(reactor:underlying:)`` and the authenticator's
-/// `onRefreshFailure` is called once.
+/// ``URLTaskError/reactorFailed(reactor:underlying:)``, the authenticator's
+/// `onRefreshFailure` is called once for the failure episode, and 401s that arrive within its
+/// ``OAuth2Authenticator/refreshBackoff`` fail the same way without another token request.
 ///
 /// It only takes 401s to requests the ``BearerInterceptor`` gave this authenticator's token
 /// to: a 401 from another host, or to a request sent while signed out, reaches the caller as
@@ -49,7 +50,14 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
         guard let sent = credentialVersion(of: task) else { return }
         // The engine already sent late 401s again without calling this; the check closes the
         // window between its decision and this call.
-        try await authenticator.refresh(ifUnchangedSince: sent)
+        // The engine cancels the work only when the run's timeout has passed (its waiters have
+        // then failed with `reactorTimedOut`): the refresh it waits for stops too, rather than
+        // run on, unbounded, for tasks that arrive later.
+        try await withTaskCancellationHandler {
+            try await authenticator.refresh(ifUnchangedSince: sent)
+        } onCancel: {
+            Task { [authenticator] in await authenticator.abandonRefresh() }
+        }
     }
 
     /// The authenticator's credential version the ``BearerInterceptor`` applied to `task`: the

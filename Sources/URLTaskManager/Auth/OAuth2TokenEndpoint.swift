@@ -19,7 +19,7 @@ import FoundationNetworking
 /// **Timeouts and dead connections.** Every request the kit holds waits for a refresh, so a
 /// token request that hangs holds the whole app. Token requests therefore carry their own
 /// ``timeout`` (10 seconds unless you say otherwise: a token endpoint answers in well under a
-/// second, and a failed refresh is simply tried again by the next request) and ask for
+/// second, and a failed refresh is tried again after the authenticator's back-off) and ask for
 /// `Connection: close`: refreshes are minutes apart, and a keep-alive connection left idle that
 /// long is the one a NAT or a load balancer has silently dropped, which the next refresh would
 /// only find out about when its timeout fires. Measured on Linux against a connection that
@@ -54,9 +54,10 @@ public struct OAuth2TokenEndpoint: Sendable {
     public var clientSecret: String?
     /// How a confidential client proves who it is; ignored without a ``clientSecret``.
     public var clientAuthentication: ClientAuthentication
-    /// How long a token request may go without an answer before it fails with
-    /// `URLError.timedOut`, set on each request as its `timeoutInterval`; `nil` leaves the
-    /// session's own `timeoutIntervalForRequest`. Short, because every request waiting for a
+    /// How long a token request may take, from sending it to the end of the answer, before it
+    /// fails with `URLError.timedOut` (it is also each request's `timeoutInterval`); `nil`
+    /// leaves the session's own `timeoutIntervalForRequest`, which bounds only the silence
+    /// between two bytes. Short, because every request waiting for a
     /// refresh waits this long too (see the type's "Timeouts and dead connections").
     public var timeout: Duration?
     /// The session the requests go through.
@@ -168,18 +169,36 @@ public struct OAuth2TokenEndpoint: Sendable {
         return try Self.credential(from: object, issuedAt: issuedAt, previous: previous)
     }
 
-    /// Sends `request`; an HTTP authentication challenge the session's ``TokenSessionDelegate``
-    /// refused (URLSession then reports a cancel) becomes the rejection it stands for.
+    /// Sends `request`, within ``timeout`` for the whole answer; an HTTP authentication
+    /// challenge the session's ``TokenSessionDelegate`` refused (URLSession then reports a
+    /// cancel) becomes the rejection it stands for.
     private func send(_ request: URLRequest) async throws -> (Data, URLResponse) {
         let delegate = session.delegate as? TokenSessionDelegate
         do {
-            let answer = try await session.data(for: request)
+            let answer = try await answer(to: request)
             _ = delegate?.takeRefusal(of: request)
             return answer
         } catch let error as URLError where error.code == .cancelled {
             guard let status = delegate?.takeRefusal(of: request) else { throw error }
             throw OAuth2Error.tokenRequestRejected(status: status, error: nil, description: nil)
         }
+    }
+
+    /// The token endpoint's answer to `request`, bounded by ``timeout`` as a whole: a request's
+    /// own `timeoutInterval` only bounds the silence between two bytes, so an endpoint that
+    /// drips its answer a byte at a time would hold every request waiting for the refresh for
+    /// as long as it drips. Past the timeout the transfer is cancelled and the refresh fails
+    /// with `URLError.timedOut`.
+    private func answer(to request: URLRequest) async throws -> (Data, URLResponse) {
+        guard let timeout else { return try await session.data(for: request) }
+        let answer = LockedAnswer()
+        do {
+            try await withDeadline(timeout) { [session] in answer.set(try await session.data(for: request)) }
+        } catch is ReactorDeadlineExceeded {
+            throw URLError.timedOut(url: request.url)
+        }
+        guard let value = answer.value else { throw URLError(.unknown) }
+        return value
     }
 
     /// The `POST` that carries `parameters` plus the client's authentication.
@@ -221,7 +240,8 @@ public struct OAuth2TokenEndpoint: Sendable {
             throw OAuth2Error.invalidTokenResponse(reason: "no access_token")
         }
         if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
-            throw OAuth2Error.invalidTokenResponse(reason: "token_type is \(type), not Bearer")
+            // The type is not echoed: the server chose the text, and it may hold anything.
+            throw OAuth2Error.invalidTokenResponse(reason: "token_type is not Bearer")
         }
         let lifetime = try Self.lifetime(object["expires_in"])
         return OAuth2Credential(
@@ -268,6 +288,30 @@ public struct OAuth2TokenEndpoint: Sendable {
     static func formEscaped(_ string: String) -> String {
         let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
         return string.addingPercentEncoding(withAllowedCharacters: unreserved) ?? string
+    }
+}
+
+extension OAuth2TokenEndpoint: CustomStringConvertible, CustomDebugStringConvertible {
+    /// The URL, the client ID and how the client authenticates; never the client secret
+    /// (the synthesized description of a struct would print every stored property).
+    public var description: String {
+        "OAuth2TokenEndpoint(url: \(url.absoluteString), clientID: \(clientID ?? "none"), clientSecret: \(clientSecret == nil ? "none" : "set"), "
+            + "clientAuthentication: \(clientAuthentication))"
+    }
+
+    /// The same as ``description``: `String(reflecting:)` and the debugger do not show the secret either.
+    public var debugDescription: String { description }
+}
+
+/// The answer of a token request, handed from the task that received it to the one that waits.
+private final class LockedAnswer: @unchecked Sendable {  // `stored` is guarded by `lock`.
+    private let lock = NSLock()
+    private var stored: (Data, URLResponse)?
+
+    var value: (Data, URLResponse)? { lock.withLock { stored } }
+
+    func set(_ answer: (Data, URLResponse)) {
+        lock.withLock { stored = answer }
     }
 }
 

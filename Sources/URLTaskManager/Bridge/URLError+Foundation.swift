@@ -37,6 +37,13 @@ extension URLError {
         foundation(.cancelled, url: url, description: "\(URLError.Code.cancelled)")
     }
 
+    /// A request that went its `timeoutInterval` without progress while it waited inside the
+    /// pipeline (a gate, a slot, a batch, a credential), worded as Apple's URLSession words it:
+    /// corelibs' own timeout carries no user info at all, so there is nothing of it to copy.
+    static func timedOut(url: URL?) -> URLError {
+        foundation(.timedOut, url: url, description: "The request timed out.")
+    }
+
     /// The error of a redirect chain longer than 20, as corelibs' HTTP protocol builds it
     /// (`failWith(error:request:)`): the failing URL is the request that met the last redirect.
     static func tooManyRedirects(url: URL?) -> URLError {

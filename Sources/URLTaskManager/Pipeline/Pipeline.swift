@@ -21,6 +21,9 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     let transport: Transport
     /// Who listens to the tasks' events (``URLTaskManager/events(bufferingNewest:)``).
     let events = EventHub()
+    /// The configuration's `httpAdditionalHeaders`: put on each caller's request by the
+    /// pipeline, never merged by the inner session (which would add them to every redirect).
+    let additionalHeaders: AdditionalHeaders
 
     private let lock = NSLock()
     private var lifecycle = PipelineLifecycleStateMachine()
@@ -40,7 +43,9 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         let holding = reactors.contains { $0.configuration.holdsNewTasks }
         let limit = options.maximumRequestsInFlightPerHost ?? configuration.httpMaximumConnectionsPerHost
         self.admission = AdmissionStorage(reactors: reactors, slotsPerHost: holding && limit > 0 ? limit : nil)
-        self.transport = Transport(configuration: configuration)
+        let (additionalHeaders, transportConfiguration) = AdditionalHeaders.split(configuration)
+        self.additionalHeaders = additionalHeaders
+        self.transport = Transport(configuration: transportConfiguration)
     }
 
     deinit {

@@ -18,8 +18,9 @@ enum Redirect {
     /// The URL and the method are the inner session's (a 303, or a 301/302 after a POST, turns
     /// into GET). A redirect that keeps the method (307, 308) sends the body again, as
     /// RFC 9110 and Apple's URLSession do (a plain session on corelibs drops it): the pipeline
-    /// replays the body it holds (see `TaskRun`). The caller's `Authorization` never goes to
-    /// another origin (scheme, host or port).
+    /// replays the body it holds (see `TaskRun`). The caller's `Authorization` and `Cookie`
+    /// (the configuration's additional headers included) never go to another origin (scheme,
+    /// host or port).
     static func request(following response: HTTPURLResponse, to newRequest: URLRequest, from base: URLRequest) -> URLRequest {
         var request = base
         request.url = newRequest.url
@@ -33,9 +34,27 @@ enum Redirect {
             request.setValue(nil, forHTTPHeaderField: "Content-Length")
         }
         if let from = response.url, let to = newRequest.url, !sameOrigin(from, to) {
+            // Whoever set them (the caller, the configuration, an interceptor): the inner
+            // session's cookie storage adds the cookies that belong to the new origin itself.
             request.setValue(nil, forHTTPHeaderField: "Authorization")
+            request.setValue(nil, forHTTPHeaderField: "Cookie")
         }
         return request
+    }
+
+    /// The error a plain session fails a followed redirect to `target` with when it leaves
+    /// HTTP, or `nil` for http and https. corelibs would fetch an `ftp://` URL through libcurl
+    /// and hand an http caller a non-HTTP response; a plain session (after asking the
+    /// delegate) refuses: `URLError.unsupportedURL` naming the URL that redirected for FTP, a
+    /// scheme it knows but does not redirect to, and `URLError.badURL` naming the target for
+    /// any other. (A `file:` or `data:` Location never gets here: corelibs resolves it as a path
+    /// on the redirecting server.)
+    static func refusal(of target: URL?, redirectedFrom response: HTTPURLResponse) -> URLError? {
+        let scheme = target?.scheme?.lowercased()
+        guard scheme != "http", scheme != "https" else { return nil }
+        let known = scheme == "ftp" || scheme == "ftps"
+        return URLError.foundation(
+            known ? .unsupportedURL : .badURL, url: known ? response.url : target, description: known ? "unsupported URL" : "bad URL")
     }
 
     /// Same scheme, host and port (default ports filled in), as ``OAuth2Origin`` compares

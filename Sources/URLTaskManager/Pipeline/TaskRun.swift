@@ -35,11 +35,37 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     private let pipeline: Pipeline
     /// Records and emits this task's events; `nil` when nobody listened as it started.
     private let observer: TaskObserver?
+    /// The current stretch of the task's life without the network: its waits count toward the
+    /// request's `timeoutInterval` (see ``waitBegins()``).
+    private var waiting = WaitPhase()
+
+    /// One stretch of a task's life inside the pipeline: from its start, the end of a transfer
+    /// it reacts to, or a restart, until it is sent. `armed` once its first wait set the timer.
+    private struct WaitPhase {
+        var generation = 0
+        var started = DispatchTime.now()
+        var armed = false
+
+        /// A new stretch starts now; a timer set for the previous one no longer fires.
+        mutating func begin() {
+            generation += 1
+            started = .now()
+            armed = false
+        }
+
+        /// The task is sent: nothing it waited for can time it out any more.
+        mutating func end() {
+            generation += 1
+            armed = true
+        }
+    }
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
         self.callerURL = request.url
-        var bare = request
+        // The configuration's additional headers belong to the caller's request, not to every
+        // request the inner session sends (a cross-origin redirect must not carry them).
+        var bare = pipeline.additionalHeaders.applied(to: request)
         bare.httpBody = nil
         bare.httpBodyStream = nil
         self.task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
@@ -71,7 +97,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             case .failure(let error): return failUnsent(error)
             }
         }
-        perform(lock.withLock { machine.start() })
+        perform(
+            lock.withLock {
+                waiting.begin()
+                return machine.start()
+            })
     }
 
     /// The caller cancelled (`stopLoading`, on the session's work queue). The transition is made
@@ -121,15 +151,21 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 pipeline.admission.transferEnded(self)
                 return admitted(.reintercept, failure: nil)
             }
-            let action = lock.withLock { machine.connectionGranted() }
+            let action = lock.withLock {
+                let action = machine.connectionGranted()
+                if case .send = action { waiting.end() }
+                return action
+            }
             // Not sendable any more (cancelled meanwhile): the slot goes to the next task.
             guard case .send = action else { return pipeline.admission.transferEnded(self) }
             perform(action)
         case .waitForSlot(let generation):
             if let observer { observer.waiting(for: .connectionSlot(host: Self.host(of: lock.withLock { task.request }))) }
             armSlotTimeout(generation: generation)
+            waitBegins()
         case .waitAtGate(let reactor):
             observer?.waiting(for: .reactorGate(reactor: pipeline.reactors[reactor].name))
+            waitBegins()
             perform(lock.withLock { machine.admissionGated(reactor: reactor) })
             // The run may have ended before the line above; its `gateOpened` then found the
             // task still awaiting admission and was ignored. Now that the task is gated, decide again.
@@ -166,6 +202,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     func transportDidReceive(response: URLResponse) {
+        // An interim head (100, 103) is not the answer: the caller, the redirect decision and
+        // the reactors see only the final one.
+        if TaskStateMachine.isInterim(response) { return }
         let http = response as? HTTPURLResponse
         let reactor = http.flatMap { chooseReactor(for: .response($0)) }
         let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
@@ -182,8 +221,10 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         guard case .consultRedirect = action else { return decide(nil) }
         let proposed = Redirect.request(following: response, to: newRequest, from: current)
         sink.redirect(response, to: proposed) { [self] answer in
-            if let answer { observer?.redirected(response, to: answer.url) }
-            perform(lock.withLock { machine.redirectAnswered(answer) })
+            // Asked first, as a plain session asks it; a request that leaves HTTP then fails.
+            let refused = answer.flatMap { Redirect.refusal(of: $0.url, redirectedFrom: response) }
+            if let answer, refused == nil { observer?.redirected(response, to: answer.url) }
+            perform(lock.withLock { machine.redirectAnswered(answer, refused: refused) })
             decide(nil)
         }
     }
@@ -236,6 +277,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 return (holdGeneration, decidedUnderFlushes)
             }
             observer?.held(by: pipeline.interceptors[index])
+            waitBegins()
             pipeline.batches[index].hold(self, maximumWait: maximumWait, flushesSeen: flushes)
             // A cancel that raced with the hold found nothing to leave.
             if lock.withLock({ machine.isCompleted }) { pipeline.batches[index].remove(self) }
@@ -315,6 +357,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 base = request
                 base.httpBody = nil
                 base.httpBodyStream = nil
+                waiting.begin()
                 task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
             }
             decideHeaders()
@@ -346,6 +389,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         switch pipeline.admission.headersWillBeDecided(self) {
         case .waitAtGate(let reactor):
             observer?.waiting(for: .reactorGate(reactor: pipeline.reactors[reactor].name))
+            waitBegins()
             perform(lock.withLock { machine.waitingAtGate(reactor: reactor) })
         case .proceed:
             perform(lock.withLock { machine.gateOpened() })
@@ -369,6 +413,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 return interceptorDecided(index, .failure(error), snapshot: snapshot, flushes: flushes)
             }
         }
+        // It may wait (for a credential, a lock, another service): that counts toward the timeout.
+        waitBegins()
         let work = Task {
             await serialGate?.acquire()
             // Released only after the command took effect (a hold is in the batch), so the
@@ -425,6 +471,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// Hands the task's outcome to reactor `index`, and gives its connection slot back.
     private func react(_ index: Int, outcome: URLTaskOutcome, body: Data) {
+        // The transfer has ended: waiting for the reaction starts a new stretch without progress.
+        lock.withLock { waiting.begin() }
+        waitBegins()
         let reactor = pipeline.reactors[index]
         let (snapshot, requeued) = lock.withLock { (task, machine.wasRequeued(by: index)) }
         switch reactor.configuration.sharing {
@@ -462,12 +511,40 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         guard interval > 0, interval.isFinite else { return }
         DispatchQueue.global().asyncAfter(deadline: .now() + interval) { [weak self] in
             guard let self, self.pipeline.admission.slotWaitExpired(self, generation: generation) else { return }
-            var info: [String: Any] = [NSLocalizedDescriptionKey: "The request timed out while waiting for a connection"]
-            if let url {
-                info[NSURLErrorFailingURLErrorKey] = url
-            }
-            self.failUnsent(URLError(.timedOut, userInfo: info))
+            self.failUnsent(URLError.timedOut(url: url))
         }
+    }
+
+    /// The task starts to wait inside the pipeline (a gate, an interceptor that suspends, a
+    /// batch, the slot queue, a reaction). The first wait of a stretch sets one timer for the
+    /// request's `timeoutInterval` from the stretch's start: every wait of the stretch counts,
+    /// as a plain session counts every second without progress. A task sent meanwhile, or one
+    /// that started another stretch, is left alone when it fires.
+    private func waitBegins() {
+        let timer: (generation: Int, started: DispatchTime, interval: TimeInterval)? = lock.withLock {
+            guard !waiting.armed else { return nil }
+            waiting.armed = true
+            return (waiting.generation, waiting.started, task.request.timeoutInterval)
+        }
+        guard let timer, timer.interval > 0, timer.interval.isFinite else { return }
+        DispatchQueue.global().asyncAfter(deadline: timer.started + timer.interval) { [weak self] in
+            self?.waitExpired(generation: timer.generation)
+        }
+    }
+
+    /// The request's timeout passed while the task still waited in stretch `generation`: it
+    /// fails with `URLError.timedOut`, leaves what it waited in (admission takes it off a gate,
+    /// a run or the slot queue when it ends), and the interceptor or reaction work it waited
+    /// for is cancelled.
+    private func waitExpired(generation: Int) {
+        let (action, held, work): (TaskStateMachine.Action, Int?, Task<Void, Never>?) = lock.withLock {
+            guard waiting.generation == generation else { return (.none, nil, nil) }
+            return (machine.waitTimedOut(URLError.timedOut(url: task.request.url)), hold?.index, running)
+        }
+        guard case .fail = action else { return }
+        if let held { pipeline.batches[held].remove(self) }
+        work?.cancel()
+        perform(action)
     }
 
     private func send(attempt: Int) {
@@ -480,7 +557,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         let (request, body, replay): (URLRequest, URLTaskBody, Bool) = lock.withLock {
             task.attempt = attempt
             defer { bodyUsed = true }
-            return (task.request, task.body, bodyUsed)
+            // The bytes sent decide the framing, never a header that disagrees with them.
+            return (BodyFraming.framed(task.request, body: task.body), task.body, bodyUsed)
         }
         if let problem = HeaderValidation.firstProblem(in: request) {
             pipeline.admission.transferEnded(self)

@@ -29,7 +29,9 @@ import FoundationNetworking
 /// asked (`consultingChallenge`): a credential restarts the task the same way.
 /// Any state but `completed` can be cancelled (the caller cancelled: the session reports it)
 /// or failed before sending (hold timeout, invalidation, a failed reactor run it was gated
-/// on). Each event returns the one action the storage performs once its lock is released.
+/// on); a task that waits inside the pipeline longer than its request's timeout fails with
+/// `URLError.timedOut` (``waitTimedOut(_:)``). Each event returns the one action the storage
+/// performs once its lock is released.
 /// Events that arrive in a state that does not expect them return `.none`, which is what
 /// makes "completes exactly once" hold whatever the interleaving.
 struct TaskStateMachine {
@@ -272,8 +274,10 @@ struct TaskStateMachine {
 
     /// The response head arrived. `reactor` is the first reactor that wants it, if any;
     /// `challenge` says it is a 401 whose authentication challenge the caller's side answers.
+    /// An interim (1xx) head leaves the task `sending`: only the final head counts.
     mutating func transportReceived(response: URLResponse, reactor: Int?, challenge: Bool = false) -> Action {
         guard case .sending = state else { return .none }
+        if Self.isInterim(response) { return .none }
         if let reactor, let http = response as? HTTPURLResponse {
             // Kept whole when it may reach the caller: never a truncated body without an error.
             let whole = reactors[reactor].delivers || requeuedBy[reactor]
@@ -312,7 +316,7 @@ struct TaskStateMachine {
     }
 
     /// The transfer met a redirect. Past the limit the task will fail (`tooMany`) when the
-    /// transfer ends; otherwise the caller's delegate is asked (``redirectAnswered(_:)``).
+    /// transfer ends; otherwise the caller's delegate is asked (``redirectAnswered(_:refused:)``).
     mutating func redirectReceived(tooMany: @autoclosure () -> any Error) -> Action {
         guard case .sending = state else { return .none }
         redirects += 1
@@ -325,9 +329,11 @@ struct TaskStateMachine {
 
     /// The caller's side answered a redirect: follow it with `request` (through the pipeline,
     /// once the transfer has ended) or, with `nil`, deliver the redirect response itself.
-    mutating func redirectAnswered(_ request: URLRequest?) -> Action {
+    /// `refused` is the error for a request the pipeline will not send (a scheme other than http
+    /// or https): the task fails with it when the transfer ends.
+    mutating func redirectAnswered(_ request: URLRequest?, refused: (any Error)? = nil) -> Action {
         guard case .sending = state, let request else { return .none }
-        state = .redirecting(to: request, failure: nil)
+        state = refused.map { .redirecting(to: nil, failure: $0) } ?? .redirecting(to: request, failure: nil)
         return .none
     }
 
@@ -451,6 +457,29 @@ struct TaskStateMachine {
             state = .completed
             return .fail(error)
         case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .completed:
+            return .none
+        }
+    }
+
+    /// Whether `response` is an interim head (`100 Continue`, `103 Early Hints`): the inner
+    /// session reports each one, a plain session's caller sees only the final response. `101`
+    /// is final (the connection changes protocol).
+    static func isInterim(_ response: URLResponse) -> Bool {
+        guard let status = (response as? HTTPURLResponse)?.statusCode else { return false }
+        return (100..<200).contains(status) && status != 101
+    }
+
+    /// The task waited inside the pipeline (at a gate, in an interceptor, a batch, the slot
+    /// queue, or for a reactor's work) for as long as its request's `timeoutInterval` allows
+    /// without being sent: it fails with `error` (`URLError.timedOut`), as a plain session's
+    /// request that went that long without progress does. A task on the network, or one whose
+    /// challenge the caller's side is deciding, is not waiting on the pipeline.
+    mutating func waitTimedOut(_ error: any Error) -> Action {
+        switch state {
+        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting:
+            state = .completed
+            return .fail(error)
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .completed:
             return .none
         }
     }

@@ -18,11 +18,12 @@ protocol TransportEvents: AnyObject, Sendable {
 /// The inner `URLSession` that does the real HTTP.
 ///
 /// Built from a copy of the caller's configuration without the bridge, so timeouts, cookies,
-/// cache policy, additional headers and proxies behave as in a plain session. Redirects are
-/// followed here (corelibs cannot take a redirect from a custom protocol); on a redirect to
-/// another origin the `Authorization` header is dropped so a credential never follows a
-/// request to a host it was not issued for. HTTP authentication challenges are left to the
-/// caller's session (see ``urlSession(_:task:didReceive:completionHandler:)``).
+/// cache policy and proxies behave as in a plain session; its additional headers are put on
+/// the caller's request by the pipeline instead (``AdditionalHeaders``). A redirect is never
+/// followed here: the task that met it decides, and the pipeline sends the followed request as
+/// a new transfer, through the interceptors (see ``urlSession(_:task:willPerformHTTPRedirection:newRequest:completionHandler:)``).
+/// HTTP authentication challenges are left to the caller's session (see
+/// ``urlSession(_:task:didReceive:completionHandler:)``).
 // @unchecked Sendable: `routes`, `handedOver` are guarded by `lock`; `session` is set once in init.
 final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let lock = NSLock()

@@ -64,6 +64,9 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
             origins: [api.baseURL],
             tokenEndpoint: OAuth2TokenEndpoint(url: api.tokenURL, clientID: "app", clientSecret: "wrong-secret"),
             store: InMemoryCredentialStore(api.credential(access: "stale")),
+            // No back-off: the subject is that the failure is not final (OAuth2RefreshBackoffTests
+            // pins what happens within one).
+            refreshBackoff: .zero,
             onRefreshFailure: { _ in
                 hookCalls.increment()
                 hookRan.fulfill(())
@@ -92,6 +95,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         let second = await Kit.fetch(manager.session, api.apiURL())
         XCTAssertNotNil(second.taskError, second.label)
         XCTAssertEqual(api.tokenRequestCount, 2)
+        XCTAssertEqual(hookCalls.value, 1, "the same failure episode: the hook is not called again")
     }
 
     // MARK: Errors (§5.2)

@@ -25,6 +25,9 @@ final class RedirectParityTests: XCTestCase {
             harness.route("/redirect/\(code)/path") { side, _ in .redirect(to: "\(side.pathPrefix)/target", status: code) }
             harness.route("/redirect/\(code)/relative") { _, _ in .redirect(to: "../../target", status: code) }
         }
+        for (name, location) in Self.foreignLocations(port: port) {
+            harness.route("/foreign/\(name)") { _, _ in .redirect(to: location, status: 302) }
+        }
         harness.route("/loop") { side, _ in .redirect(to: "\(side.pathPrefix)/loop", status: 302) }
         harness.route("/chain/1") { side, _ in .redirect(to: "\(side.pathPrefix)/chain/2", status: 301) }
         harness.route("/chain/2") { side, _ in .redirect(to: "http://127.0.0.1:\(port)\(side.pathPrefix)/chain/3", status: 302) }
@@ -94,6 +97,81 @@ final class RedirectParityTests: XCTestCase {
                 XCTAssertParity(result, "POST \(code) -> \(method), body \(length) B")
             }
         }
+    }
+
+    /// Redirects that leave HTTP: nothing listens for FTP on the server's port, so a session
+    /// that followed one would fail late with a transport error, not as a plain session does.
+    /// (corelibs resolves a `file:` or `data:` Location as a path on the redirecting server.)
+    static func foreignLocations(port: Int) -> [(String, String)] {
+        [
+            ("ftp", "ftp://127.0.0.1:\(port)/file"), ("file", "file:///etc/hostname"), ("data", "data:text/plain,hello"),
+            ("custom", "x-app://127.0.0.1/path"),
+        ]
+    }
+
+    /// A redirect may only lead to http or https: any other scheme fails as a plain session
+    /// fails it, through every API and whatever the delegate answers, and is never fetched.
+    func testARedirectToAnotherSchemeFailsAsAPlainSessionFailsIt() async throws {
+        for (name, _) in Self.foreignLocations(port: harness.server.port) {
+            let async = try await harness.both { await $0.asyncData(URLRequest(url: $0.url("/foreign/\(name)"))) }
+            XCTAssertParity(async, "async: redirect to \(name)")
+            let completion = try await harness.both { try await $0.completionData(URLRequest(url: $0.url("/foreign/\(name)"))) }
+            XCTAssertParity(completion, "completion handler: redirect to \(name)")
+            if name == "ftp" || name == "custom" {
+                XCTAssertNil(async.manager.status, "\(name): never fetched")
+                XCTAssertEqual(async.manager.errorCode, name == "ftp" ? NSURLErrorUnsupportedURL : NSURLErrorBadURL)
+                XCTAssertNil(completion.manager.status, name)
+            }
+            let delegate = try await harness.both { client in
+                let delegate = RecordingDelegate()
+                let (outcome, record, _) = try await client.delegateTask(delegate) { $0.dataTask(with: client.url("/foreign/\(name)")) }
+                return [outcome.description, "redirect callbacks: \(record.redirectCount)"]
+            }
+            XCTAssertParity(delegate, "delegate: redirect to \(name)")
+        }
+    }
+
+    /// An `Authorization` from the configuration's `httpAdditionalHeaders` and a caller-set
+    /// `Cookie` stay with their origin: a redirect to another port (another origin) carries
+    /// neither, while a header that is no credential still follows, and a same-origin redirect
+    /// keeps them all. A plain session sends both across (printed as the control).
+    func testACrossOriginRedirectCarriesNoAuthorizationOrCookieWhateverSetThem() async throws {
+        let other = try LoopbackServer()
+        defer { other.shutdown() }
+        other.route("/landing") { request in
+            .text("landed").with { response in
+                for name in ["Authorization", "Cookie", "X-Extra"] { response.headers["X-Got-" + name] = request.headers[name] ?? "none" }
+            }
+        }
+        harness.route("/cross") { _, _ in .redirect(to: other.url("/landing").absoluteString) }
+        harness.route("/same") { side, _ in .redirect(to: "\(side.pathPrefix)/landing") }
+        harness.route("/landing") { _, request in
+            .text("landed").with { response in
+                for name in ["Authorization", "Cookie", "X-Extra"] { response.headers["X-Got-" + name] = request.headers[name] ?? "none" }
+            }
+        }
+        let configuration = {
+            let configuration = ParityHarness.defaultConfiguration()
+            configuration.httpAdditionalHeaders = ["Authorization": "Bearer from-configuration", "X-Extra": "extra"]
+            return configuration
+        }
+        let result = try await harness.both(configuration: configuration) { client in
+            var results: [String] = []
+            for path in ["/cross", "/same"] {
+                var request = URLRequest(url: client.url(path))
+                request.setValue("session=caller", forHTTPHeaderField: "Cookie")
+                let outcome = await client.asyncData(request)
+                results.append(
+                    ["Authorization", "Cookie", "X-Extra"].map { outcome.header("X-Got-" + $0) ?? "?" }.joined(separator: " | "))
+            }
+            return results
+        }
+        print("CROSS-ORIGIN| plain: \(result.plain) manager: \(result.manager)")
+        XCTAssertEqual(result.manager[0], "none | none | extra", "cross-origin: no credential, the other header follows")
+        XCTAssertEqual(result.manager[1], "Bearer from-configuration | session=caller | extra", "same origin: all kept")
+        XCTAssertEqual(result.manager[1], result.plain[1], "same origin, as plain")
+        let first = harness.server.requests(path: Side.manager.pathPrefix + "/cross").map { $0.headers["Authorization"] ?? "none" }
+        XCTAssertEqual(first, ["Bearer from-configuration"], "the first request carries the configuration's header")
     }
 
     func testRedirectChain() async throws {

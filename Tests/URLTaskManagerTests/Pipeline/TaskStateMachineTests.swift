@@ -304,6 +304,39 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertTrue(m.isCompleted)
     }
 
+    func testInterimHeadsLeaveTheTaskWaitingForTheFinalOne() {
+        var m = Self.sending()
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(100), reactor: nil)), .none)
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(103), reactor: 0)), .none)
+        XCTAssertTrue(m.isAwaitingResponseHead, "a 1xx is not the answer")
+        XCTAssertEqual(Step(m.redirectReceived(tooMany: Boom())), .consultRedirect, "a redirect after a 1xx is still followed")
+        var reacting = Self.sending()
+        _ = reacting.transportReceived(response: Self.response(100), reactor: nil)
+        XCTAssertEqual(Step(reacting.transportReceived(response: Self.response(401), reactor: 0)), .none)
+        XCTAssertEqual(
+            Step(reacting.transportCompleted(error: nil, reactor: 0)), .react(reactor: 0, outcome: "response(401)", body: Data()))
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(200), reactor: nil)), .forwardResponse(status: 200))
+        XCTAssertFalse(Machine.isInterim(Self.response(101)), "101 switches protocols: final")
+    }
+
+    func testAWaitInsideThePipelineTimesOutButATransferDoesNot() {
+        let waiting: [(String, Machine)] = [
+            ("gated", Self.gatedAtReactor()), ("intercepting", Self.intercepting(1)), ("held", Self.held()),
+            ("awaitingConnection", Self.awaitingConnection()), ("reacting", Self.reacting()),
+        ]
+        for (name, machine) in waiting {
+            var m = machine
+            XCTAssertEqual(Step(m.waitTimedOut(URLError(.timedOut))), .fail(String(describing: URLError(.timedOut))), name)
+            XCTAssertTrue(m.isCompleted, name)
+            XCTAssertEqual(Step(m.waitTimedOut(URLError(.timedOut))), .none, "\(name): completes once")
+        }
+        for (name, machine) in [("sending", Self.sending()), ("receiving", Self.receiving()), ("collecting", Self.collecting())] {
+            var m = machine
+            XCTAssertEqual(Step(m.waitTimedOut(URLError(.timedOut))), .none, "\(name): the transport's own timeout applies")
+            XCTAssertFalse(m.isCompleted, name)
+        }
+    }
+
     // MARK: Reactions
 
     func testA401IsCollectedThenReactedToWithItsBody() {
