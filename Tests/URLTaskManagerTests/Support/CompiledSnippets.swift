@@ -8,12 +8,12 @@ enum CompiledSnippets {
     static let root = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    /// Blocks marked `// <marker> <name>: begin` ... `end` in the examples, the tests, and the
-    /// package that depends on this one (`Tests/Installation`, built by
+    /// Blocks marked `// <marker> <name>: begin` ... `end` in the examples, both test targets,
+    /// and the package that depends on this one (`Tests/Installation`, built by
     /// `scripts/check-installation.sh`).
     static func markedBlocks(marker: String) throws -> [(file: String, block: String)] {
         var found: [(String, String)] = []
-        for folder in ["Sources/Examples", "Tests/URLTaskManagerTests", "Tests/Installation"] {
+        for folder in ["Sources/Examples", "Tests/URLTaskManagerTests", "Tests/LoopbackServerTests", "Tests/Installation"] {
             let base = root.appendingPathComponent(folder)
             guard let files = FileManager.default.enumerator(atPath: base.path) else { continue }
             for case let file as String in files where file.hasSuffix(".swift") {
