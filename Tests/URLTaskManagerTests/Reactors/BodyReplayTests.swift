@@ -77,8 +77,16 @@ final class BodyReplayTests: XCTestCase {
     }
 
     func testAStreamThatCannotBeReadFailsTypedWithoutBeingSent() async throws {
+        #if canImport(FoundationNetworking)
+        let stream: InputStream = UnreadableStream()
+        #else
+        // On Apple platforms URLSession may schedule a body stream on a run loop, which a Swift
+        // subclass of InputStream is not made for: the stream of a missing file there.
+        let missing = FileManager.default.temporaryDirectory.appendingPathComponent("no-such-body-\(UUID().uuidString)")
+        let stream = try XCTUnwrap(InputStream(url: missing))
+        #endif
         let manager = manager()
-        let result = await Kit.fetch(manager.session, upload(UnreadableStream()))
+        let result = await Kit.fetch(manager.session, upload(stream))
         guard case .bodyNotReplayable? = result.taskError else { return XCTFail(result.label) }
         XCTAssertEqual(server.requestCount(path: "/upload"), 0)
     }
@@ -98,6 +106,7 @@ final class BodyReplayTests: XCTestCase {
     }
 }
 
+#if canImport(FoundationNetworking)
 /// A body stream whose reads fail with `EIO`, as a file that cannot be read does. A Swift
 /// subclass rather than `InputStream(url:)` of a missing file: the first failing CoreFoundation
 /// stream in a process makes corelibs look for Apple's CFNetwork, which Linux does not have,
@@ -121,3 +130,4 @@ private final class UnreadableStream: InputStream {
         return -1
     }
 }
+#endif
