@@ -6,9 +6,10 @@
 #   scripts/check-docs-in-browser.sh [--install-browser] SITE_DIR
 #
 # Serves SITE_DIR on 127.0.0.1 (python3 -m http.server on a free port), dumps the rendered DOM
-# of the landing page and of the "Getting started" article (chromium --headless --dump-dom,
-# with a virtual-time budget so the page's scripts run), and checks in each: the document
-# title and the page's <h1> set by the script, and a code listing with the expected code.
+# of each library's landing page, of URLTaskManager's "Getting started" and of LoopbackServer's
+# "Misbehaving servers" article (chromium --headless --dump-dom, with a virtual-time budget so
+# the page's scripts run), and checks in each: the document title and the page's <h1> set by
+# the script, and a code listing with the expected code.
 #
 # Without Chromium (chromium, chromium-browser or google-chrome on PATH, or $CHROMIUM) it
 # prints a SKIP line and exits 0. With --install-browser it first tries Debian's package
@@ -85,6 +86,8 @@ echo "serving $site at $base"
 pages=(
     "documentation/urltaskmanager/|URLTaskManager|caller ── any URLSession API"
     "documentation/urltaskmanager/gettingstarted|Getting started|import URLTaskManager"
+    "documentation/loopbackserver/|LoopbackServer|.product(name: \"LoopbackServer\""
+    "documentation/loopbackserver/misbehavingservers|Misbehaving servers and raw sockets|gate.open()"
 )
 failed=0
 for page in "${pages[@]}"; do
@@ -149,4 +152,4 @@ if [ "$failed" -ne 0 ]; then
     echo "docs browser check failed on $failed page(s)"
     exit 1
 fi
-echo "docs browser check: the landing page and the Getting started article rendered in Chromium"
+echo "docs browser check: ${#pages[@]} pages of both libraries rendered in Chromium"

@@ -82,6 +82,9 @@ actor TokenBox {
 struct RefreshOn401: URLTaskReactor {
     let tokens: TokenBox
     let refreshURL: URL
+    /// The refreshes go through a plain session of their own, made once with the reactor:
+    /// they must not wait behind the manager's gate.
+    let refreshSession = URLSession(configuration: .ephemeral)
 
     var configuration: URLTaskReactorConfiguration { .authentication }
 
@@ -92,8 +95,7 @@ struct RefreshOn401: URLTaskReactor {
     func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
         var request = URLRequest(url: refreshURL)
         request.httpMethod = "POST"
-        // The refresh goes through a plain session: it must not wait behind the manager's gate.
-        let (data, _) = try await URLSession(configuration: .ephemeral).data(for: request)
+        let (data, _) = try await refreshSession.data(for: request)
         await tokens.replace(with: String(decoding: data, as: UTF8.self))
     }
 }

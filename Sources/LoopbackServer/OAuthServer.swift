@@ -48,6 +48,8 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var unauthorizedDelay: Duration?
     private var requiredClient: (id: String, secret: String)?
 
+    /// Starts the demo API and its token endpoint on a new ``LoopbackServer`` on 127.0.0.1.
+    ///
     /// - Parameters:
     ///   - name: Prefixes every token, so two servers' tokens differ.
     ///   - access: The access token valid at start (`nil`: none is).

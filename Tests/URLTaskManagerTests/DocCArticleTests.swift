@@ -1,20 +1,32 @@
 import Foundation
 import XCTest
 
-/// The DocC articles' Swift listings are compiled, as the README's are: each one is (part of) a
-/// block of `Sources/Examples` or the tests marked `// README <name>: begin` ... `end` or
-/// `// DocC <name>: begin` ... `end`. This test fails when an article and the code drift apart.
+/// The DocC articles' Swift listings, in both catalogs, are compiled, as the README's are: each
+/// one is (part of) a block of `Sources/Examples` or the tests marked `// README <name>: begin`
+/// ... `end` or `// DocC <name>: begin` ... `end`. This test fails when an article and the code
+/// drift apart.
 final class DocCArticleTests: XCTestCase {
-    private let catalog = CompiledSnippets.root.appendingPathComponent("Sources/URLTaskManager/URLTaskManager.docc")
+    /// The package's DocC catalogs, one per library product.
+    private let catalogs = ["Sources/URLTaskManager/URLTaskManager.docc", "Sources/LoopbackServer/LoopbackServer.docc"]
 
-    /// Every Markdown file in the catalog, by its path inside the catalog.
+    /// Every Markdown file in the catalogs, by its path inside the package.
     private func articles() throws -> [(name: String, text: String)] {
-        guard let files = FileManager.default.enumerator(atPath: catalog.path) else { return [] }
         var found: [(String, String)] = []
-        for case let file as String in files where file.hasSuffix(".md") {
-            found.append((file, try String(contentsOf: catalog.appendingPathComponent(file), encoding: .utf8)))
+        for catalog in catalogs {
+            let folder = CompiledSnippets.root.appendingPathComponent(catalog)
+            guard let files = FileManager.default.enumerator(atPath: folder.path) else { continue }
+            for case let file as String in files where file.hasSuffix(".md") {
+                found.append(("\(catalog)/\(file)", try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)))
+            }
         }
         return found.sorted { $0.0 < $1.0 }
+    }
+
+    func testEachCatalogHasArticles() throws {
+        let names = try articles().map(\.name)
+        for catalog in catalogs {
+            XCTAssertGreaterThanOrEqual(names.filter { $0.hasPrefix(catalog + "/") }.count, 2, "\(catalog) was not found or is empty")
+        }
     }
 
     func testEverySwiftListingInTheArticlesIsCompiledCode() throws {

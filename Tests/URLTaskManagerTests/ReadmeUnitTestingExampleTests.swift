@@ -1,4 +1,4 @@
-// README unit testing: begin
+// DocC unit testing: begin
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -36,4 +36,4 @@ final class RequestIDInterceptorTests: XCTestCase {
         XCTAssertNil(task.request.httpBody, "the body lives on the task, not on its request")
     }
 }
-// README unit testing: end
+// DocC unit testing: end

@@ -77,8 +77,14 @@ final class BodyReplayTests: XCTestCase {
     }
 
     func testAStreamThatCannotBeReadFailsTypedWithoutBeingSent() async throws {
+        #if canImport(FoundationNetworking)
+        let stream: InputStream = UnreadableStream()
+        #else
+        // On Apple platforms URLSession may schedule a body stream on a run loop, which a Swift
+        // subclass of InputStream is not made for: the stream of a missing file there.
         let missing = FileManager.default.temporaryDirectory.appendingPathComponent("no-such-body-\(UUID().uuidString)")
         let stream = try XCTUnwrap(InputStream(url: missing))
+        #endif
         let manager = manager()
         let result = await Kit.fetch(manager.session, upload(stream))
         guard case .bodyNotReplayable? = result.taskError else { return XCTFail(result.label) }
@@ -99,3 +105,29 @@ final class BodyReplayTests: XCTestCase {
         XCTAssertEqual(sent.map(\.wasChunked), [false, true], "replayable: sent with a length; no reactors: streamed as given")
     }
 }
+
+#if canImport(FoundationNetworking)
+/// A body stream whose reads fail with `EIO`, as a file that cannot be read does. A Swift
+/// subclass rather than `InputStream(url:)` of a missing file: the first failing CoreFoundation
+/// stream in a process makes corelibs look for Apple's CFNetwork, which Linux does not have,
+/// and print three "CoreFoundation: failed to dynamically link symbol" lines; a subclass fails
+/// the same way for the pipeline without that noise in the test log.
+private final class UnreadableStream: InputStream {
+    private var status = Stream.Status.notOpen
+    private var failure: (any Error)?
+
+    init() { super.init(data: Data()) }
+
+    override func open() { status = .open }
+    override func close() { status = .closed }
+    override var streamStatus: Stream.Status { status }
+    override var streamError: (any Error)? { failure }
+    override var hasBytesAvailable: Bool { status == .open }
+
+    override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength length: Int) -> Int {
+        failure = POSIXError(.EIO)
+        status = .error
+        return -1
+    }
+}
+#endif

@@ -8,10 +8,12 @@ enum CompiledSnippets {
     static let root = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    /// Blocks marked `// <marker> <name>: begin` ... `end` in the examples and the tests.
+    /// Blocks marked `// <marker> <name>: begin` ... `end` in the examples, both test targets,
+    /// and the package that depends on this one (`Tests/Installation`, built by
+    /// `scripts/check-installation.sh`).
     static func markedBlocks(marker: String) throws -> [(file: String, block: String)] {
         var found: [(String, String)] = []
-        for folder in ["Sources/Examples", "Tests/URLTaskManagerTests"] {
+        for folder in ["Sources/Examples", "Tests/URLTaskManagerTests", "Tests/LoopbackServerTests", "Tests/Installation"] {
             let base = root.appendingPathComponent(folder)
             guard let files = FileManager.default.enumerator(atPath: base.path) else { continue }
             for case let file as String in files where file.hasSuffix(".swift") {
@@ -59,11 +61,13 @@ enum CompiledSnippets {
     }
 
     /// A document's block without its leading imports (and the `#if canImport` around them),
-    /// which a marked block inside a function cannot have.
+    /// which a marked block inside a function cannot have, and without a manifest's
+    /// `// swift-tools-version` line, which must be the first line of its file.
     static func droppingImports(_ block: String) -> String {
         var lines = block.split(separator: "\n", omittingEmptySubsequences: false)[...]
         while let first = lines.first?.trimmingCharacters(in: .whitespaces),
             first.isEmpty || first.hasPrefix("import ") || first.hasPrefix("#if canImport(") || first == "#endif"
+                || first.hasPrefix("// swift-tools-version:")
         {
             lines = lines.dropFirst()
         }

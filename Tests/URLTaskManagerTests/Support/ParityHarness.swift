@@ -302,10 +302,21 @@ func XCTAssertParity<T: Equatable>(
     ParityLog.record(scenario, plain: pair.plain, manager: pair.manager)
 }
 
-/// Prints one line per compared scenario, grep-able from the test log ("PARITY|").
+/// One line per compared scenario, grep-able from the test log ("PARITY|"), printed only when
+/// `URLTASKMANAGER_VERBOSE=1` is set: the assertions say whether plain and manager agree, and a
+/// default `swift test` run stays quiet.
 enum ParityLog {
+    /// Whether `URLTASKMANAGER_VERBOSE` is set to `1` (or `true`/`yes`) for this test process.
+    static let isVerbose = ["1", "true", "yes"].contains(ProcessInfo.processInfo.environment["URLTASKMANAGER_VERBOSE"]?.lowercased() ?? "")
+
     static func record<T>(_ scenario: String, plain: T, manager: T) {
-        print("PARITY| \(scenario) | \(summary(plain)) | \(summary(manager))")
+        guard isVerbose else { return }
+        print(line(scenario, plain: plain, manager: manager))
+    }
+
+    /// The line `record` prints.
+    static func line<T>(_ scenario: String, plain: T, manager: T) -> String {
+        "PARITY| \(scenario) | \(summary(plain)) | \(summary(manager))"
     }
 
     private static func summary<T>(_ value: T) -> String {

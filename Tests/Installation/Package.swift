@@ -1,0 +1,28 @@
+// swift-tools-version: 6.0
+// A package that depends on URLTaskManager as the README's Installation section says, built and
+// tested by scripts/check-installation.sh (which replaces the url dependency by a path to the
+// checkout under test). Not part of URLTaskManager's own package.
+// README installation manifest: begin
+import PackageDescription
+
+let package = Package(
+    name: "MyApp",
+    platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9)],
+    dependencies: [
+        .package(url: "https://github.com/OWNER/URLTaskManager.git", from: "0.2.0")
+    ],
+    targets: [
+        .executableTarget(
+            name: "MyApp",
+            dependencies: [.product(name: "URLTaskManager", package: "URLTaskManager")]
+        ),
+        .testTarget(
+            name: "MyAppTests",
+            dependencies: [
+                .product(name: "URLTaskManager", package: "URLTaskManager"),
+                .product(name: "LoopbackServer", package: "URLTaskManager"),
+            ]
+        ),
+    ]
+)
+// README installation manifest: end
