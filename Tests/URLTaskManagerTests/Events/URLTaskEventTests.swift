@@ -53,6 +53,25 @@ final class URLTaskEventTests: XCTestCase {
         }
     }
 
+    /// The documented pattern: a stream obtained before a task starts sees that task's
+    /// `created` and `completed`, every time (200 of 200), however late its reading task runs.
+    func testAStreamObtainedBeforeATaskSeesItsWholeLife() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("GET", "/hello") { _ in .text("hello") }
+        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["X-App": "1"])])
+        defer { manager.invalidateAndCancel() }
+        var complete = 0
+        for iteration in 1...200 {
+            let events = Collector(manager.events())
+            _ = try await manager.session.data(from: server.url("/hello?i=\(iteration)"))
+            try await events.waitForCompletions(1)
+            let names = Self.names(events.all)
+            if names.first == "created", names.last == "completed 200" { complete += 1 }
+        }
+        XCTAssertEqual(complete, 200, "tasks whose stream missed their created or completed event")
+    }
+
     func testAPlainRequestsEventsInOrderWithItsTimings() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
