@@ -43,9 +43,9 @@ public struct BearerInterceptor: URLTaskInterceptor {
     private func apply(_ current: (credential: OAuth2Credential, version: Int)?, to task: inout URLTask) -> InterceptCommand {
         guard let current else { return .execute }
         task.request.setValue("Bearer \(current.credential.accessToken)", forHTTPHeaderField: "Authorization")
-        var applied = task.values[AppliedCredentialVersions.self] ?? [:]
+        var applied = task.attemptValues[AppliedCredentialVersions.self] ?? [:]
         applied[ObjectIdentifier(authenticator)] = current.version
-        task.values[AppliedCredentialVersions.self] = applied
+        task.attemptValues[AppliedCredentialVersions.self] = applied
         return .execute
     }
 }

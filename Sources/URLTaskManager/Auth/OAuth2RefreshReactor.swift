@@ -63,7 +63,7 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
     /// The authenticator's credential version the ``BearerInterceptor`` applied to `task`: the
     /// one version the engine judges this reactor's requests by.
     public func credentialVersion(of task: URLTask) -> Int? {
-        task.values[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)]
+        task.attemptValues[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)]
     }
 
     /// The authenticator's credential version now: it changes on sign-in, sign-out and every

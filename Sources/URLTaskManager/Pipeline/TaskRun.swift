@@ -173,7 +173,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .reintercept:
             perform(
                 lock.withLock {
-                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
+                    task = task.startingOver(attempt: machine.attempt, request: base, body: body)
                     return machine.headersStale()
                 })
         case .fail:
@@ -264,7 +264,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             lock.withLock {
                 if task.attempt != machine.attempt {
                     // A requeue starts the interceptors again from the caller's request.
-                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
+                    task = task.startingOver(attempt: machine.attempt, request: base, body: body)
                 }
             }
             decideHeaders()
@@ -358,7 +358,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 base.httpBody = nil
                 base.httpBodyStream = nil
                 waiting.begin()
-                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
+                task = task.startingOver(attempt: machine.attempt, request: base, body: body)
             }
             decideHeaders()
         }

@@ -172,8 +172,8 @@ final class InterceptorChainTests: OKServerTestCase {
     struct Tracer: URLTaskInterceptor {
         let name: String
         func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
-            let trace = (task.values[Trace.self] ?? []) + [name]
-            task.values[Trace.self] = trace
+            let trace = (task.attemptValues[Trace.self] ?? []) + [name]
+            task.attemptValues[Trace.self] = trace
             task.request.setValue(trace.joined(separator: ","), forHTTPHeaderField: "X-Trace")
             return .execute
         }
