@@ -7,7 +7,7 @@ import Foundation
 /// requests are refused at once (they all wait for it), and requests that have not been sent
 /// yet wait too instead of going out with the token being replaced. On success every waiting
 /// request is sent again through the interceptors; on failure they all fail with
-/// ``URLTaskError/reactorFailed(reactor:underlying:)``, the authenticator's
+/// ``URLTaskError/Code-swift.struct/reactorFailed``, the authenticator's
 /// `onRefreshFailure` is called once for the failure episode, and 401s that arrive within its
 /// ``OAuth2Authenticator/refreshBackoff`` fail the same way without another token request.
 ///

@@ -12,7 +12,7 @@ import FoundationNetworking
 /// without its API key or token that quietly gets an answer. So every interceptor is run on a
 /// copy of the task, in order, and the request is let go only if each one answers `execute`
 /// and leaves the request and its body as they were. Anything else (a header added, a hold, a
-/// failure, a local answer) fails the task with ``URLTaskError/downloadNeedsPipeline(interceptor:reason:)``,
+/// failure, a local answer) fails the task with ``URLTaskError/Code-swift.struct/downloadNeedsPipeline``,
 /// before anything is sent. Nothing an interceptor does to the copy is sent.
 enum NativeDownloadCheck {
     /// `nil` when the request may go out as it is; otherwise the error to fail the task with.
@@ -30,7 +30,7 @@ enum NativeDownloadCheck {
                 outcome = .failure(error)
             }
             gate?.release()
-            observer?.intercepted(interceptor, outcome)
+            observer?.intercepted(pipeline.interceptorComponents[index], outcome)
             let reason: String
             switch outcome {
             case .success(.execute):
@@ -47,7 +47,7 @@ enum NativeDownloadCheck {
             case .success(.fail), .failure: reason = "it fails the request"
             case .success(.respond): reason = "it answers the request locally"
             }
-            return .downloadNeedsPipeline(interceptor: String(describing: type(of: interceptor)), reason: reason)
+            return .downloadNeedsPipeline(pipeline.interceptorComponents[index], reason: reason)
         }
         return nil
     }

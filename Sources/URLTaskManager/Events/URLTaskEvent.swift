@@ -48,7 +48,7 @@ public struct URLTaskEvent: Sendable, CustomStringConvertible {
         /// A download task made with the session's own download APIs, which on Linux cannot pass
         /// through the pipeline: every interceptor left its request as it was, and corelibs sends it
         /// itself (`true`; the pipeline sees nothing more of it, so no `completed` follows), or one
-        /// would have changed it and the task fails with ``URLTaskError/downloadNeedsPipeline(interceptor:reason:)``
+        /// would have changed it and the task fails with ``URLTaskError/Code-swift.struct/downloadNeedsPipeline``
         /// (`false`, then `completed`).
         case nativeDownload(sentUnchanged: Bool)
     }

@@ -12,7 +12,7 @@
 /// ```
 ///
 /// Every name and value is validated: a value containing CR or LF, or a name that is not an
-/// HTTP token, fails the task with ``URLTaskError/invalidHeader(name:reason:)`` instead of
+/// HTTP token, fails the task with ``URLTaskError/Code-swift.struct/invalidHeader`` instead of
 /// being sent.
 public struct HeaderInterceptor: URLTaskInterceptor {
     /// A header value: fixed, or computed for each task.

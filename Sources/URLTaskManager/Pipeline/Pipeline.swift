@@ -11,6 +11,8 @@ import FoundationNetworking
 /// may be released) is a ``PipelineLifecycleStateMachine``.
 final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`; the rest is immutable.
     let interceptors: [any URLTaskInterceptor]
+    /// Who each interceptor is in errors and events: its index, and its type's name.
+    let interceptorComponents: [URLTaskError.Component]
     let batches: [BatchStorage]
     /// One per interceptor that intercepts one task at a time, `nil` for the others.
     let serialGates: [SerialGate?]
@@ -33,7 +35,10 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         options: URLTaskManager.Options
     ) {
         self.interceptors = interceptors
-        let reactors = reactors.enumerated().map { ReactorStorage(index: $0.offset, reactor: $0.element) }
+        let reactors = zip(reactors, URLTaskError.Component.chain(reactors, kind: .reactor)).map {
+            ReactorStorage(reactor: $0, component: $1)
+        }
+        self.interceptorComponents = URLTaskError.Component.chain(interceptors, kind: .interceptor)
         self.reactors = reactors
         self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
         self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }

@@ -78,7 +78,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             interceptorCount: pipeline.interceptors.count,
             reactors: pipeline.reactors.map {
                 TaskStateMachine.ReactorTraits(
-                    name: $0.name, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue)
+                    component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue
+                )
             }
         )
     }
@@ -115,7 +116,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     func batchReleased(index: Int) {
-        observer?.released(by: pipeline.interceptors[index])
+        observer?.released(by: pipeline.interceptorComponents[index])
         perform(
             lock.withLock {
                 if hold?.index == index { hold = nil }  // no longer subject to maximumHoldTime
@@ -276,7 +277,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 hold = (index, holdGeneration)
                 return (holdGeneration, decidedUnderFlushes)
             }
-            observer?.held(by: pipeline.interceptors[index])
+            observer?.held(by: pipeline.interceptorComponents[index])
             waitBegins()
             pipeline.batches[index].hold(self, maximumWait: maximumWait, flushesSeen: flushes)
             // A cancel that raced with the hold found nothing to leave.
@@ -310,7 +311,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             if !data.isEmpty { sink.receive(data: data) }
             sink.finish()
             pipeline.taskEnded(self)
-        case .fail(let error):
+        case .fail(let failure):
+            // The manager's own errors name the request they happened to.
+            let error = lock.withLock { (failure as? URLTaskError)?.about(task.request, attempt: task.attempt) } ?? failure
             observer?.completed(error: error)
             sink.fail(error)
             pipeline.taskEnded(self)
@@ -434,29 +437,29 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// Interceptor `index` returned `outcome` for `snapshot`, deciding under `flushes` of its batch.
     private func interceptorDecided(_ index: Int, _ outcome: Result<InterceptCommand, any Error>, snapshot: URLTask, flushes: Int) {
-        observer?.intercepted(pipeline.interceptors[index], outcome)
-        let name = String(describing: type(of: pipeline.interceptors[index]))
+        observer?.intercepted(pipeline.interceptorComponents[index], outcome)
+        let interceptor = pipeline.interceptorComponents[index]
         perform(
             lock.withLock {
                 switch outcome {
                 case .success(let command):
                     task = snapshot
                     decidedUnderFlushes = flushes
-                    return machine.interceptorReturned(index: index, command: command, interceptorName: name)
+                    return machine.interceptorReturned(index: index, command: command, interceptor: interceptor)
                 case .failure(let error):
-                    return machine.interceptorThrew(index: index, error: error, interceptorName: name)
+                    return machine.interceptorThrew(index: index, error: error, interceptor: interceptor)
                 }
             })
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
         let limit = pipeline.options.maximumHoldTime
-        let interceptor = String(describing: type(of: pipeline.interceptors[index]))
+        let interceptor = pipeline.interceptorComponents[index]
         DispatchQueue.global().asyncAfter(deadline: .now() + limit.dispatchInterval) { [weak self] in
             guard let self else { return }
             let stillHeld = self.lock.withLock { self.hold.map { $0 == (index, generation) } ?? false }
             guard stillHeld else { return }
-            self.failUnsent(URLTaskError.holdTimedOut(interceptor: interceptor, after: limit))
+            self.failUnsent(URLTaskError.holdTimedOut(interceptor, after: limit))
         }
     }
 

@@ -125,15 +125,15 @@ struct TaskStateMachine {
 
     /// What the task state machine needs to know of one reactor.
     struct ReactorTraits {
-        /// For errors.
-        var name: String
+        /// Who it is, for errors.
+        var component: URLTaskError.Component
         /// How often one task may trigger it.
         var maximumReactions: Int
         /// Whether it gives the caller the response it reacted to (it does not requeue).
         var delivers: Bool
 
-        init(name: String, maximumReactions: Int, delivers: Bool = false) {
-            self.name = name
+        init(component: URLTaskError.Component, maximumReactions: Int, delivers: Bool = false) {
+            self.component = component
             self.maximumReactions = maximumReactions
             self.delivers = delivers
         }
@@ -204,7 +204,7 @@ struct TaskStateMachine {
         return advance(to: 0)
     }
 
-    mutating func interceptorReturned(index: Int, command: InterceptCommand, interceptorName: String) -> Action {
+    mutating func interceptorReturned(index: Int, command: InterceptCommand, interceptor: URLTaskError.Component) -> Action {
         guard case .intercepting(let current) = state, current == index else { return .none }
         switch command {
         case .execute:
@@ -218,18 +218,18 @@ struct TaskStateMachine {
             return .releaseBatch(index: index)
         case .fail(let error):
             state = .completed
-            return .fail(URLTaskError.interceptorFailed(interceptor: interceptorName, underlying: error))
+            return .fail(URLTaskError.interceptorFailed(interceptor, underlying: error))
         case .respond(let response, let body):
             state = .completed
             return .respond(response, body)
         }
     }
 
-    mutating func interceptorThrew(index: Int, error: any Error, interceptorName: String) -> Action {
+    mutating func interceptorThrew(index: Int, error: any Error, interceptor: URLTaskError.Component) -> Action {
         guard case .intercepting(let current) = state, current == index else { return .none }
         state = .completed
         if let error = error as? URLTaskError { return .fail(error) }
-        return .fail(URLTaskError.interceptorFailed(interceptor: interceptorName, underlying: error))
+        return .fail(URLTaskError.interceptorFailed(interceptor, underlying: error))
     }
 
     /// The batch of interceptor `index` was released.
@@ -488,7 +488,7 @@ struct TaskStateMachine {
         reactions[reactor] += 1
         if reactions[reactor] > reactors[reactor].maximumReactions {
             state = .completed
-            return .fail(URLTaskError.tooManyAttempts(reactor: reactors[reactor].name, attempts: attempt))
+            return .fail(URLTaskError.tooManyAttempts(reactors[reactor].component, attempts: attempt))
         }
         state = .reacting(reactor: reactor, outcome: outcome, body: body)
         return .react(reactor: reactor, outcome: outcome, body: body)

@@ -37,7 +37,9 @@ final class InterceptorChainTests: OKServerTestCase {
         }
 
         for path in ["/boom", "/fail"] {
-            guard case .interceptorFailed(let interceptor, let underlying)? = results[path]?.taskError else {
+            guard let failure = results[path]?.taskError, failure.code == .interceptorFailed, let interceptor = failure.component?.name,
+                let underlying = failure.underlying
+            else {
                 XCTFail("\(path): expected URLTaskError.interceptorFailed, got \(String(describing: results[path]))")
                 continue
             }
@@ -97,7 +99,7 @@ final class InterceptorChainTests: OKServerTestCase {
         defer { manager.invalidateAndCancel() }
 
         let result = await fetched(manager.session, URLRequest(url: server.url("/fail")))
-        guard case .interceptorFailed(let interceptor, _)? = result.taskError else {
+        guard let failure = result.taskError, failure.code == .interceptorFailed, let interceptor = failure.component?.name else {
             return XCTFail("expected URLTaskError.interceptorFailed, got \(result)")
         }
         XCTAssertEqual(interceptor, "Exploding")
@@ -121,7 +123,9 @@ final class InterceptorChainTests: OKServerTestCase {
         manager.flush()
         let results = Dictionary(uniqueKeysWithValues: try await outcomes.wait(count: 3).map { ($0.path, $0.result) })
         for path in ["/fail", "/boom"] {
-            guard case .interceptorFailed(let interceptor, let underlying)? = results[path]?.taskError else {
+            guard let failure = results[path]?.taskError, failure.code == .interceptorFailed, let interceptor = failure.component?.name,
+                let underlying = failure.underlying
+            else {
                 XCTFail("\(path): expected the later interceptor's failure, got \(String(describing: results[path]))")
                 continue
             }
