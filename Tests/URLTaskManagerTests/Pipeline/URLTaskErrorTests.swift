@@ -23,7 +23,8 @@ final class URLTaskErrorTests: XCTestCase {
         request.httpMethod = "POST"
         let error = URLTaskError.reactorFailed(
             .init(kind: .reactor, index: 1, name: "OAuth2RefreshReactor#1"),
-            underlying: URLError(.cannotConnectToHost, userInfo: [NSURLErrorFailingURLErrorKey: URL(string: "https://auth.example.com/token?code=s3cr3t")!])
+            underlying: URLError(
+                .cannotConnectToHost, userInfo: [NSURLErrorFailingURLErrorKey: URL(string: "https://auth.example.com/token?code=s3cr3t")!])
         ).about(request, attempt: 2)
         switch error.code {
         case .reactorFailed: break
