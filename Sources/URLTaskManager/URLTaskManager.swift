@@ -101,7 +101,8 @@ public final class URLTaskManager: Sendable {
 
     /// The number of tasks the interceptor at `index` holds right now.
     public func heldTaskCount(interceptorAt index: Int) -> Int {
-        pipeline.batches[index].count
+        precondition(pipeline.interceptors.indices.contains(index), "No interceptor at index \(index)")
+        return pipeline.batches[index].count
     }
 
     /// Cancels every task and releases both sessions: the same as

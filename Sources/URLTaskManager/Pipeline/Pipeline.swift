@@ -153,7 +153,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         switch action {
         case .none: return
         case .finish: transport.session.finishTasksAndInvalidate()
-        case .cancel:
+        case .abandon:
             // Not `invalidateAndCancel()`, and no inner task is cancelled (see
             // `abandonsTransfers`): cancelling dozens of transfers at once, some of them ending
             // on their own at that moment, crashed corelibs in 2 to 6 of 40 stress runs (a

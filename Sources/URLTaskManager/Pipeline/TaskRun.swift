@@ -501,10 +501,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
     static func host(of request: URLRequest) -> String {
-        guard let url = request.url else { return "" }
-        let scheme = url.scheme?.lowercased() ?? ""
-        let port = url.port ?? (scheme == "https" ? 443 : scheme == "http" ? 80 : 0)
-        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
+        guard let origin = request.url.flatMap(OAuth2Origin.init) else { return "" }
+        return "\(origin.scheme)://\(origin.host):\(origin.port ?? 0)"
     }
 
     /// Bounds a wait for a connection slot by the request's timeout, as URLSession's own queue
