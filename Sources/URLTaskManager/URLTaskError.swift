@@ -167,6 +167,11 @@ public struct URLTaskError: Error, Sendable {
         self.request = request
     }
 
+    /// The user-info key under which a `URLError` an interceptor failed a task with names that
+    /// interceptor: such an error reaches the caller as itself, not wrapped, so that code
+    /// written for `URLSession` (`catch let error as URLError`) keeps working.
+    public static let componentUserInfoKey = "URLTaskManagerComponent"
+
     // MARK: The errors the manager makes
 
     static func interceptorFailed(_ interceptor: Component, underlying: any Error) -> URLTaskError {
@@ -255,11 +260,7 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
     /// An underlying error as a reader wants it: a `URLError` by its code and meaning (its
     /// bridged description is often "(null)"), anything else as it describes itself.
     static func describe(_ error: any Error) -> String {
-        if let urlError = error as? URLError {
-            let url = URLTaskEvent.redacted(urlError.failingURL).map { " at \($0.absoluteString)" } ?? ""
-            return "URLError \(urlError.code.rawValue) (\(urlError.code.meaning))\(url)"
-        }
-        return String(describing: error)
+        error is URLError ? URLTaskEvent.Kind.describe(error) : String(describing: error)
     }
 }
 

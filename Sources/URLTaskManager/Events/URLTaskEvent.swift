@@ -116,11 +116,27 @@ extension URLTaskEvent.Kind: CustomStringConvertible {
         case .nativeDownload(let sentUnchanged):
             return sentUnchanged ? "download sent by URLSession itself, unchanged" : "download refused: use manager.download(for:)"
         case .completed(let completion):
-            let outcome = completion.status.map { "\($0)" } ?? "error \(completion.error.map { String(describing: type(of: $0)) } ?? "-")"
+            let outcome = completion.status.map { "\($0)" } ?? "error \(completion.error.map(Self.describe) ?? "-")"
             let ms: (Duration) -> String = { $0.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))) }
             return
                 "completed \(outcome) in \(ms(completion.phases.total)) (\(completion.attempts) attempt(s), \(completion.bytesSent.map(String.init) ?? "?") B sent, \(completion.bytesReceived) B received; before sending \(ms(completion.phases.beforeFirstSend)), transfer \(ms(completion.phases.transfer)), reacting \(ms(completion.phases.reacting)))"
         }
+    }
+}
+
+extension URLTaskEvent.Kind {
+    /// An error as the `completed` line shows it: a `URLError` by code and meaning, a
+    /// ``URLTaskError`` by code and component, anything else by its type (an app's own error
+    /// may hold anything, and events never carry a secret).
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? URLTaskError {
+            return "URLTaskError \(error.code)" + (error.component.map { " (\($0.name))" } ?? "")
+        }
+        if let error = error as? URLError {
+            let url = URLTaskEvent.redacted(error.failingURL).map { " at \($0.absoluteString)" } ?? ""
+            return "URLError \(error.code.rawValue) (\(error.code.meaning))\(url)"
+        }
+        return String(describing: type(of: error))
     }
 }
 

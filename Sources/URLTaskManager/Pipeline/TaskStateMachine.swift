@@ -218,7 +218,7 @@ struct TaskStateMachine {
             return .releaseBatch(index: index)
         case .fail(let error):
             state = .completed
-            return .fail(URLTaskError.interceptorFailed(interceptor, underlying: error))
+            return .fail(Self.interceptorFailure(error, by: interceptor))
         case .respond(let response, let body):
             state = .completed
             return .respond(response, body)
@@ -229,7 +229,18 @@ struct TaskStateMachine {
         guard case .intercepting(let current) = state, current == index else { return .none }
         state = .completed
         if let error = error as? URLTaskError { return .fail(error) }
-        return .fail(URLTaskError.interceptorFailed(interceptor, underlying: error))
+        return .fail(Self.interceptorFailure(error, by: interceptor))
+    }
+
+    /// What the caller gets when `interceptor` fails its task with `error`: a `URLError` as
+    /// itself (an offline check's `.notConnectedToInternet` must reach `catch let error as
+    /// URLError` as a plain session's would), naming the interceptor in its user info
+    /// (``URLTaskError/componentUserInfoKey``); anything else wrapped in a ``URLTaskError``.
+    static func interceptorFailure(_ error: any Error, by interceptor: URLTaskError.Component) -> any Error {
+        guard let urlError = error as? URLError else { return URLTaskError.interceptorFailed(interceptor, underlying: error) }
+        var info = urlError.userInfo
+        info[URLTaskError.componentUserInfoKey] = interceptor.name
+        return URLError(urlError.code, userInfo: info)
     }
 
     /// The batch of interceptor `index` was released.

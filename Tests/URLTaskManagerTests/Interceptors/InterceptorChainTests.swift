@@ -191,4 +191,32 @@ final class InterceptorChainTests: OKServerTestCase {
         XCTAssertEqual(result.status, 200)
         XCTAssertEqual(server.requests.first?.headers["X-Trace"], "a,b,c")
     }
+
+    /// Fails every task as a plain session would when offline.
+    struct OfflineCheck: URLTaskInterceptor {
+        func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+            .fail(URLError(.notConnectedToInternet, userInfo: [NSURLErrorFailingURLErrorKey: task.request.url as Any]))
+        }
+    }
+
+    /// A `URLError` an interceptor fails a task with reaches the caller as itself, so that the
+    /// `catch let error as URLError` every URLSession user has still catches it; its user info
+    /// names the interceptor. The `completed` event says the code and what it means.
+    func testAURLErrorFromAnInterceptorReachesTheCallerAsItself() async throws {
+        let manager = URLTaskManager(interceptors: [OfflineCheck()])
+        defer { manager.invalidateAndCancel() }
+        let events = URLTaskEventTests.Collector(manager.events())
+        do {
+            _ = try await manager.session.data(from: server.url("/ok1?key=s3cr3t"))
+            XCTFail("the offline check let the request go")
+        } catch let error as URLError {
+            XCTAssertEqual(error.code, .notConnectedToInternet)
+            XCTAssertEqual(error.userInfo[URLTaskError.componentUserInfoKey] as? String, "OfflineCheck")
+        }
+        XCTAssertEqual(server.requests.count, 0)
+        try await events.waitForCompletions(1)
+        let completed = events.all.last.map { "\($0.kind)" } ?? ""
+        XCTAssertTrue(completed.contains("error URLError -1009 (not connected to the internet) at http://127.0.0.1:"), completed)
+        XCTAssertFalse(completed.contains("s3cr3t"), completed)
+    }
 }
