@@ -56,7 +56,9 @@ final class RoutingTests: XCTestCase {
     /// as absolute-form.
     func testAQueryHoldingAURLIsNotAnAbsoluteFormTarget() throws {
         server.route("/authorize") { request in .text(request.query ?? "none") }
-        XCTAssertEqual(try body("GET", "/authorize?redirect_uri=http://127.0.0.1:1/callback&state=s"), "redirect_uri=http://127.0.0.1:1/callback&state=s")
+        XCTAssertEqual(
+            try body("GET", "/authorize?redirect_uri=http://127.0.0.1:1/callback&state=s"),
+            "redirect_uri=http://127.0.0.1:1/callback&state=s")
     }
 
     func testHTTPFields() {

@@ -78,7 +78,8 @@ public struct OAuth2AuthorizationCodeFlow: Sendable {
         var parts = URLComponents(url: authorizationEndpoint, resolvingAgainstBaseURL: false) ?? URLComponents()
         let existing = parts.percentEncodedQuery.map { $0 + "&" } ?? ""
         parts.percentEncodedQuery = existing + OAuth2TokenEndpoint.formEncoded(fields)
-        return OAuth2AuthorizationRequest(url: parts.url ?? authorizationEndpoint, state: state, codeVerifier: verifier, redirectURI: redirectURI)
+        return OAuth2AuthorizationRequest(
+            url: parts.url ?? authorizationEndpoint, state: state, codeVerifier: verifier, redirectURI: redirectURI)
     }
 
     /// The authorization code in `callback`, once it is known to answer `request`.

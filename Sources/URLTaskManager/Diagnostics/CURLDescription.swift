@@ -53,7 +53,9 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
         public static let defaultMaximumBodySize = 4096
 
         /// The defaults, plus the header and query item names of your own secrets.
-        public init(redactingHeaders: Set<String> = [], redactingQueryItems: Set<String> = [], maximumBodySize: Int = defaultMaximumBodySize) {
+        public init(
+            redactingHeaders: Set<String> = [], redactingQueryItems: Set<String> = [], maximumBodySize: Int = defaultMaximumBodySize
+        ) {
             redactedHeaders = Self.defaultRedactedHeaders.union(redactingHeaders)
             redactedQueryItems = Self.defaultRedactedQueryItems.union(redactingQueryItems)
             self.maximumBodySize = maximumBodySize
@@ -103,7 +105,8 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
             parts.append("# body not shown: a stream")
         case .data(let data):
             if let text = shownText(data, maximum: options.maximumBodySize) {
-                let isForm = request.value(forHTTPHeaderField: "Content-Type")?.lowercased().hasPrefix("application/x-www-form-urlencoded") ?? false
+                let isForm =
+                    request.value(forHTTPHeaderField: "Content-Type")?.lowercased().hasPrefix("application/x-www-form-urlencoded") ?? false
                 parts.append("--data-binary \(quoted(isForm ? redactedForm(text, items: redactedItems) : text))")
             } else {
                 parts.append("# body not shown: \(data.count) bytes")

@@ -132,7 +132,9 @@ public struct TraceContext: Sendable, Hashable, CustomStringConvertible {
     }
 
     private static func isHex(_ characters: [UInt8]) -> Bool {
-        characters.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+        characters.allSatisfy {
+            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0)
+        }
     }
 
     /// `tracestate` if it is a valid list (W3C Trace Context §3.3): at most 32 members of

@@ -160,8 +160,14 @@ final class FileCredentialStoreTests: XCTestCase {
         XCTAssertEqual(stored?.accessToken, "a-access-1")
 
         // The next launch.
-        let auth = OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint, store: FileCredentialStore(url: url))
-        let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        // DocC file-store: begin
+        let auth = OAuth2Authenticator(
+            origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint,
+            store: FileCredentialStore(url: url)  // 0600, replaced atomically, a typed error if corrupt
+        )
+        // DocC file-store: end
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
         defer { manager.invalidateAndCancel() }
         let (_, response) = try await manager.session.data(from: oauth.apiURL("/me"))
         XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)

@@ -37,11 +37,14 @@ final class OAuth2AuthorizationCodeTests: XCTestCase {
     }
 
     func testTheChallengeIsS256OfTheVerifierAsInRFC7636AppendixB() {
-        XCTAssertEqual(RandomBytes.hex(SHA256Digest.hash(Array("abc".utf8))), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        XCTAssertEqual(
+            RandomBytes.hex(SHA256Digest.hash(Array("abc".utf8))), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
         XCTAssertEqual(
             RandomBytes.hex(SHA256Digest.hash(Array(repeating: UInt8(ascii: "a"), count: 1_000))),
             "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3")
-        XCTAssertEqual(OAuth2AuthorizationRequest.challenge(for: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM")
+        XCTAssertEqual(
+            OAuth2AuthorizationRequest.challenge(for: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM")
     }
 
     func testTheAuthorizationURLCarriesEveryParameterAndEachAttemptIsFresh() throws {
@@ -68,10 +71,17 @@ final class OAuth2AuthorizationCodeTests: XCTestCase {
     func testSigningInEndToEndStoresTheCredentialAndTheAPIAcceptsIt() async throws {
         let store = InMemoryCredentialStore()
         let auth = OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint, store: store)
-        let attempt = flow.start()
 
-        let callback = try await browse(attempt.url)
-        try await flow.signIn(auth, callback: callback, for: attempt)
+        // DocC authorization-code: begin
+        let flow = OAuth2AuthorizationCodeFlow(
+            authorizationEndpoint: oauth.authorizeURL,
+            tokenEndpoint: OAuth2TokenEndpoint(url: oauth.tokenURL, clientID: "tests"),  // a public client: no secret
+            redirectURI: oauth.server.url("/callback"),  // a loopback redirect (RFC 8252); or com.example.app:/callback
+            scope: "profile email")
+        let attempt = flow.start()  // a fresh state and code verifier
+        let callback = try await browse(attempt.url)  // the browser signs in and lands on the redirect URI
+        try await flow.signIn(auth, callback: callback, for: attempt)  // state checked, code exchanged, credential stored
+        // DocC authorization-code: end
 
         let stored = try await store.load()
         XCTAssertEqual(stored?.accessToken, "a-access-1")
@@ -83,8 +93,10 @@ final class OAuth2AuthorizationCodeTests: XCTestCase {
                 "grant_type": "authorization_code", "code": "a-code-1", "redirect_uri": oauth.server.url("/callback").absoluteString,
                 "code_verifier": attempt.codeVerifier, "client_id": "tests",
             ])
-        let session = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
-            .session
+        let session = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)]
+        )
+        .session
         defer { session.invalidateAndCancel() }
         let (_, response) = try await session.data(from: oauth.apiURL("/me"))
         XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)
@@ -152,7 +164,8 @@ final class OAuth2AuthorizationCodeTests: XCTestCase {
             XCTAssertEqual(error as? OAuth2AuthorizationError, .redirectMismatch)
         }
         do {
-            try await flow.signIn(OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint), callback: callback, for: attempt)
+            try await flow.signIn(
+                OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint), callback: callback, for: attempt)
             XCTFail("signed in with another attempt's callback")
         } catch let error as OAuth2AuthorizationError {
             XCTAssertEqual(error, .stateMismatch)
@@ -189,7 +202,8 @@ final class OAuth2AuthorizationCodeTests: XCTestCase {
         var parts = URLComponents(url: oauth.authorizeURL, resolvingAgainstBaseURL: false)!
         parts.queryItems = [
             URLQueryItem(name: "response_type", value: "code"), URLQueryItem(name: "client_id", value: "tests"),
-            URLQueryItem(name: "redirect_uri", value: oauth.server.url("/callback").absoluteString), URLQueryItem(name: "state", value: "s"),
+            URLQueryItem(name: "redirect_uri", value: oauth.server.url("/callback").absoluteString),
+            URLQueryItem(name: "state", value: "s"),
         ]
         let callback = try await browse(parts.url!)
         let fields = OAuth2AuthorizationCodeFlow.queryFields(of: callback)

@@ -146,7 +146,8 @@ final class CURLDescriptionTests: XCTestCase {
             guard case .annotated("curl", let value) = event.kind else { return nil }
             return value
         }
-        let expected = "curl -X 'POST' '\(server.url("/orders").absoluteString)' -H 'Authorization: Bearer REDACTED' --data-binary '{\"n\":1}'"
+        let expected =
+            "curl -X 'POST' '\(server.url("/orders").absoluteString)' -H 'Authorization: Bearer REDACTED' --data-binary '{\"n\":1}'"
         XCTAssertEqual(commands, [expected, expected], "one command per attempt")
         XCTAssertFalse(collector.all.map(\.description).joined().contains("tok-55"))
         // In order: the annotation comes before the send it describes.

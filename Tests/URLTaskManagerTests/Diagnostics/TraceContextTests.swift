@@ -36,7 +36,8 @@ final class TraceContextTests: XCTestCase {
         ]
         for value in invalid { XCTAssertNil(TraceContext(traceparent: value), value) }
         // A later version is read by its first four fields.
-        XCTAssertEqual(TraceContext(traceparent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future")?.spanID, "00f067aa0ba902b7")
+        XCTAssertEqual(
+            TraceContext(traceparent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future")?.spanID, "00f067aa0ba902b7")
         // Only the sampled flag is kept at version 00.
         XCTAssertEqual(TraceContext(traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff")?.flags, 0x01)
 
