@@ -12,7 +12,7 @@ import Security
 /// let store = KeychainCredentialStore(service: "com.example.app.oauth", account: "api", accessibility: .afterFirstUnlock)
 /// ```
 ///
-/// Choose ``Accessibility-swift.enum/afterFirstUnlock`` (or its this-device-only form) when a
+/// Choose ``Accessibility/afterFirstUnlock`` (or its this-device-only form) when a
 /// request may run while the device is locked, such as a background fetch: a refresh then
 /// has to save the rotated refresh token, which `whenUnlocked` refuses until the user unlocks.
 public struct KeychainCredentialStore: CredentialStore {

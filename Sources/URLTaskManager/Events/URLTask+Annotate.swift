@@ -46,6 +46,8 @@ final class TaskObserverDirectory: @unchecked Sendable {  // `observers` is guar
         lock.withLock { observers[id]?.observer }
     }
 
-    /// How many observers are registered: for tests that check nothing is left behind.
-    var count: Int { lock.withLock { observers.count } }
+    /// Whether `id` still has an entry: for tests that check nothing is left behind.
+    func hasEntry(for id: URLTask.ID) -> Bool {
+        lock.withLock { observers[id] != nil }
+    }
 }

@@ -187,4 +187,38 @@ final class TraceContextTests: XCTestCase {
         XCTAssertFalse(sent.parent.isSampled)
         XCTAssertNil(sent.state)
     }
+
+    /// 200 tasks at once, observed: each gets exactly one `traceparent` event, its own trace, the
+    /// same value the server saw; and no task leaves an entry behind in the observer directory.
+    func testManyConcurrentTasksEachGetTheirOwnTraceInTheirOwnEventsAndLeaveNothingBehind() async throws {
+        let server = try tracingServer()
+        defer { server.shutdown() }
+        let manager = URLTaskManager(interceptors: [TraceContextInterceptor()])
+        defer { manager.invalidateAndCancel() }
+        let collector = URLTaskEventTests.Collector(manager.events(bufferingNewest: 10_000))  // none lost: 5 events a task
+        let session = manager.session
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for n in 0..<200 {
+                group.addTask { _ = try await session.data(from: server.url("/many/\(n)")) }
+            }
+            try await group.waitForAll()
+        }
+        try await collector.waitForCompletions(200)
+
+        var byTask: [URLTask.ID: [String]] = [:]
+        for event in collector.all {
+            if case .annotated("traceparent", let value) = event.kind { byTask[event.task, default: []].append(value) }
+        }
+        XCTAssertEqual(byTask.count, 200)
+        XCTAssertTrue(byTask.values.allSatisfy { $0.count == 1 })
+        let annotated = Set(byTask.values.flatMap { $0 })
+        let received = Set(server.requests.compactMap { $0.headers["traceparent"] })
+        XCTAssertEqual(annotated, received)
+        XCTAssertEqual(Set(annotated.compactMap { TraceContext(traceparent: $0)?.traceID }).count, 200)
+        let ids = Array(byTask.keys)
+        try await waitUntil("every observer left the directory") {
+            ids.allSatisfy { !TaskObserverDirectory.shared.hasEntry(for: $0) }
+        }
+    }
 }
