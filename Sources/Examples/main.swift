@@ -16,6 +16,8 @@ let scenarios: [Scenario] = [
     .signedBody,
     .gzipUpload,
     .events,
+    .curl,
+    .traceContext,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

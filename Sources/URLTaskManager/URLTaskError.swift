@@ -84,7 +84,9 @@ public struct URLTaskError: Error, Sendable {
     public struct Component: Hashable, Sendable, CustomStringConvertible {
         /// Which chain it belongs to.
         public enum Kind: Hashable, Sendable {
+            /// One of the manager's interceptors.
             case interceptor
+            /// One of the manager's reactors.
             case reactor
         }
 

@@ -37,7 +37,17 @@ final class TaskObserver: @unchecked Sendable {
     init(id: URLTask.ID, request: URLRequest, hub: EventHub) {
         self.id = id
         self.hub = hub
+        TaskObserverDirectory.shared.register(self, for: id)
         emit(.created(method: request.httpMethod ?? "GET", url: URLTaskEvent.redacted(request.url)))
+    }
+
+    deinit {
+        TaskObserverDirectory.shared.remove(id)
+    }
+
+    /// An interceptor or reactor annotated the task (``URLTask/annotate(_:_:)``).
+    func annotated(name: String, value: String) {
+        emit(.annotated(name: name, value: value))
     }
 
     func intercepted(_ interceptor: URLTaskError.Component, _ outcome: Result<InterceptCommand, any Error>) {

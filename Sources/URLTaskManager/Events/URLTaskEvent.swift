@@ -9,7 +9,8 @@ import FoundationNetworking
 /// order, from `created` to `completed`, exactly once each where they apply; they tell what
 /// corelibs' `URLSessionTaskMetrics` never delivers on Linux (time to first byte, time spent in
 /// each phase). Events carry no secret: no header value, no body, and URLs without their
-/// query or user info.
+/// query or user info. The one exception is what your own code adds with
+/// ``URLTask/annotate(_:_:)`` (``Kind/annotated(name:value:)``).
 public struct URLTaskEvent: Sendable, CustomStringConvertible {
     /// The task it happened to (stable across attempts: ``URLTask/id``).
     public let task: URLTask.ID
@@ -51,6 +52,9 @@ public struct URLTaskEvent: Sendable, CustomStringConvertible {
         /// would have changed it and the task fails with ``URLTaskError/Code-swift.struct/downloadNeedsPipeline``
         /// (`false`, then `completed`).
         case nativeDownload(sentUnchanged: Bool)
+        /// An interceptor or reactor added a fact about the task with ``URLTask/annotate(_:_:)``:
+        /// a trace id, a `curl` command. Its value is what that code put there.
+        case annotated(name: String, value: String)
     }
 
     /// What a task waits for before it is sent.
@@ -113,6 +117,7 @@ extension URLTaskEvent.Kind: CustomStringConvertible {
         case .reacted(let reactor, let run): return "\(reactor) reacts" + (run.map { " (run \($0))" } ?? "")
         case .requeued(let attempt): return "requeued as attempt \(attempt)"
         case .redirected(let status, let url): return "\(status) redirect to \(url?.absoluteString ?? "-")"
+        case .annotated(let name, let value): return "\(name): \(value)"
         case .nativeDownload(let sentUnchanged):
             return sentUnchanged ? "download sent by URLSession itself, unchanged" : "download refused: use manager.download(for:)"
         case .completed(let completion):

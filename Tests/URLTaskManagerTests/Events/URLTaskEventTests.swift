@@ -49,6 +49,7 @@ final class URLTaskEventTests: XCTestCase {
             case .redirected(let status, _): return "redirect \(status)"
             case .completed(let completion): return "completed \(completion.status.map(String.init) ?? "error")"
             case .nativeDownload(let sentUnchanged): return "native download \(sentUnchanged)"
+            case .annotated(let name, _): return "annotated \(name)"
             }
         }
     }
