@@ -17,6 +17,8 @@ let scenarios: [Scenario] = [
     .gzipUpload,
     .events,
     .curl,
+    .perRequest,
+    .validation,
     .traceContext,
 ]
 

@@ -28,7 +28,7 @@ public struct URLTaskError: Error, Sendable {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case interceptorFailed, invalidHeader, holdTimedOut, reactorFailed, reactorTimedOut, tooManyAttempts, reactionLoop
-            case bodyNotReplayable, uploadBodyUnavailable, managerInvalidated, downloadNeedsPipeline
+            case bodyNotReplayable, uploadBodyUnavailable, managerInvalidated, downloadNeedsPipeline, responseRejected
         }
 
         private let base: Base
@@ -75,6 +75,10 @@ public struct URLTaskError: Error, Sendable {
         /// token, no API key) would fail quietly; so it fails before anything is sent. Use
         /// ``URLTaskManager/download(for:)``, which runs the whole pipeline.
         public static let downloadNeedsPipeline = Code(.downloadNeedsPipeline)
+
+        /// The final answer is not one the caller accepts (``ResponseValidation``): ``response``
+        /// has its status and headers, ``bodyPrefix`` the start of its body, ``reason`` why.
+        public static let responseRejected = Code(.responseRejected)
 
         /// The code's name, as in the static property (`"reactorFailed"`).
         public var description: String { base.rawValue }
@@ -153,6 +157,11 @@ public struct URLTaskError: Error, Sendable {
     public let count: Int?
     /// The request it happened to, once the pipeline has failed the task with it.
     public internal(set) var request: Request?
+    /// The rejected response, for ``Code/responseRejected``: its status and headers.
+    public internal(set) var response: HTTPURLResponse?
+    /// The start of the rejected response's body (at most 512 bytes, known secret fields
+    /// masked), for ``Code/responseRejected``: enough to show the server's error message.
+    public internal(set) var bodyPrefix: Data?
 
     /// An error, for tests of code that maps these errors; the pipeline makes its own.
     public init(
@@ -212,6 +221,13 @@ public struct URLTaskError: Error, Sendable {
 
     static let managerInvalidated = URLTaskError(code: .managerInvalidated)
 
+    static func responseRejected(_ response: HTTPURLResponse, body: Data, reason: String) -> URLTaskError {
+        var error = URLTaskError(code: .responseRejected, reason: reason)
+        error.response = response
+        error.bodyPrefix = ResponseValidation.safePrefix(of: body)
+        return error
+    }
+
     static func downloadNeedsPipeline(_ interceptor: Component, reason: String) -> URLTaskError {
         URLTaskError(code: .downloadNeedsPipeline, component: interceptor, reason: reason)
     }
@@ -250,6 +266,7 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
                 "Interceptor\(by) would not let this download go out as it is (\(reason ?? "")), and on Linux a download task "
                 + "made with URLSession's download APIs cannot pass through the interceptors: use manager.download(for:) instead; "
                 + "nothing was sent"
+        case .responseRejected: text = "The response was rejected: \(reason ?? "not acceptable")"
         default: text = "URLTaskManager failed the task (\(code))"
         }
         if let request { text += " [\(request)]" }

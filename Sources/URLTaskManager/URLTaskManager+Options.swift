@@ -30,10 +30,18 @@ extension URLTaskManager {
         /// platforms, where one connection carries many requests at once.
         public var maximumRequestsInFlightPerHost: Int?
 
+        /// The answers every request accepts (``ResponseValidation``): any other final answer
+        /// fails its task with ``URLTaskError/Code-swift.struct/responseRejected``. `nil`, the
+        /// default, accepts every answer, as URLSession does. One request can set its own with a
+        /// ``URLTaskPolicy``.
+        public var responseValidation: ResponseValidation?
+
         /// Creates options; every parameter has a sensible default.
         public init(
-            maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil
+            maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil,
+            responseValidation: ResponseValidation? = nil
         ) {
+            self.responseValidation = responseValidation
             self.maximumHoldTime = maximumHoldTime
             self.maximumReplayableBodySize = maximumReplayableBodySize
             self.maximumRequestsInFlightPerHost = maximumRequestsInFlightPerHost

@@ -17,6 +17,10 @@ import FoundationNetworking
 enum NativeDownloadCheck {
     /// `nil` when the request may go out as it is; otherwise the error to fail the task with.
     static func run(_ request: URLRequest, pipeline: Pipeline, observer: TaskObserver?) async -> URLTaskError? {
+        if request.value(forHTTPHeaderField: URLTaskPolicy.headerName) != nil {
+            // Sent as it is, the policy would reach the wire, and nothing would apply it.
+            return URLTaskError(code: .downloadNeedsPipeline, reason: "it carries a URLTaskPolicy")
+        }
         let original = URLTask(request: request)
         var task = original
         for (index, interceptor) in pipeline.interceptors.enumerated() {

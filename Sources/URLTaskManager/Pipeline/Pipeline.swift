@@ -13,6 +13,8 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     let interceptors: [any URLTaskInterceptor]
     /// Who each interceptor is in errors and events: its index, and its type's name.
     let interceptorComponents: [URLTaskError.Component]
+    /// Each interceptor's type's name, as a ``URLTaskPolicy`` names the ones a request skips.
+    let interceptorTypeNames: [String]
     let batches: [BatchStorage]
     /// One per interceptor that intercepts one task at a time, `nil` for the others.
     let serialGates: [SerialGate?]
@@ -39,6 +41,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
             ReactorStorage(reactor: $0, component: $1)
         }
         self.interceptorComponents = URLTaskError.Component.chain(interceptors, kind: .interceptor)
+        self.interceptorTypeNames = interceptors.map { String(describing: type(of: $0)) }
         self.reactors = reactors
         self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
         self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }

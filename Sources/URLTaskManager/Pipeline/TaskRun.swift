@@ -12,6 +12,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     let id: URLTask.ID
     /// The URL the caller asked for, which the errors a plain session would give name.
     let callerURL: URL?
+    /// What the caller changed for this request alone (read from it, and removed, at start).
+    private let policy: URLTaskPolicy?
     private let lock = NSLock()
     private var machine: TaskStateMachine
     private var task: URLTask
@@ -63,6 +65,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
         self.callerURL = request.url
+        let (request, policy) = URLTaskPolicy.take(from: request)
+        self.policy = policy
         // The configuration's additional headers belong to the caller's request, not to every
         // request the inner session sends (a cross-origin redirect must not carry them).
         var bare = pipeline.additionalHeaders.applied(to: request)
@@ -76,11 +80,16 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         self.observer = pipeline.events.isListening ? TaskObserver(id: id, request: request, hub: pipeline.events) : nil
         self.machine = TaskStateMachine(
             interceptorCount: pipeline.interceptors.count,
+            skipping: Set(
+                pipeline.interceptors.indices.filter {
+                    policy?.skips(pipeline.interceptorComponents[$0], typeName: pipeline.interceptorTypeNames[$0]) == true
+                }),
             reactors: pipeline.reactors.map {
                 TaskStateMachine.ReactorTraits(
                     component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue
                 )
-            }
+            },
+            validation: policy?.responseValidation ?? pipeline.options.responseValidation
         )
     }
 
@@ -453,7 +462,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
-        let limit = pipeline.options.maximumHoldTime
+        let limit = policy?.maximumHoldSeconds.map { Duration.milliseconds(Int64($0 * 1_000)) } ?? pipeline.options.maximumHoldTime
         let interceptor = pipeline.interceptorComponents[index]
         DispatchQueue.global().asyncAfter(deadline: .now() + limit.dispatchInterval) { [weak self] in
             guard let self else { return }
@@ -467,6 +476,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         guard !pipeline.reactors.isEmpty else { return nil }
         let snapshot = lock.withLock { task }
         for reactor in pipeline.reactors where !reactor.configuration.exempts(snapshot.originalRequest) {
+            if let policy, policy.skips(reactor.component, typeName: reactor.typeName) { continue }
             if reactor.reactor.shouldReact(to: outcome, of: snapshot) { return reactor.index }
         }
         return nil

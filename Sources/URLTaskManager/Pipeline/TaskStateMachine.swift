@@ -120,6 +120,9 @@ struct TaskStateMachine {
         /// side is asked.
         case challenged(response: HTTPURLResponse, body: Data)
         case consultingChallenge(response: HTTPURLResponse, body: Data)
+        /// The final answer is not one the caller accepts (``ResponseValidation``): the start of
+        /// its body is kept for the error, which the caller gets when the transfer ends.
+        case rejecting(response: HTTPURLResponse, reason: String, body: Data)
         case completed
     }
 
@@ -145,6 +148,10 @@ struct TaskStateMachine {
 
     private var state: State = .created
     private let interceptorCount: Int
+    /// The answers the caller accepts; `nil` accepts every one.
+    private let validation: ResponseValidation?
+    /// Interceptors this task skips.
+    private let skippedInterceptors: Set<Int>
     private let reactors: [ReactorTraits]
     private var reactions: [Int]
     /// Per reactor: whether this task was already sent again after one of its runs succeeded.
@@ -161,8 +168,12 @@ struct TaskStateMachine {
     /// - Parameters:
     ///   - interceptorCount: The length of the interceptor chain.
     ///   - reactors: What the machine needs to know of each reactor.
-    init(interceptorCount: Int, reactors: [ReactorTraits] = []) {
+    ///   - validation: The answers the caller accepts (``ResponseValidation``); `nil`, any.
+    ///   - skipping: Interceptors this task skips (its ``URLTaskPolicy``).
+    init(interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [], validation: ResponseValidation? = nil) {
         self.interceptorCount = interceptorCount
+        self.skippedInterceptors = skipping
+        self.validation = validation
         self.reactors = reactors
         self.reactions = Array(repeating: 0, count: reactors.count)
         self.requeuedBy = Array(repeating: false, count: reactors.count)
@@ -299,6 +310,10 @@ struct TaskStateMachine {
             state = .challenged(response: http, body: Data())
             return .none
         }
+        if let http = response as? HTTPURLResponse, let reason = validation?.rejection(of: http) {
+            state = .rejecting(response: http, reason: reason, body: Data())
+            return .none
+        }
         state = .receiving
         return .forwardResponse(response)
     }
@@ -320,6 +335,12 @@ struct TaskStateMachine {
             state = .completed  // keep `body` uniquely referenced while appending
             body.append(data)
             state = .challenged(response: response, body: body)
+            return .none
+        case .rejecting(let response, let reason, var body):
+            guard body.count < ResponseValidation.bodyPrefixLimit else { return .none }
+            state = .completed  // keep `body` uniquely referenced while appending
+            body.append(data.prefix(ResponseValidation.bodyPrefixLimit - body.count))
+            state = .rejecting(response: response, reason: reason, body: body)
             return .none
         default:
             return .none
@@ -358,7 +379,7 @@ struct TaskStateMachine {
             return .restart(from: request)
         case .deliver(let response):
             state = .completed
-            return .respond(response, body)
+            return judged(response, body)
         case .fail(let error):
             state = .completed
             return .fail(error)
@@ -400,6 +421,10 @@ struct TaskStateMachine {
             }
             state = .consultingChallenge(response: response, body: body)
             return .consultChallenge(response)
+        case .rejecting(let response, let reason, let body):
+            // Whatever became of the rest of the body, the answer was not acceptable.
+            state = .completed
+            return .fail(URLTaskError.responseRejected(response, body: body, reason: reason))
         case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge, .completed:
             return .none
         }
@@ -421,7 +446,7 @@ struct TaskStateMachine {
         case .deliver:
             state = .completed
             switch outcome {
-            case .response(let response): return .respond(response, body)
+            case .response(let response): return judged(response, body)
             case .failure(let error): return .fail(error)
             }
         case .fail(let error):
@@ -448,7 +473,7 @@ struct TaskStateMachine {
         case .awaitingConnection:
             state = .completed
             return .leaveConnectionQueue
-        case .sending, .receiving, .collecting, .redirecting, .challenged:
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
             state = .completed
             return .cancelTransport
         case .consultingChallenge:
@@ -467,9 +492,18 @@ struct TaskStateMachine {
         case .created, .gated, .intercepting, .held, .awaitingConnection:
             state = .completed
             return .fail(error)
-        case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .completed:
+        case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
             return .none
         }
+    }
+
+    /// A whole answer about to reach the caller (a reactor or the caller's side delivers it),
+    /// as the caller accepts it (``ResponseValidation``): given, or failed.
+    private func judged(_ response: URLResponse, _ body: Data) -> Action {
+        if let http = response as? HTTPURLResponse, let reason = validation?.rejection(of: http) {
+            return .fail(URLTaskError.responseRejected(http, body: body, reason: reason))
+        }
+        return .respond(response, body)
     }
 
     /// Whether `response` is an interim head (`100 Continue`, `103 Early Hints`): the inner
@@ -490,7 +524,7 @@ struct TaskStateMachine {
         case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting:
             state = .completed
             return .fail(error)
-        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .completed:
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
             return .none
         }
     }
@@ -506,6 +540,8 @@ struct TaskStateMachine {
     }
 
     private mutating func advance(to index: Int) -> Action {
+        var index = index
+        while skippedInterceptors.contains(index) { index += 1 }
         if index < interceptorCount {
             state = .intercepting(index: index)
             return .runInterceptor(index: index)

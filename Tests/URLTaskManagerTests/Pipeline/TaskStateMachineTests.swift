@@ -326,6 +326,36 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertFalse(Machine.isInterim(Self.response(101)), "101 switches protocols: final")
     }
 
+    func testAnUnacceptableFinalAnswerIsCollectedThenFailsTheTask() {
+        var m = Machine(interceptorCount: 0, validation: .successfulStatusCodes)
+        _ = m.start()
+        _ = m.gateOpened()
+        _ = m.connectionGranted()
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(503), reactor: nil)), .none, "never forwarded")
+        XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 65, count: 600))), .none)
+        XCTAssertEqual(Step(m.transportReceived(data: Data("more".utf8))), .none)
+        guard let error = Self.failure(of: m.transportCompleted(error: nil, reactor: nil)) as? URLTaskError else {
+            return XCTFail("expected responseRejected")
+        }
+        XCTAssertEqual(error.code, .responseRejected)
+        XCTAssertEqual(error.response?.statusCode, 503)
+        XCTAssertEqual(error.bodyPrefix?.count, 512, "a bounded prefix")
+        XCTAssertTrue(m.isCompleted)
+        var cancelled = Machine(interceptorCount: 0, validation: .successfulStatusCodes)
+        _ = cancelled.start()
+        _ = cancelled.gateOpened()
+        _ = cancelled.connectionGranted()
+        _ = cancelled.transportReceived(response: Self.response(404), reactor: nil)
+        XCTAssertEqual(Step(cancelled.cancel()), .cancelTransport)
+    }
+
+    func testAPolicysSkippedInterceptorsAreNeverRun() {
+        var m = Machine(interceptorCount: 3, skipping: [0, 2])
+        _ = m.start()
+        XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(1))
+        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptor: .named("B"))), .acquireConnection)
+    }
+
     func testAWaitInsideThePipelineTimesOutButATransferDoesNot() {
         let waiting: [(String, Machine)] = [
             ("gated", Self.gatedAtReactor()), ("intercepting", Self.intercepting(1)), ("held", Self.held()),
