@@ -44,6 +44,9 @@ public struct URLTask: Sendable, Identifiable {
     /// Typed values that live as long as the task, across every attempt (for example a request
     /// id that a retry must send again): an attempt starts with what the last one left.
     public var taskValues: URLTaskValues
+    /// What the caller changed for this request alone (``URLTaskPolicy``), if anything: the
+    /// manager reads it off the request before the first interceptor runs.
+    public internal(set) var policy: URLTaskPolicy?
 
     /// Renamed: values that last one attempt are ``attemptValues``; for values that must survive
     /// a retry or a refresh, use ``taskValues``.
@@ -91,6 +94,7 @@ public struct URLTask: Sendable, Identifiable {
     func startingOver(attempt: Int, request: URLRequest, body: URLTaskBody) -> URLTask {
         var next = URLTask(id: id, originalRequest: originalRequest, attempt: attempt, request: request, body: body)
         next.taskValues = taskValues
+        next.policy = policy
         return next
     }
 }

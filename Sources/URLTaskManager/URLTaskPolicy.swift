@@ -25,6 +25,10 @@ public struct URLTaskPolicy: Sendable, Equatable, Codable {
     public var skippedInterceptors: Set<String>
     /// Type names of the reactors this request skips: they never see its outcome.
     public var skippedReactors: Set<String>
+    /// Type names of the interceptors and reactors this request adds: those the manager holds
+    /// wrapped in ``PerRequestInterceptor`` or ``PerRequestReactor``, which act only for
+    /// requests that add them.
+    public var added: Set<String>
     /// The answers this request accepts, instead of ``URLTaskManager/Options/responseValidation``.
     public var responseValidation: ResponseValidation?
     /// The longest a batch may hold this request, instead of
@@ -37,12 +41,15 @@ public struct URLTaskPolicy: Sendable, Equatable, Codable {
     ///   - reactors: Reactor types that never see this request's outcome.
     ///   - responseValidation: The answers it accepts.
     ///   - maximumHoldTime: The longest a batch may hold it.
+    ///   - added: Interceptor and reactor types this request adds: the manager's
+    ///     ``PerRequestInterceptor`` or ``PerRequestReactor`` wrapping that type acts for it.
     public init(
         skipping interceptors: [any URLTaskInterceptor.Type] = [], skippingReactors reactors: [any URLTaskReactor.Type] = [],
-        responseValidation: ResponseValidation? = nil, maximumHoldTime: Duration? = nil
+        adding added: [Any.Type] = [], responseValidation: ResponseValidation? = nil, maximumHoldTime: Duration? = nil
     ) {
         self.skippedInterceptors = Set(interceptors.map { String(describing: $0) })
         self.skippedReactors = Set(reactors.map { String(describing: $0) })
+        self.added = Set(added.map { String(describing: $0) })
         self.responseValidation = responseValidation
         self.maximumHoldSeconds = maximumHoldTime?.seconds
     }

@@ -73,6 +73,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         bare.httpBody = nil
         bare.httpBodyStream = nil
         self.task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
+        self.task.policy = policy
         self.base = bare
         self.body = body
         self.sink = sink

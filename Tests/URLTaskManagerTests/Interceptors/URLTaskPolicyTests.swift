@@ -53,6 +53,32 @@ final class URLTaskPolicyTests: XCTestCase {
         XCTAssertTrue(server.requests.allSatisfy { $0.headers["X-URLTaskManager-Policy"] == nil }, "the policy reached the server")
     }
 
+    /// Components the manager holds for the requests that add them, and only those.
+    func testARequestAddsAnInterceptorAndAReactorOfTheManagers() async throws {
+        server.route("/trace") { request in .text(request.headers["X-Debug-Trace"] ?? "none") }
+        var retryPOSTs = RetryPolicy.default
+        retryPOSTs.retryableMethods.insert("POST")
+        let manager = URLTaskManager(
+            interceptors: [PerRequestInterceptor(HeaderInterceptor(["X-Debug-Trace": "1"]))],
+            reactors: [PerRequestReactor(RetryReactor(policy: retryPOSTs))])
+        defer { manager.invalidateAndCancel() }
+
+        var traced = URLRequest(url: server.url("/trace"))
+        URLTaskPolicy(adding: [HeaderInterceptor.self]).apply(to: &traced)
+        let (withHeader, _) = try await manager.session.data(for: traced)
+        XCTAssertEqual(String(decoding: withHeader, as: UTF8.self), "1")
+        let (plain, _) = try await manager.session.data(from: server.url("/trace"))
+        XCTAssertEqual(String(decoding: plain, as: UTF8.self), "none", "a request that did not add it got the header")
+
+        var safeToRetry = URLRequest(url: server.url("/flaky"))
+        safeToRetry.httpMethod = "POST"
+        URLTaskPolicy(adding: [RetryReactor.self]).apply(to: &safeToRetry)
+        let (retried, response) = try await manager.session.data(for: safeToRetry)
+        XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200, "the added retry did not run")
+        XCTAssertEqual(String(decoding: retried, as: UTF8.self), "fine")
+        XCTAssertEqual(server.requestCount(path: "/flaky"), 2)
+    }
+
     func testARequestSkipsAReactor() async throws {
         let manager = URLTaskManager(reactors: [RetryReactor(policy: .default)])
         defer { manager.invalidateAndCancel() }

@@ -1,0 +1,59 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// An interceptor of the manager's that acts only for the requests that add it
+/// (``URLTaskPolicy/init(skipping:skippingReactors:adding:responseValidation:maximumHoldTime:)``,
+/// `adding:` its wrapped type); for every other request it lets the task through untouched.
+///
+/// This is how an interceptor is attached to one request through any URLSession API: the
+/// instance lives in the manager, configured once, and a request opts in by type, in a policy
+/// that travels on the `URLRequest`. It is made only of the public protocols.
+///
+/// ```swift
+/// let manager = URLTaskManager(interceptors: [PerRequestInterceptor(HeaderInterceptor(["X-Debug-Trace": "1"]))])
+/// var request = URLRequest(url: url)
+/// URLTaskPolicy(adding: [HeaderInterceptor.self]).apply(to: &request)  // this request only
+/// ```
+public struct PerRequestInterceptor<Wrapped: URLTaskInterceptor>: URLTaskInterceptor {
+    private let wrapped: Wrapped
+
+    /// `wrapped`, for the requests that add its type.
+    public init(_ wrapped: Wrapped) {
+        self.wrapped = wrapped
+    }
+
+    public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        guard task.policy?.added.contains(String(describing: Wrapped.self)) == true else { return .execute }
+        return try await wrapped.intercept(&task, context: context)
+    }
+
+    public var interceptsOneAtATime: Bool { wrapped.interceptsOneAtATime }
+}
+
+/// A reactor of the manager's that sees the outcomes of the requests that add it only
+/// (``URLTaskPolicy``, `adding:` its wrapped type): a retry for one POST that is safe to retry,
+/// say. Everything else is the wrapped reactor's.
+public struct PerRequestReactor<Wrapped: URLTaskReactor>: URLTaskReactor {
+    private let wrapped: Wrapped
+
+    /// `wrapped`, for the requests that add its type.
+    public init(_ wrapped: Wrapped) {
+        self.wrapped = wrapped
+    }
+
+    public var configuration: URLTaskReactorConfiguration { wrapped.configuration }
+
+    public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+        task.policy?.added.contains(String(describing: Wrapped.self)) == true && wrapped.shouldReact(to: outcome, of: task)
+    }
+
+    public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
+        try await wrapped.react(to: outcome, body: body, of: task)
+    }
+
+    public func credentialVersion(of task: URLTask) -> Int? { wrapped.credentialVersion(of: task) }
+
+    public func currentCredentialVersion() -> Int? { wrapped.currentCredentialVersion() }
+}
