@@ -4,7 +4,7 @@ import FoundationNetworking
 #endif
 import URLTaskManager
 
-// README authentication: begin
+// DocC authentication: begin
 /// What an app keeps for one OAuth2 backend: the session it uses, and the authenticator it
 /// signs in with. Every request through `session` gets the bearer token (only on `api`'s
 /// origin), is held while the token is renewed, and is resent after a 401 once it has been.
@@ -35,7 +35,7 @@ struct APIClient: Sendable {
         try await auth.signIn(tokenEndpoint.signIn(username: username, password: password))
     }
 }
-// README authentication: end
+// DocC authentication: end
 
 /// Runs `count` GETs of `url` at once; returns each one's status code, or its error.
 func concurrentGETs(_ session: URLSession, _ url: URL, count: Int) async -> [Result<Int, any Error>] {

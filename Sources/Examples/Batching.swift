@@ -10,11 +10,11 @@ extension Scenario {
         server.route(nil, "/events") { _ in .status(204) }
         server.route(nil, "/profile") { _ in .text("me") }
 
-        // README batching: begin
+        // DocC batching: begin
         // Release analytics events 5 at a time, or 300 ms after the first one waited; other requests pass.
         let batch = BatchInterceptor(size: 5, window: .milliseconds(300)) { $0.url?.path.hasPrefix("/events") == true }
         let manager = URLTaskManager(interceptors: [batch], options: .init(maximumHoldTime: .seconds(30)))
-        // README batching: end
+        // DocC batching: end
 
         transcript.client("5 events at once: the 5th fills the batch")
         let counted = await concurrentGETs(manager.session, server.url("/events"), count: 5)

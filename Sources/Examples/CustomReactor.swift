@@ -62,7 +62,7 @@ final class DemoAuthServer: @unchecked Sendable {  // all state is guarded by `l
     }
 }
 
-// README token box: begin
+// DocC token box: begin
 /// The app's token, shared by the interceptor and the reactor.
 actor TokenBox {
     var access: String
@@ -75,10 +75,10 @@ actor TokenBox {
         access = token
     }
 }
-// README token box: end
+// DocC token box: end
 
 /// Refreshes the token on a 401, once for all the tasks that got one.
-// README reactor: begin
+// DocC reactor: begin
 struct RefreshOn401: URLTaskReactor {
     let tokens: TokenBox
     let refreshURL: URL
@@ -99,4 +99,4 @@ struct RefreshOn401: URLTaskReactor {
         await tokens.replace(with: String(decoding: data, as: UTF8.self))
     }
 }
-// README reactor: end
+// DocC reactor: end

@@ -17,7 +17,7 @@ extension Scenario {
             interceptors: [HeaderInterceptor(["Authorization": "Bearer s3cr3t-token"])],
             reactors: [RetryReactor(policy: .default)]
         )
-        // README events: begin
+        // DocC events: begin
         let events = manager.events()  // subscribe first: a task started before this is not reported
         let lines = Task {
             var lines: [String] = []
@@ -27,7 +27,7 @@ extension Scenario {
             }
             return lines
         }
-        // README events: end
+        // DocC events: end
 
         let (data, _) = try await manager.session.data(from: server.url("/report?api_key=s3cr3t-key"))
         manager.finishTasksAndInvalidate()  // ends the event stream once the task is done

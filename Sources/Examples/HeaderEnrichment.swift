@@ -13,7 +13,7 @@ extension Scenario {
         }
 
         let tokens = TokenBox(access: "user-token")
-        // README interceptors: begin
+        // DocC interceptors: begin
         let manager = URLTaskManager(interceptors: [
             HeaderInterceptor([
                 "User-Agent": .fixed("ExampleApp/1.0"),
@@ -21,7 +21,7 @@ extension Scenario {
             ]),
             RequestID(),
         ])
-        // README interceptors: end
+        // DocC interceptors: end
 
         for _ in 1...2 {
             let (data, _) = try await manager.session.data(from: server.url("/echo"))
@@ -35,11 +35,11 @@ extension Scenario {
     }
 }
 
-// README interceptors: begin
+// DocC interceptors: begin
 struct RequestID: URLTaskInterceptor {
     func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         task.request.setValue("req-\(task.id)", forHTTPHeaderField: "X-Request-ID")
         return .execute
     }
 }
-// README interceptors: end
+// DocC interceptors: end

@@ -5,7 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 
-// README body interceptors: begin
+// DocC body interceptors: begin
 /// Signs each request: an HMAC-SHA256 of the method, the path and the body, in `X-Signature`.
 struct SigningInterceptor: URLTaskInterceptor {
     let key: Data
@@ -34,7 +34,7 @@ struct GzipInterceptor: URLTaskInterceptor {
         return .execute
     }
 }
-// README body interceptors: end
+// DocC body interceptors: end
 
 enum SigningError: Error {
     case streamedBody

@@ -16,9 +16,9 @@ extension Scenario {
         }
         server.route("POST", "/orders") { _ in .status(503) }
 
-        // README retries: begin
+        // DocC retries: begin
         let manager = URLTaskManager(reactors: [RetryReactor(policy: .default)])
-        // README retries: end
+        // DocC retries: end
 
         let started = ContinuousClock.now
         let (data, _) = try await manager.session.data(from: server.url("/flaky"))

@@ -94,20 +94,20 @@ struct TwoBackendApp: Sendable {
         modernEndpoint = OAuth2TokenEndpoint(url: modern.token, clientID: "example-app")
         legacyAuth = OAuth2Authenticator(origins: [legacy.api], tokenEndpoint: legacyEndpoint)
         modernAuth = OAuth2Authenticator(origins: [modern.api], tokenEndpoint: modernEndpoint)
-        // README two backends: begin
+        // DocC two backends: begin
         session =
             URLTaskManager(
                 interceptors: [BearerInterceptor(authenticator: legacyAuth), BearerInterceptor(authenticator: modernAuth)],
                 reactors: [OAuth2RefreshReactor(authenticator: legacyAuth), OAuth2RefreshReactor(authenticator: modernAuth)]
             ).session
-        // README two backends: end
+        // DocC two backends: end
     }
 
     /// Returns `nil` on success: both credentials are stored, or (on any error) neither is.
     func logIn(username: String, password: String) async -> AppError? {
         let (legacyEndpoint, modernEndpoint) = (self.legacyEndpoint, self.modernEndpoint)
         do {
-            // README chained login: begin
+            // DocC chained login: begin
             try await OAuth2Authenticator.signIn(
                 legacyAuth,
                 using: {
@@ -121,7 +121,7 @@ struct TwoBackendApp: Sendable {
                         throw AppError.linkedAccountUnavailable
                     }
                 })
-            // README chained login: end
+            // DocC chained login: end
             return nil
         } catch {
             return AppError(error)
@@ -139,7 +139,7 @@ struct TwoBackendApp: Sendable {
     }
 }
 
-// README error mapping: begin
+// DocC error mapping: begin
 extension AppError {
     /// Maps what the networking layer throws to what the app's screens understand.
     init(_ error: any Error, backend: String = "") {
@@ -155,4 +155,4 @@ extension AppError {
         }
     }
 }
-// README error mapping: end
+// DocC error mapping: end

@@ -1,4 +1,4 @@
-// README testing: begin
+// DocC testing: begin
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -51,4 +51,4 @@ final class SignerTests: XCTestCase {
         XCTAssertEqual(oauth.refreshTokensReceived.count, 1)
     }
 }
-// README testing: end
+// DocC testing: end

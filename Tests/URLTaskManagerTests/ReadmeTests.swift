@@ -18,7 +18,9 @@ final class ReadmeTests: XCTestCase {
         for (file, block) in marked {
             XCTAssertTrue(normalizedReadme.contains(normalize(block)), "README lacks this block from \(file):\n\(block)")
         }
-        XCTAssertGreaterThanOrEqual(marked.count, 10, "expected the README's blocks to be marked")
+        // The README keeps the quick start, the installation manifest and the FAQ's module
+        // selector; the other listings live in the DocC articles (`DocCArticleTests`).
+        XCTAssertGreaterThanOrEqual(marked.count, 3, "expected the README's blocks to be marked")
     }
 
     /// The other direction: every Swift block in the README is compiled, because it is (part of)
@@ -27,7 +29,7 @@ final class ReadmeTests: XCTestCase {
         let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
         let marked = try markedBlocksInSources().map { normalize($0.block) }
         let blocks = CompiledSnippets.swiftBlocks(inMarkdown: readme)
-        XCTAssertGreaterThanOrEqual(blocks.count, 10)
+        XCTAssertGreaterThanOrEqual(blocks.count, 3)
         for block in blocks {
             // A README block may add the imports a marked block inside a function cannot have.
             let normalized = normalize(CompiledSnippets.droppingImports(block))

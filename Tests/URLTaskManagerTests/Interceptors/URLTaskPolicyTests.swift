@@ -38,11 +38,11 @@ final class URLTaskPolicyTests: XCTestCase {
     func testARequestSkipsAnInterceptorAndThePolicyNeverReachesTheWire() async throws {
         let manager = URLTaskManager(interceptors: [HeaderInterceptor(["Authorization": "Bearer app-token"])])
         defer { manager.invalidateAndCancel() }
-        // README policy: begin
+        // DocC policy: begin
         var request = URLRequest(url: server.url("/echo"))
         URLTaskPolicy(skipping: [HeaderInterceptor.self]).apply(to: &request)  // a public endpoint: no token
         let (data, _) = try await manager.session.data(for: request)
-        // README policy: end
+        // DocC policy: end
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "none")
         let done = Latch<Data?>("completion handler")
         manager.session.dataTask(with: request) { data, _, _ in done.fulfill(data) }.resume()
