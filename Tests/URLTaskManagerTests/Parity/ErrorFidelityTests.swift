@@ -72,9 +72,11 @@ final class ErrorFidelityTests: XCTestCase {
             if let manager = result.manager { managerErrors.append(manager) }
         }
         let plainShapes = Set(plainErrors.map(\.description))
-        print(
-            "FIDELITY| invalidateAndCancel() after resume(): plain \(plainErrors.count) of 20 cancelled, manager \(managerErrors.count); plain's error: \(plainShapes)"
-        )
+        if ParityLog.isVerbose {
+            print(
+                "FIDELITY| invalidateAndCancel() after resume(): plain \(plainErrors.count) of 20 cancelled, manager \(managerErrors.count); plain's error: \(plainShapes)"
+            )
+        }
         XCTAssertEqual(plainShapes.count, 1, "plain's cancellation error varies: \(plainShapes)")
         XCTAssertGreaterThan(managerErrors.count, 0, "no task was cancelled: the test checked nothing")
         for manager in managerErrors {

@@ -134,9 +134,11 @@ final class LargeBodyParityTests: XCTestCase {
         let plain = peaks[.plain]!
         let manager = peaks[.manager]!
         let figures = (plain: (plain.peak, (plain.peak - plain.base) / 1024), manager: (manager.peak, (manager.peak - manager.base) / 1024))
-        print(
-            "MEMORY| \(length >> 20) MB delegate download (\(path)): plain peak \(plain.peak / 1024) MB (+\(figures.plain.1) MB); "
-                + "manager peak \(manager.peak / 1024) MB (+\(figures.manager.1) MB)")
+        if ParityLog.isVerbose {
+            print(
+                "MEMORY| \(length >> 20) MB delegate download (\(path)): plain peak \(plain.peak / 1024) MB (+\(figures.plain.1) MB); "
+                    + "manager peak \(manager.peak / 1024) MB (+\(figures.manager.1) MB)")
+        }
         return figures
     }
 }

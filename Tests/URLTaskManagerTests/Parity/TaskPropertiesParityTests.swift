@@ -86,7 +86,7 @@ final class TaskPropertiesParityTests: XCTestCase {
             }
         }
         for (name, pair) in [("download", download), ("upload", upload), ("failure", failure)] {
-            print("TASK| \(name): plain \(pair.plain) | manager \(pair.manager)")
+            if ParityLog.isVerbose { print("TASK| \(name): plain \(pair.plain) | manager \(pair.manager)") }
             XCTAssertEqual(pair.manager.state, .completed, name)
             XCTAssertEqual(pair.manager.state, pair.plain.state, name)
             XCTAssertEqual(pair.manager.hasResponse, pair.plain.hasResponse, name)

@@ -33,9 +33,11 @@ final class SuspendResumePinTests: XCTestCase {
         task.resume()
         try await delegate.completion(of: task, timeout: .seconds(30))
         let record = delegate.record(for: task)
-        print(
-            "PIN| suspend()+resume() mid-body: \(server.requestCount(path: "/paced")) requests, \(record.byteCount) of 6553600 bytes delivered"
-        )
+        if ParityLog.isVerbose {
+            print(
+                "PIN| suspend()+resume() mid-body: \(server.requestCount(path: "/paced")) requests, \(record.byteCount) of 6553600 bytes delivered"
+            )
+        }
         XCTAssertGreaterThan(
             server.requestCount(path: "/paced"), 1,
             "corelibs no longer resends a suspended request: pausing a transfer may now be safe for flow control")
