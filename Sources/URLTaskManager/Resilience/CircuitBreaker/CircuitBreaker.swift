@@ -83,11 +83,18 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     public let policy: Policy
     private let storage: CircuitBreakerStorage
     private let hub = DecisionHub<Event>()
+    /// The clock cool-downs and windows are measured on (a test's own, to skip a cool-down).
+    private let now: @Sendable () -> ContinuousClock.Instant
 
     /// A breaker with one circuit per host, as `policy` says.
-    public init(policy: Policy = Policy()) {
+    public convenience init(policy: Policy = Policy()) {
+        self.init(policy: policy, now: { .now })
+    }
+
+    init(policy: Policy, now: @escaping @Sendable () -> ContinuousClock.Instant) {
         self.policy = policy
         self.storage = CircuitBreakerStorage(policy: policy)
+        self.now = now
     }
 
     /// A stream of the breaker's decisions; it ends when the breaker is released.
@@ -103,7 +110,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
         let host = ResilienceHost.key(of: task.request.url)
-        switch storage.requestArrives(task.id, host: host, now: .now) {
+        switch storage.requestArrives(task.id, host: host, now: now()) {
         case .pass:
             return .execute
         case .probe:
@@ -119,7 +126,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
         guard !policy.exempts(task.originalRequest) else { return false }
         let host = ResilienceHost.key(of: task.request.url)
-        switch storage.outcome(of: task.id, host: host, failed: policy.isFailure(outcome), now: .now) {
+        switch storage.outcome(of: task.id, host: host, failed: policy.isFailure(outcome), now: now()) {
         case .none: break
         case .opened(let failures): hub.emit(.opened(host: host, failures: failures, task: task.id))
         case .closed: hub.emit(.closed(host: host))
