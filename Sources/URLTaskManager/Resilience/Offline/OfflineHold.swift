@@ -121,11 +121,11 @@ public final class OfflineHold: URLTaskReactor {
     /// Waits until the host answers a probe (the task is then sent again), or throws the original
     /// error when the task's time is up.
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
-        guard case .failure(let error) = outcome, let url = task.request.url, let probe = policy.probeURL(url) else { return }
+        guard case .failure(let error) = outcome, let url = task.request.url else { return }
         let host = ResilienceHost.key(of: url)
         let limit = policy.maximumHold ?? Self.holdLimit(timeoutInterval: task.request.timeoutInterval)
         storage.hub.emit(.held(task: task.id, host: host, code: (error as? URLError)?.code ?? .unknown))
-        switch await storage.hold(task.id, host: host, probe: probe, limit: limit) {
+        switch await storage.hold(task.id, host: host, url: url, limit: limit) {
         case .reachable:
             return
         case .expired:
@@ -166,7 +166,9 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     private var held: [OfflineHoldStateMachine.Waiter: Held] = [:]
     private var cancelledEarly: Set<OfflineHoldStateMachine.Waiter> = []
     private var probers: [String: Task<Void, Never>] = [:]
-    private var probeURLs: [String: URL] = [:]
+    /// A held request's URL per probed host, from which ``OfflineHold/Policy/probeURL`` makes
+    /// each probe's URL.
+    private var targets: [String: URL] = [:]
     private var lastWaiter: UInt64 = 0
     private let probeSession: URLSession
     #if canImport(Network)
@@ -194,7 +196,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         probeSession.finishTasksAndInvalidate()
     }
 
-    func hold(_ task: URLTask.ID, host: String, probe: URL, limit: Duration?) async -> Resolution {
+    func hold(_ task: URLTask.ID, host: String, url: URL, limit: Duration?) async -> Resolution {
         let waiter: OfflineHoldStateMachine.Waiter = lock.withLock {
             lastWaiter += 1
             return OfflineHoldStateMachine.Waiter(rawValue: lastWaiter)
@@ -204,7 +206,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
                 let start: Bool? = lock.withLock {
                     if cancelledEarly.remove(waiter) != nil { return nil }
                     held[waiter] = Held(task: task, continuation: continuation)
-                    probeURLs[host] = probe
+                    targets[host] = url
                     return machine.held(waiter, host: host) == .startProbing
                 }
                 guard let start else { return continuation.resume(returning: .cancelled) }
@@ -238,7 +240,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
             var stop: Task<Void, Never>?
             if case .stopProbing(let host) = machine.left(waiter) {
                 stop = probers.removeValue(forKey: host)
-                probeURLs[host] = nil
+                targets[host] = nil
             }
             return (entry, stop)
         }
@@ -270,14 +272,14 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     /// Probes `host` once; on an answer, releases every request held for it. Returns whether it
     /// answered.
     private func probe(_ host: String) async -> Bool {
-        guard let url = lock.withLock({ probeURLs[host] }) else { return false }
+        guard let target = lock.withLock({ targets[host] }), let url = policy.probeURL(target) else { return false }
         var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: policy.probeTimeout.resilienceSeconds)
         request.httpMethod = "HEAD"
         let answered = (try? await probeSession.data(for: request))?.1 is HTTPURLResponse
         if answered {
             let released: [Held] = lock.withLock {
                 probers[host] = nil
-                probeURLs[host] = nil
+                targets[host] = nil
                 return machine.probeSucceeded(host: host).compactMap { held.removeValue(forKey: $0) }
             }
             guard !released.isEmpty else { return true }
