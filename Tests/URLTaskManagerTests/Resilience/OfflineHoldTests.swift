@@ -6,58 +6,32 @@ import XCTest
 import LoopbackServer
 @testable import URLTaskManager
 
-/// ``OfflineHold`` over real HTTP on 127.0.0.1. A host "comes back" by re-pointing an
-/// interceptor (and the probe) from a port nothing listens on to a live server.
+/// ``OfflineHold`` over real HTTP on 127.0.0.1. A host "comes back" when a server starts again
+/// on the port where the first one was stopped.
 final class OfflineHoldTests: XCTestCase {
     typealias Kit = ResilienceTestKit
-
-    /// Where requests for the "service" go right now.
-    final class Switchboard: @unchecked Sendable {  // `base` is guarded by `lock`.
-        private let lock = NSLock()
-        private var stored: URL
-
-        init(_ base: URL) { stored = base }
-
-        var base: URL {
-            get { lock.withLock { stored } }
-            set { lock.withLock { stored = newValue } }
-        }
-    }
-
-    /// Sends every request to the switchboard's current base URL, keeping path and query.
-    struct Router: URLTaskInterceptor {
-        let switchboard: Switchboard
-
-        func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
-            guard let url = task.request.url, var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return .execute }
-            parts.port = switchboard.base.port
-            task.request.url = parts.url
-            return .execute
-        }
-    }
 
     /// Requests to an unreachable host are held; when a probe is answered they are sent again and
     /// answered; the caller sees only the answer.
     func testHeldWhileUnreachableAndSentWhenAProbeIsAnswered() async throws {
-        let dead = try Kit.deadURL("/")
-        let switchboard = Switchboard(dead)
-        let hold = OfflineHold(
-            policy: .init(probeInterval: .milliseconds(50), maximumProbeInterval: .milliseconds(100), probeURL: { _ in switchboard.base }))
+        let first = try LoopbackServer()
+        let port = first.port
+        first.shutdown()
+        let hold = OfflineHold(policy: .init(probeInterval: .milliseconds(50), maximumProbeInterval: .milliseconds(100)))
         let events = Kit.Events(hold.events())
-        let manager = URLTaskManager(interceptors: [Router(switchboard: switchboard)], reactors: [hold])
-        let calls = (0..<3).map { index in Task { await fetched(manager.session, URLRequest(url: dead.appendingPathComponent("item\(index)"))) } }
+        let manager = URLTaskManager(reactors: [hold])
+        let calls = (0..<3).map { index in Task { await fetched(manager.session, URLRequest(url: first.url("/item\(index)"))) } }
         try await events.wait("3 held", count: 3) { if case .held(_, _, .cannotConnectToHost) = $0 { return true } else { return false } }
         try await events.wait("a probe failed") { if case .probeFailed = $0 { return true } else { return false } }
 
-        let server = try LoopbackServer()
+        let server = try LoopbackServer(configuration: .init(port: port))
         defer { server.shutdown() }
         server.route(prefix: "/item") { request in .text("back \(request.path)") }
-        switchboard.base = server.url("/")
         var texts: [String?] = []
         for call in calls { texts.append(await call.value.text) }
         XCTAssertEqual(texts, ["back /item0", "back /item1", "back /item2"])
         try await events.wait("released") { if case .reachable(_, let tasks) = $0 { return tasks.count == 3 } else { return false } }
-        XCTAssertEqual(server.requests.filter { $0.method == "HEAD" }.count, 1, "one successful probe")
+        XCTAssertEqual(server.requests.filter { $0.method == "HEAD" }.map(\.path), ["/"], "one successful probe, of the host's root")
     }
 
     /// A request still held when its timeout is about to pass fails with its original error;
