@@ -16,6 +16,10 @@ let scenarios: [Scenario] = [
     .signedBody,
     .gzipUpload,
     .events,
+    .coalescing,
+    .circuitBreaker,
+    .rateLimit,
+    .offline,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
