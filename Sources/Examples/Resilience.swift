@@ -144,3 +144,24 @@ extension Duration {
         return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
     }
 }
+
+/// The resilience components with the OAuth2 kit, in the documented order (compiled, shown in
+/// the README and the Resilience article).
+enum ResilientClient {
+    static func make(auth: OAuth2Authenticator) -> URLTaskManager {
+        // README resilience: begin
+        let breaker = CircuitBreaker(policy: .init(exempts: { auth.isTokenRequest($0) }))
+        let limiter = RateLimiter(policy: .init(rate: 20, burst: 10))
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(
+            // breaker first (refuses before anything else runs), bearer before coalescing (the
+            // token is part of what makes requests identical), limiter last (a shared answer takes no token)
+            interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing, limiter],
+            // observers first (they never take an outcome), then refresh, hold, retry
+            reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()]
+        )
+        coalescing.attach(to: manager.session)
+        // README resilience: end
+        return manager
+    }
+}
