@@ -18,9 +18,10 @@ extension Scenario {
             reactors: [RetryReactor(policy: .default)]
         )
         // README events: begin
+        let events = manager.events()  // subscribe first: a task started before this is not reported
         let lines = Task {
             var lines: [String] = []
-            for await event in manager.events() {
+            for await event in events {
                 print("  event  │ \(event)")  // no header values, no bodies, URLs without query
                 lines.append(event.description)
             }

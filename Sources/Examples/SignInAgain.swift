@@ -30,13 +30,13 @@ extension Scenario {
         let results = await concurrentGETs(client.session, server.apiURL(), count: 20)
         // README sign in again: begin
         let sessionOver = results.filter { result in
-            guard case .failure(URLTaskError.reactorFailed(_, let underlying)) = result,
-                let oauth = underlying as? OAuth2Error
+            guard case .failure(let error as URLTaskError) = result, error.code == .reactorFailed,
+                let oauth = error.underlying as? OAuth2Error
             else { return false }
             return oauth.requiresSignIn  // the refresh token is dead: only a new login helps
         }
         // README sign in again: end
-        transcript.client("\(sessionOver.count) of 20 failed with URLTaskError.reactorFailed(OAuth2RefreshReactor, invalid_grant)")
+        transcript.client("\(sessionOver.count) of 20 failed with URLTaskError reactorFailed (OAuth2RefreshReactor, invalid_grant)")
         try transcript.check(await first(of: loginShown, within: .seconds(5)), "the login hook never ran")
         transcript.client("the app's login hook ran \(logins.value) time(s)")
         transcript.server(

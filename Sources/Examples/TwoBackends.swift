@@ -146,7 +146,7 @@ extension AppError {
         switch error {
         case let error as AppError:
             self = error
-        case URLTaskError.reactorFailed(_, let underlying as OAuth2Error) where underlying.requiresSignIn:
+        case let error as URLTaskError where (error.underlying as? OAuth2Error)?.requiresSignIn == true:
             self = .sessionExpired(backend: backend)
         case let error as URLError where [.notConnectedToInternet, .networkConnectionLost, .timedOut].contains(error.code):
             self = .offline

@@ -11,7 +11,16 @@ import Foundation
 ///     was given none) signs in;
 ///   - a token exchange (RFC 8693) whose `subject_token` was allowed with ``acceptExchange(of:)``
 ///     or ``acceptExchange(where:)``;
+///   - `grant_type=authorization_code` with a code from `/oauth/authorize`, the same
+///     `redirect_uri` and `client_id`, and the `code_verifier` whose S256 hash is the code's
+///     challenge (RFC 7636 §4.6); each code is accepted once;
 ///   - anything else: 400 `invalid_grant`.
+/// - `GET /oauth/authorize` (``authorizeURL``) is the authorization endpoint of the
+///   authorization code grant with PKCE (RFC 6749 §4.1, RFC 7636): it approves at once, as if
+///   the user had signed in, and redirects to `redirect_uri` with `code` and the `state` it was
+///   given; it requires `response_type=code`, `client_id`, `redirect_uri` and an S256
+///   `code_challenge`, and answers a request without them with an `invalid_request` redirect
+///   (400 without a `redirect_uri`). ``setAuthorizationAnswer(_:)`` makes it refuse instead.
 ///
 /// After ``requireClient(id:secret:)``, a token request must also authenticate as that client
 /// (RFC 6749 §2.3.1), with HTTP Basic or in the form but not both, or it is answered 401
@@ -26,6 +35,23 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         case issue
         /// Answer every token request with this status and OAuth 2.0 error code.
         case reject(status: Int, error: String)
+    }
+
+    /// How the authorization endpoint answers.
+    public enum AuthorizationAnswer: Sendable {
+        /// Approve: redirect with a code.
+        case approve
+        /// Refuse: redirect with this OAuth 2.0 error code (`access_denied` is a user who
+        /// declined), and the `state`.
+        case refuse(error: String)
+    }
+
+    /// An authorization code the authorize endpoint issued, and what it is bound to.
+    private struct IssuedCode {
+        let clientID: String
+        let redirectURI: String
+        let challenge: String
+        var used = false
     }
 
     /// The underlying server: its request log, extra routes.
@@ -47,6 +73,9 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var onTokenRequest: (@Sendable () -> Void)?
     private var unauthorizedDelay: Duration?
     private var requiredClient: (id: String, secret: String)?
+    private var authorizationAnswer = AuthorizationAnswer.approve
+    private var codes: [String: IssuedCode] = [:]
+    private var codeRefusals: [String] = []
 
     /// Starts the demo API and its token endpoint on a new ``LoopbackServer`` on 127.0.0.1.
     ///
@@ -71,6 +100,16 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
 
     /// The token endpoint, `POST /oauth/token`.
     public var tokenURL: URL { server.url("/oauth/token") }
+    /// The authorization endpoint, `GET /oauth/authorize`.
+    public var authorizeURL: URL { server.url("/oauth/authorize") }
+    /// Makes the authorization endpoint approve or refuse the next requests.
+    public func setAuthorizationAnswer(_ answer: AuthorizationAnswer) { lock.withLock { authorizationAnswer = answer } }
+    /// How many authorization codes the authorize endpoint issued.
+    public var authorizationCodesIssued: Int { lock.withLock { codes.count } }
+    /// Why each refused `authorization_code` grant was refused, in order: `unknown code`,
+    /// `code reused`, `redirect_uri mismatch`, `client_id mismatch` or `code_verifier mismatch`
+    /// (the client only hears `invalid_grant`).
+    public var authorizationCodeRefusals: [String] { lock.withLock { codeRefusals } }
     /// The scheme, host and port of the API: the origin a credential is for.
     public var baseURL: URL { server.baseURL }
 
@@ -163,6 +202,10 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             }
             return .text("ok \(request.path)")
         }
+        server.route("GET", "/oauth/authorize") { [weak self] request in
+            guard let self else { return .status(500) }
+            return lock.withLock { authorize(Self.decodeForm(request.query ?? "")) }
+        }
         server.route("POST", "/oauth/token") { [weak self] request in
             guard let self else { return .status(500) }
             let form = Self.decodeForm(request.bodyText)
@@ -192,6 +235,11 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             break
         case "urn:ietf:params:oauth:grant-type:token-exchange" where exchangeAllowed:
             break
+        case "authorization_code":
+            if let refusal = redeemCode(form, basic: basic) {
+                codeRefusals.append(refusal)
+                return .json(["error": "invalid_grant"], status: 400)
+            }
         default:
             return .json(["error": "invalid_grant"], status: 400)
         }
@@ -211,6 +259,47 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
                 $0.headers["WWW-Authenticate"] = "Basic realm=\"oauth\""
             }
         }
+        return nil
+    }
+
+    /// The authorize endpoint's answer: a redirect to `redirect_uri` with a code, or with an
+    /// error. Must be called with `lock` held.
+    private func authorize(_ query: [String: String]) -> ServerResponse {
+        guard let redirect = query["redirect_uri"], var target = URLComponents(string: redirect), target.scheme != nil else {
+            // Without a valid redirect URI there is nowhere to send an error (RFC 6749 §4.1.2.1).
+            return .text("invalid_request: redirect_uri", status: 400)
+        }
+        var answer = [URLQueryItem]()
+        if query["response_type"] != "code" {
+            answer.append(URLQueryItem(name: "error", value: "unsupported_response_type"))
+        } else if query["client_id"] == nil || query["code_challenge"] == nil || query["code_challenge_method"] != "S256" {
+            answer.append(URLQueryItem(name: "error", value: "invalid_request"))
+        } else if case .refuse(let error) = authorizationAnswer {
+            answer.append(URLQueryItem(name: "error", value: error))
+        } else {
+            let code = "\(name)-code-\(codes.count + 1)"
+            codes[code] = IssuedCode(clientID: query["client_id"] ?? "", redirectURI: redirect, challenge: query["code_challenge"] ?? "")
+            answer.append(URLQueryItem(name: "code", value: code))
+        }
+        if let state = query["state"] { answer.append(URLQueryItem(name: "state", value: state)) }
+        target.queryItems = (target.queryItems ?? []) + answer
+        return .redirect(to: target.string ?? redirect)
+    }
+
+    /// Why an `authorization_code` grant is refused, or `nil` when it is good (the code is then
+    /// used up). A code presented once is used up whatever the outcome, as RFC 6749 §4.1.2 asks.
+    /// Must be called with `lock` held.
+    private func redeemCode(_ form: [String: String], basic: (id: String, secret: String)?) -> String? {
+        guard let code = form["code"], let issued = codes[code] else { return "unknown code" }
+        guard !issued.used else { return "code reused" }
+        codes[code]?.used = true
+        guard form["redirect_uri"] == issued.redirectURI else { return "redirect_uri mismatch" }
+        guard (basic?.id ?? form["client_id"]) == issued.clientID else { return "client_id mismatch" }
+        var digest = SHA256()
+        digest.update(bytes: Array((form["code_verifier"] ?? "").utf8))
+        let challenge = Data(digest.finalize()).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        guard form["code_verifier"] != nil, challenge == issued.challenge else { return "code_verifier mismatch" }
         return nil
     }
 

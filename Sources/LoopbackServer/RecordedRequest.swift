@@ -69,7 +69,9 @@ public struct RecordedRequest: Sendable {
     /// Splits a request-target into path and query; absolute-form targets lose their scheme and authority.
     static func split(target: String) -> (path: String, query: String?) {
         var rest = Substring(target)
-        if let schemeEnd = rest.range(of: "://") {
+        // Absolute-form (`http://host/path`) only: an origin-form target starts with `/`, and
+        // its query may hold `://` (a `redirect_uri` left unescaped, as RFC 3986 allows).
+        if !rest.hasPrefix("/"), let schemeEnd = rest.range(of: "://") {
             rest = rest[schemeEnd.upperBound...]
             rest = rest[(rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex)...]
         }

@@ -18,11 +18,11 @@ public enum InterceptCommand: Sendable {
     /// Park the task in this interceptor's batch until the batch is released: by a later
     /// ``release``, by the manager's `flush`, or at the latest after `maximumWait` (if given)
     /// measured from now. The manager's ``URLTaskManager/Options/maximumHoldTime`` fails a
-    /// task held longer than that with ``URLTaskError/holdTimedOut(interceptor:after:)``.
+    /// task held longer than that with ``URLTaskError/Code-swift.struct/holdTimedOut``.
     case hold(for: Duration? = nil)
     /// Continue with this task and everything this interceptor holds, in one burst.
     case release
-    /// Fail the task; the caller receives ``URLTaskError/interceptorFailed(interceptor:underlying:)``.
+    /// Fail the task; the caller receives ``URLTaskError/Code-swift.struct/interceptorFailed``.
     case fail(any Error)
     /// Answer the task locally without touching the network (a cache hit, a mock, an
     /// offline answer). The caller sees this response and body as if they came from the server.

@@ -37,9 +37,21 @@ public struct URLTask: Sendable, Identifiable {
     /// was sent (it waited in a batch, or for a connection, while a token refresh ran) runs
     /// the interceptors again with the same number: nothing was sent yet.
     public internal(set) var attempt: Int
-    /// Typed values interceptors leave for later stages (for example which credential version
-    /// was applied), reset on every attempt.
-    public var values: URLTaskValues
+    /// Typed values that belong to this attempt only (for example which credential version an
+    /// interceptor applied to these headers): every attempt starts with them empty, as its
+    /// interceptors start again from the caller's request.
+    public var attemptValues: URLTaskValues
+    /// Typed values that live as long as the task, across every attempt (for example a request
+    /// id that a retry must send again): an attempt starts with what the last one left.
+    public var taskValues: URLTaskValues
+
+    /// Renamed: values that last one attempt are ``attemptValues``; for values that must survive
+    /// a retry or a refresh, use ``taskValues``.
+    @available(*, deprecated, renamed: "attemptValues", message: "values last one attempt; use taskValues for values kept across attempts")
+    public var values: URLTaskValues {
+        get { attemptValues }
+        set { attemptValues = newValue }
+    }
 
     /// A task as the manager would hand it to the first interceptor: for testing an interceptor
     /// without a server or a session.
@@ -69,7 +81,17 @@ public struct URLTask: Sendable, Identifiable {
         self.request = request ?? originalRequest
         self.originalRequest = originalRequest
         self.attempt = attempt
-        self.values = URLTaskValues()
+        self.attemptValues = URLTaskValues()
+        self.taskValues = URLTaskValues()
+    }
+
+    /// The same task as the interceptors see it at the start of another attempt (or of the same
+    /// one again, when its headers went stale before it was sent): `request` and `body` to start
+    /// from, ``attemptValues`` empty, ``taskValues`` kept.
+    func startingOver(attempt: Int, request: URLRequest, body: URLTaskBody) -> URLTask {
+        var next = URLTask(id: id, originalRequest: originalRequest, attempt: attempt, request: request, body: body)
+        next.taskValues = taskValues
+        return next
     }
 }
 
@@ -77,7 +99,7 @@ public struct URLTask: Sendable, Identifiable {
 ///
 /// ```swift
 /// enum AppliedTokenVersion: URLTaskValueKey { typealias Value = Int }
-/// task.values[AppliedTokenVersion.self] = 3
+/// task.attemptValues[AppliedTokenVersion.self] = 3
 /// ```
 public protocol URLTaskValueKey {
     /// The type of the stored value.

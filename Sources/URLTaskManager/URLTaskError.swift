@@ -1,87 +1,309 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// Every way URLTaskManager itself can fail a task, as the caller receives it.
 ///
 /// A task made through ``URLTaskManager/session`` completes exactly once: with a response, with
 /// the transport's own `URLError` (exactly as a plain `URLSession` would report it), with
-/// `URLError.cancelled` when its caller cancels it, or with one of these. Each case names the
-/// component that failed (by type name) and carries the underlying error, so an app can map
-/// it to its own error type in one `switch`:
+/// `URLError.cancelled` when its caller cancels it, or with a `URLTaskError`. The error says
+/// what happened (``code``), which interceptor or reactor did it (``component``), what that
+/// component threw (``underlying``) and to which request (``request``: its URL without query,
+/// method and attempt), so that a log line or a bug report needs nothing else.
+///
+/// It is a struct over a code, not an enum, so that a new way to fail can be added without
+/// breaking anyone's `switch`. Match on the code:
 ///
 /// ```swift
 /// do {
 ///     let (data, _) = try await manager.session.data(from: url)
-/// } catch URLTaskError.reactorFailed(_, let underlying) {
-///     showLogin(because: underlying)
+/// } catch let error as URLTaskError where error.code == .reactorFailed {
+///     showLogin(because: error.underlying)
 /// }
 /// ```
-public enum URLTaskError: Error, Sendable {
-    /// An interceptor threw, or returned ``InterceptCommand/fail(_:)``.
-    case interceptorFailed(interceptor: String, underlying: any Error)
-    /// A header value contained CR or LF, or a header name was not an HTTP token. Sending it
-    /// would let one request smuggle another, so the task fails instead.
-    case invalidHeader(name: String, reason: String)
-    /// The task was held in a batch longer than ``URLTaskManager/Options/maximumHoldTime``.
-    case holdTimedOut(interceptor: String, after: Duration)
-    /// The shared work of a reactor (a token refresh) threw; every task waiting on that run
-    /// receives this same error.
-    case reactorFailed(reactor: String, underlying: any Error)
-    /// A reactor's work ran longer than its configured timeout.
-    case reactorTimedOut(reactor: String, after: Duration)
-    /// The task triggered reactions more times than its reactor allows.
-    case tooManyAttempts(reactor: String, attempts: Int)
-    /// A reactor ran more often than its loop guard allows within a time window (a refresh
-    /// that succeeds but whose token the server keeps rejecting).
-    case reactionLoop(reactor: String, runs: Int, window: Duration)
-    /// The task must be sent again but its body cannot be: a stream body larger than the
-    /// replay limit, or a stream that failed while being read.
-    case bodyNotReplayable(reason: String)
-    /// An upload task whose body the platform does not expose to a `URLProtocol`. The task
-    /// fails rather than send an empty body.
-    case uploadBodyUnavailable
-    /// The task reached a session that was already invalidated: on Linux, a task created
-    /// before `finishTasksAndInvalidate()` but resumed only after every other task had ended,
-    /// or a ``URLTaskManager/download(for:)`` started after the session was invalidated. A plain
-    /// session would refuse such a task too.
-    case managerInvalidated
-    /// A download task made with the session's own download APIs (`download(from:)`,
-    /// `downloadTask(with:)`) whose request an interceptor would change, hold, fail or answer.
-    /// On Linux such a task cannot pass through the interceptors (corelibs completes a download
-    /// only from its own protocol), and sending it without them (no token, no API key) would
-    /// fail quietly; so it fails before anything is sent. Use ``URLTaskManager/download(for:)``,
-    /// which runs the whole pipeline.
-    case downloadNeedsPipeline(interceptor: String, reason: String)
-}
+public struct URLTaskError: Error, Sendable {
+    /// What went wrong: compare with `==` or match in a `switch` (with a `default`, since codes
+    /// may be added).
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Base: String, Hashable, Sendable {
+            case interceptorFailed, invalidHeader, holdTimedOut, reactorFailed, reactorTimedOut, tooManyAttempts, reactionLoop
+            case bodyNotReplayable, uploadBodyUnavailable, managerInvalidated, downloadNeedsPipeline, responseRejected
+        }
 
-extension URLTaskError: CustomStringConvertible, LocalizedError {
-    public var description: String {
-        switch self {
-        case .interceptorFailed(let interceptor, let underlying):
-            "Interceptor \(interceptor) failed the task: \(underlying)"
-        case .invalidHeader(let name, let reason):
-            "Header \"\(name)\" refused: \(reason)"
-        case .holdTimedOut(let interceptor, let after):
-            "Held by \(interceptor) for longer than \(after)"
-        case .reactorFailed(let reactor, let underlying):
-            "Reactor \(reactor) failed: \(underlying)"
-        case .reactorTimedOut(let reactor, let after):
-            "Reactor \(reactor) did not finish within \(after)"
-        case .tooManyAttempts(let reactor, let attempts):
-            "Reactor \(reactor) reacted to this task \(attempts) times; giving up"
-        case .reactionLoop(let reactor, let runs, let window):
-            "Reactor \(reactor) ran \(runs) times within \(window); refusing to run again"
-        case .bodyNotReplayable(let reason):
-            "The request body cannot be sent again: \(reason)"
-        case .uploadBodyUnavailable:
-            "The upload body is not visible to URLTaskManager on this platform; the task was not sent"
-        case .managerInvalidated:
-            "The URLTaskManager's session was invalidated before the task was sent"
-        case .downloadNeedsPipeline(let interceptor, let reason):
-            "Interceptor \(interceptor) would not let this download go out as it is (\(reason)), and on Linux a download task "
-                + "made with URLSession's download APIs cannot pass through the interceptors: use manager.download(for:) instead; "
-                + "nothing was sent"
+        private let base: Base
+
+        private init(_ base: Base) {
+            self.base = base
+        }
+
+        /// An interceptor threw, or returned ``InterceptCommand/fail(_:)``; ``underlying`` is
+        /// what it gave.
+        public static let interceptorFailed = Code(.interceptorFailed)
+        /// A header value contained CR or LF, or a header name was not an HTTP token
+        /// (``headerName``, ``reason``). Sending it would let one request smuggle another, so the
+        /// task fails instead.
+        public static let invalidHeader = Code(.invalidHeader)
+        /// The task was held in a batch longer than ``URLTaskManager/Options/maximumHoldTime``
+        /// (``limit``).
+        public static let holdTimedOut = Code(.holdTimedOut)
+        /// The shared work of a reactor (a token refresh) threw; every task waiting on that run
+        /// receives this same error, with what the work threw as ``underlying``.
+        public static let reactorFailed = Code(.reactorFailed)
+        /// A reactor's work ran longer than its configured timeout (``limit``).
+        public static let reactorTimedOut = Code(.reactorTimedOut)
+        /// The task triggered reactions more times than its reactor allows (``count``: the attempts).
+        public static let tooManyAttempts = Code(.tooManyAttempts)
+        /// A reactor ran more often than its loop guard allows within a time window (``count``
+        /// runs within ``limit``): a refresh that succeeds but whose token the server keeps rejecting.
+        public static let reactionLoop = Code(.reactionLoop)
+        /// The task must be sent again but its body cannot be (``reason``): a stream body larger
+        /// than the replay limit, or a stream that failed while being read.
+        public static let bodyNotReplayable = Code(.bodyNotReplayable)
+        /// An upload task whose body the platform does not expose to a `URLProtocol`. The task
+        /// fails rather than send an empty body.
+        public static let uploadBodyUnavailable = Code(.uploadBodyUnavailable)
+        /// The task reached a session that was already invalidated: on Linux, a task created
+        /// before `finishTasksAndInvalidate()` but resumed only after every other task had ended,
+        /// or a ``URLTaskManager/download(for:)`` started after the session was invalidated. A
+        /// plain session would refuse such a task too.
+        public static let managerInvalidated = Code(.managerInvalidated)
+        /// A download task made with the session's own download APIs (`download(from:)`,
+        /// `downloadTask(with:)`) whose request an interceptor would change, hold, fail or answer
+        /// (``reason``). On Linux such a task cannot pass through the interceptors (corelibs
+        /// completes a download only from its own protocol), and sending it without them (no
+        /// token, no API key) would fail quietly; so it fails before anything is sent. Use
+        /// ``URLTaskManager/download(for:)``, which runs the whole pipeline.
+        public static let downloadNeedsPipeline = Code(.downloadNeedsPipeline)
+
+        /// The final answer is not one the caller accepts (``ResponseValidation``): ``response``
+        /// has its status and headers, ``bodyPrefix`` the start of its body, ``reason`` why.
+        public static let responseRejected = Code(.responseRejected)
+
+        /// The code's name, as in the static property (`"reactorFailed"`).
+        public var description: String { base.rawValue }
+    }
+
+    /// The interceptor or reactor a failure came from.
+    public struct Component: Hashable, Sendable, CustomStringConvertible {
+        /// Which chain it belongs to.
+        public enum Kind: Hashable, Sendable {
+            /// One of the manager's interceptors.
+            case interceptor
+            /// One of the manager's reactors.
+            case reactor
+        }
+
+        /// Which chain it belongs to.
+        public let kind: Kind
+        /// Its position in the array given to the manager, which identifies it even when two
+        /// components share a type; `nil` when the failure was raised outside the pipeline (an
+        /// interceptor of the OAuth2 kit reporting its authenticator's failure).
+        public let index: Int?
+        /// Its type's name, followed by `#index` when the manager has two of that type: for
+        /// display only.
+        public let name: String
+
+        /// A component, for tests of code that maps these errors.
+        public init(kind: Kind, index: Int?, name: String) {
+            self.kind = kind
+            self.index = index
+            self.name = name
+        }
+
+        /// Its name.
+        public var description: String { name }
+    }
+
+    /// The request a failure happened to, without anything secret: the URL loses its query,
+    /// fragment and user info (where a token could be).
+    public struct Request: Hashable, Sendable, CustomStringConvertible {
+        /// The URL without query, fragment or user info.
+        public let url: URL?
+        /// The HTTP method.
+        public let method: String
+        /// Which send of the task it was (1 for the first).
+        public let attempt: Int
+
+        /// A request context, for tests of code that maps these errors.
+        public init(url: URL?, method: String, attempt: Int) {
+            self.url = url
+            self.method = method
+            self.attempt = attempt
+        }
+
+        /// `GET https://host/path (attempt 2)`.
+        public var description: String {
+            "\(method) \(url?.absoluteString ?? "-")" + (attempt > 1 ? " (attempt \(attempt))" : "")
         }
     }
 
+    /// What went wrong.
+    public let code: Code
+    /// The interceptor or reactor that failed the task, where one did.
+    public let component: Component?
+    /// What the component threw or gave, where it did (a reactor's refresh error, an
+    /// interceptor's own error).
+    public let underlying: (any Error)?
+    /// The offending header's name, for ``Code/invalidHeader`` (never its value).
+    public let headerName: String?
+    /// Why, in words, for ``Code/invalidHeader``, ``Code/bodyNotReplayable`` and
+    /// ``Code/downloadNeedsPipeline``.
+    public let reason: String?
+    /// The time limit that ran out (``Code/holdTimedOut``, ``Code/reactorTimedOut``) or the
+    /// window of ``Code/reactionLoop``.
+    public let limit: Duration?
+    /// The attempts of ``Code/tooManyAttempts``, the runs of ``Code/reactionLoop``.
+    public let count: Int?
+    /// The request it happened to, once the pipeline has failed the task with it.
+    public internal(set) var request: Request?
+    /// The rejected response, for ``Code/responseRejected``: its status and headers.
+    public internal(set) var response: HTTPURLResponse?
+    /// The start of the rejected response's body (at most 512 bytes, known secret fields
+    /// masked), for ``Code/responseRejected``: enough to show the server's error message.
+    public internal(set) var bodyPrefix: Data?
+
+    /// An error, for tests of code that maps these errors; the pipeline makes its own.
+    public init(
+        code: Code, component: Component? = nil, underlying: (any Error)? = nil, headerName: String? = nil, reason: String? = nil,
+        limit: Duration? = nil, count: Int? = nil, request: Request? = nil
+    ) {
+        self.code = code
+        self.component = component
+        self.underlying = underlying
+        self.headerName = headerName
+        self.reason = reason
+        self.limit = limit
+        self.count = count
+        self.request = request
+    }
+
+    /// The user-info key under which a `URLError` an interceptor failed a task with names that
+    /// interceptor: such an error reaches the caller as itself, not wrapped, so that code
+    /// written for `URLSession` (`catch let error as URLError`) keeps working.
+    public static let componentUserInfoKey = "URLTaskManagerComponent"
+
+    // MARK: The errors the manager makes
+
+    static func interceptorFailed(_ interceptor: Component, underlying: any Error) -> URLTaskError {
+        URLTaskError(code: .interceptorFailed, component: interceptor, underlying: underlying)
+    }
+
+    static func invalidHeader(name: String, reason: String) -> URLTaskError {
+        URLTaskError(code: .invalidHeader, headerName: name, reason: reason)
+    }
+
+    static func holdTimedOut(_ interceptor: Component, after limit: Duration) -> URLTaskError {
+        URLTaskError(code: .holdTimedOut, component: interceptor, limit: limit)
+    }
+
+    static func reactorFailed(_ reactor: Component, underlying: any Error) -> URLTaskError {
+        URLTaskError(code: .reactorFailed, component: reactor, underlying: underlying)
+    }
+
+    static func reactorTimedOut(_ reactor: Component, after limit: Duration) -> URLTaskError {
+        URLTaskError(code: .reactorTimedOut, component: reactor, limit: limit)
+    }
+
+    static func tooManyAttempts(_ reactor: Component, attempts: Int) -> URLTaskError {
+        URLTaskError(code: .tooManyAttempts, component: reactor, count: attempts)
+    }
+
+    static func reactionLoop(_ reactor: Component, runs: Int, window: Duration) -> URLTaskError {
+        URLTaskError(code: .reactionLoop, component: reactor, limit: window, count: runs)
+    }
+
+    static func bodyNotReplayable(reason: String) -> URLTaskError {
+        URLTaskError(code: .bodyNotReplayable, reason: reason)
+    }
+
+    static let uploadBodyUnavailable = URLTaskError(code: .uploadBodyUnavailable)
+
+    static let managerInvalidated = URLTaskError(code: .managerInvalidated)
+
+    static func responseRejected(_ response: HTTPURLResponse, body: Data, reason: String) -> URLTaskError {
+        var error = URLTaskError(code: .responseRejected, reason: reason)
+        error.response = response
+        error.bodyPrefix = ResponseValidation.safePrefix(of: body)
+        return error
+    }
+
+    static func downloadNeedsPipeline(_ interceptor: Component, reason: String) -> URLTaskError {
+        URLTaskError(code: .downloadNeedsPipeline, component: interceptor, reason: reason)
+    }
+
+    /// This error, naming `request` (its URL without query, its method, `attempt`), unless it
+    /// already names one.
+    func about(_ request: URLRequest, attempt: Int) -> URLTaskError {
+        guard self.request == nil else { return self }
+        var named = self
+        named.request = Request(url: URLTaskEvent.redacted(request.url), method: request.httpMethod ?? "GET", attempt: attempt)
+        return named
+    }
+}
+
+extension URLTaskError: CustomStringConvertible, LocalizedError {
+    /// One sentence: what happened, by which component, to which request, and why. It never
+    /// holds a header value, a query or a body; ``underlying`` is described as its own type
+    /// describes itself (the OAuth2 kit's errors hide their secrets).
+    public var description: String {
+        var text: String
+        let by = component.map { " \($0.name)" } ?? ""
+        switch code {
+        case .interceptorFailed: text = "Interceptor\(by) failed the task"
+        case .invalidHeader: text = "Header \"\(headerName ?? "?")\" refused: \(reason ?? "invalid")"
+        case .holdTimedOut: text = "Held by\(by) for longer than \(limit.map { "\($0)" } ?? "its limit")"
+        case .reactorFailed: text = "Reactor\(by) failed"
+        case .reactorTimedOut: text = "Reactor\(by) did not finish within \(limit.map { "\($0)" } ?? "its timeout")"
+        case .tooManyAttempts: text = "Reactor\(by) reacted to this task \(count ?? 0) times; giving up"
+        case .reactionLoop:
+            text = "Reactor\(by) ran \(count ?? 0) times within \(limit.map { "\($0)" } ?? "its window"); refusing to run again"
+        case .bodyNotReplayable: text = "The request body cannot be sent again: \(reason ?? "")"
+        case .uploadBodyUnavailable: text = "The upload body is not visible to URLTaskManager on this platform; the task was not sent"
+        case .managerInvalidated: text = "The URLTaskManager's session was invalidated before the task was sent"
+        case .downloadNeedsPipeline:
+            text =
+                "Interceptor\(by) would not let this download go out as it is (\(reason ?? "")), and on Linux a download task "
+                + "made with URLSession's download APIs cannot pass through the interceptors: use manager.download(for:) instead; "
+                + "nothing was sent"
+        case .responseRejected: text = "The response was rejected: \(reason ?? "not acceptable")"
+        default: text = "URLTaskManager failed the task (\(code))"
+        }
+        if let request { text += " [\(request)]" }
+        if let underlying { text += ": \(Self.describe(underlying))" }
+        return text
+    }
+
     public var errorDescription: String? { description }
+
+    /// An underlying error as a reader wants it: a `URLError` by its code and meaning (its
+    /// bridged description is often "(null)"), anything else as it describes itself.
+    static func describe(_ error: any Error) -> String {
+        error is URLError ? URLTaskEvent.Kind.describe(error) : String(describing: error)
+    }
+}
+
+extension URLError.Code {
+    /// What the code means, in a few words, for error text.
+    var meaning: String {
+        switch self {
+        case .cancelled: "cancelled"
+        case .timedOut: "timed out"
+        case .cannotConnectToHost: "cannot connect to host"
+        case .cannotFindHost: "cannot find host"
+        case .networkConnectionLost: "network connection lost"
+        case .notConnectedToInternet: "not connected to the internet"
+        case .badServerResponse: "bad server response"
+        case .unsupportedURL: "unsupported URL"
+        case .badURL: "bad URL"
+        case .httpTooManyRedirects: "too many redirects"
+        case .userAuthenticationRequired: "authentication required"
+        case .secureConnectionFailed: "secure connection failed"
+        case .serverCertificateUntrusted: "server certificate untrusted"
+        case .dnsLookupFailed: "DNS lookup failed"
+        case .resourceUnavailable: "resource unavailable"
+        case .dataNotAllowed: "data not allowed"
+        default: "code \(rawValue)"
+        }
+    }
 }

@@ -9,7 +9,7 @@ extension URLTaskManager {
     /// `manager.session.download(for:)` works too, but on Linux a download task cannot pass
     /// through a custom `URLProtocol` (corelibs completes it only from its own protocol): there
     /// it goes out only if no interceptor would change it, and no reactor sees it; otherwise it
-    /// fails with ``URLTaskError/downloadNeedsPipeline(interceptor:reason:)``. This method runs the
+    /// fails with ``URLTaskError/Code-swift.struct/downloadNeedsPipeline``. This method runs the
     /// same pipeline as every other task and streams the body to disk as it arrives, so memory
     /// stays flat for large files. The file is yours: move it before the next launch.
     ///

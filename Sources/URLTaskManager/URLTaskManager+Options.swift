@@ -2,7 +2,7 @@ extension URLTaskManager {
     /// The manager's own settings, separate from the `URLSessionConfiguration` it wraps.
     public struct Options: Sendable {
         /// The longest a task may wait in an interceptor's batch. A task held longer fails with
-        /// ``URLTaskError/holdTimedOut(interceptor:after:)``: URLSession's own timeouts do not
+        /// ``URLTaskError/Code-swift.struct/holdTimedOut``: URLSession's own timeouts do not
         /// run while a task is held, so without this a forgotten batch would hang its callers.
         public var maximumHoldTime: Duration
 
@@ -12,7 +12,7 @@ extension URLTaskManager {
         /// refresh, a retry). When the manager has reactors, a stream body up to this size is
         /// read into memory before the first send (off URLSession's queues) and replayed byte
         /// for byte on every resend. A larger stream is sent once as it is, streamed; if it must
-        /// be resent the task fails with ``URLTaskError/bodyNotReplayable(reason:)`` rather than
+        /// be resent the task fails with ``URLTaskError/Code-swift.struct/bodyNotReplayable`` rather than
         /// send an empty or partial body. `Data` and file bodies are always replayable.
         public var maximumReplayableBodySize: Int
 
@@ -30,10 +30,18 @@ extension URLTaskManager {
         /// platforms, where one connection carries many requests at once.
         public var maximumRequestsInFlightPerHost: Int?
 
+        /// The answers every request accepts (``ResponseValidation``): any other final answer
+        /// fails its task with ``URLTaskError/Code-swift.struct/responseRejected``. `nil`, the
+        /// default, accepts every answer, as URLSession does. One request can set its own with a
+        /// ``URLTaskPolicy``.
+        public var responseValidation: ResponseValidation?
+
         /// Creates options; every parameter has a sensible default.
         public init(
-            maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil
+            maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil,
+            responseValidation: ResponseValidation? = nil
         ) {
+            self.responseValidation = responseValidation
             self.maximumHoldTime = maximumHoldTime
             self.maximumReplayableBodySize = maximumReplayableBodySize
             self.maximumRequestsInFlightPerHost = maximumRequestsInFlightPerHost

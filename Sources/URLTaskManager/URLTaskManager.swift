@@ -70,14 +70,18 @@ public final class URLTaskManager: Sendable {
     /// The events of every task this manager's session starts from now on, for logs and
     /// metrics (see ``URLTaskEvent``).
     ///
-    /// Each call returns a new stream; it ends when the session is invalidated or released, or
-    /// when the loop reading it stops. A task started while no stream is open emits nothing and
-    /// records nothing: events cost nothing unless someone listens. A reader that falls behind
-    /// never slows a task down: its stream keeps the newest `limit` events and drops the oldest.
+    /// Each call returns a new stream, subscribed when this method returns; it ends when the
+    /// session is invalidated or released, or when the loop reading it stops. A task started
+    /// while no stream is open emits nothing and records nothing: events cost nothing unless
+    /// someone listens. So call it before starting the work you want to see, and read the
+    /// stream in a task; calling it inside that task subscribes only when the task first runs,
+    /// which may be after your next request started. A reader that falls behind never slows a
+    /// task down: its stream keeps the newest `limit` events and drops the oldest.
     ///
     /// ```swift
+    /// let events = manager.events()  // subscribed from here on
     /// Task {
-    ///     for await event in manager.events() { logger.info("\(event)") }
+    ///     for await event in events { logger.info("\(event)") }
     /// }
     /// ```
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<URLTaskEvent> {
@@ -97,7 +101,8 @@ public final class URLTaskManager: Sendable {
 
     /// The number of tasks the interceptor at `index` holds right now.
     public func heldTaskCount(interceptorAt index: Int) -> Int {
-        pipeline.batches[index].count
+        precondition(pipeline.interceptors.indices.contains(index), "No interceptor at index \(index)")
+        return pipeline.batches[index].count
     }
 
     /// Cancels every task and releases both sessions: the same as

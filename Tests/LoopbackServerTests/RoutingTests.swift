@@ -52,6 +52,15 @@ final class RoutingTests: XCTestCase {
         XCTAssertEqual(server.requests.first?.target, "http://example.com/abs?q=1")
     }
 
+    /// An origin-form target whose query holds `://` (an unescaped `redirect_uri`) is not read
+    /// as absolute-form.
+    func testAQueryHoldingAURLIsNotAnAbsoluteFormTarget() throws {
+        server.route("/authorize") { request in .text(request.query ?? "none") }
+        XCTAssertEqual(
+            try body("GET", "/authorize?redirect_uri=http://127.0.0.1:1/callback&state=s"),
+            "redirect_uri=http://127.0.0.1:1/callback&state=s")
+    }
+
     func testHTTPFields() {
         var fields: HTTPFields = ["Content-Type": "text/plain", "X-A": "1"]
         fields.append("x-a", "2")

@@ -14,7 +14,7 @@
 /// signed in, and left alone while signed out.
 ///
 /// When the token cannot be had (the refresh failed, or was rejected earlier), the task fails
-/// with ``URLTaskError/reactorFailed(reactor:underlying:)`` naming ``OAuth2RefreshReactor``,
+/// with ``URLTaskError/Code-swift.struct/reactorFailed`` naming ``OAuth2RefreshReactor``,
 /// exactly as the tasks whose 401 triggered a refresh that failed, so one `catch` handles
 /// both.
 ///
@@ -23,6 +23,11 @@
 public struct BearerInterceptor: URLTaskInterceptor {
     /// The credential's owner.
     public let authenticator: OAuth2Authenticator
+
+    /// Who a failed refresh is reported as when this interceptor meets it (it waited for the
+    /// authenticator's own refresh): the refresh reactor, as when the reactor's run fails; the
+    /// interceptor cannot know that reactor's index.
+    static let refreshComponent = URLTaskError.Component(kind: .reactor, index: nil, name: String(describing: OAuth2RefreshReactor.self))
 
     /// Applies `authenticator`'s token to requests for its origins.
     public init(authenticator: OAuth2Authenticator) {
@@ -35,7 +40,7 @@ public struct BearerInterceptor: URLTaskInterceptor {
         do {
             current = try await authenticator.validCredential()
         } catch {
-            throw URLTaskError.reactorFailed(reactor: String(describing: OAuth2RefreshReactor.self), underlying: error)
+            throw URLTaskError.reactorFailed(Self.refreshComponent, underlying: error)
         }
         return apply(current, to: &task)
     }
@@ -43,9 +48,9 @@ public struct BearerInterceptor: URLTaskInterceptor {
     private func apply(_ current: (credential: OAuth2Credential, version: Int)?, to task: inout URLTask) -> InterceptCommand {
         guard let current else { return .execute }
         task.request.setValue("Bearer \(current.credential.accessToken)", forHTTPHeaderField: "Authorization")
-        var applied = task.values[AppliedCredentialVersions.self] ?? [:]
+        var applied = task.attemptValues[AppliedCredentialVersions.self] ?? [:]
         applied[ObjectIdentifier(authenticator)] = current.version
-        task.values[AppliedCredentialVersions.self] = applied
+        task.attemptValues[AppliedCredentialVersions.self] = applied
         return .execute
     }
 }

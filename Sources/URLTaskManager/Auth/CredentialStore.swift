@@ -11,7 +11,9 @@
 /// reason a store must not call back into its authenticator's ``OAuth2Authenticator/signIn(_:)``
 /// or ``OAuth2Authenticator/signOut()``: that call would wait for the very write it is made from.
 ///
-/// The default is ``InMemoryCredentialStore``; an app plugs in the Keychain or a file:
+/// The default is ``InMemoryCredentialStore``. ``FileCredentialStore`` keeps the credential in a
+/// file only its owner can read, replaced atomically; on Apple platforms `KeychainCredentialStore`
+/// keeps it in the Keychain. A store of your own is three methods:
 ///
 /// ```swift
 /// struct KeychainStore: CredentialStore {

@@ -60,7 +60,7 @@ import FoundationNetworking
 ///   waiting for the refresh fail as soon as the token endpoint's answer arrives, even while the
 ///   hook is still showing a sign-in screen. It is called once per failure episode: at the
 ///   first failed refresh after a success or a sign-in, and again only if a later one in the
-///   same episode requires signing in (see ``RefreshFailureStateMachine``).
+///   same episode requires signing in (see `RefreshFailureStateMachine`).
 /// - Signing in or out while a refresh is in flight wins: the refresh's result is dropped.
 /// - Writes to the store happen one at a time, in the order of the changes they record, so the
 ///   store ends up holding what the last change made even when a slow `save` (a Keychain write)

@@ -2,7 +2,7 @@ import Foundation
 
 /// Why the OAuth2 kit could not produce a token.
 ///
-/// Requests fail with these wrapped in ``URLTaskError/reactorFailed(reactor:underlying:)``,
+/// Requests fail with these wrapped in ``URLTaskError/Code-swift.struct/reactorFailed``,
 /// whichever path found the problem (a 401 that triggered a refresh, or a token renewed before
 /// it expired), so an app handles "the session is over" in one place.
 ///

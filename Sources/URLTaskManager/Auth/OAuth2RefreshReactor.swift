@@ -7,7 +7,7 @@ import Foundation
 /// requests are refused at once (they all wait for it), and requests that have not been sent
 /// yet wait too instead of going out with the token being replaced. On success every waiting
 /// request is sent again through the interceptors; on failure they all fail with
-/// ``URLTaskError/reactorFailed(reactor:underlying:)``, the authenticator's
+/// ``URLTaskError/Code-swift.struct/reactorFailed``, the authenticator's
 /// `onRefreshFailure` is called once for the failure episode, and 401s that arrive within its
 /// ``OAuth2Authenticator/refreshBackoff`` fail the same way without another token request.
 ///
@@ -63,7 +63,7 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
     /// The authenticator's credential version the ``BearerInterceptor`` applied to `task`: the
     /// one version the engine judges this reactor's requests by.
     public func credentialVersion(of task: URLTask) -> Int? {
-        task.values[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)]
+        task.attemptValues[AppliedCredentialVersions.self]?[ObjectIdentifier(authenticator)]
     }
 
     /// The authenticator's credential version now: it changes on sign-in, sign-out and every

@@ -190,10 +190,10 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// as long as it drips. Past the timeout the transfer is cancelled and the refresh fails
     /// with `URLError.timedOut`.
     private func answer(to request: URLRequest) async throws -> (Data, URLResponse) {
-        guard let timeout else { return try await session.data(for: request) }
+        guard let timeout else { return try await session.dataCancellingSafely(for: request) }
         let answer = LockedAnswer()
         do {
-            try await withDeadline(timeout) { [session] in answer.set(try await session.data(for: request)) }
+            try await withDeadline(timeout) { [session] in answer.set(try await session.dataCancellingSafely(for: request)) }
         } catch is ReactorDeadlineExceeded {
             throw URLError.timedOut(url: request.url)
         }

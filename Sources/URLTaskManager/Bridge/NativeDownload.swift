@@ -28,7 +28,8 @@ final class NativeDownload: @unchecked Sendable {
 
     /// Called from `startLoading`, on the work queue: returns at once.
     func start(_ request: URLRequest) {
-        guard let pipeline, !pipeline.interceptors.isEmpty else {
+        let carriesPolicy = request.value(forHTTPHeaderField: URLTaskPolicy.headerName) != nil
+        guard let pipeline, !pipeline.interceptors.isEmpty || carriesPolicy else {
             // Nothing could change the request: no check, no event, no hop.
             _ = lock.withLock { machine.checked(passed: true) }
             return native.startLoading()

@@ -12,11 +12,15 @@ import FoundationNetworking
 /// without its API key or token that quietly gets an answer. So every interceptor is run on a
 /// copy of the task, in order, and the request is let go only if each one answers `execute`
 /// and leaves the request and its body as they were. Anything else (a header added, a hold, a
-/// failure, a local answer) fails the task with ``URLTaskError/downloadNeedsPipeline(interceptor:reason:)``,
+/// failure, a local answer) fails the task with ``URLTaskError/Code-swift.struct/downloadNeedsPipeline``,
 /// before anything is sent. Nothing an interceptor does to the copy is sent.
 enum NativeDownloadCheck {
     /// `nil` when the request may go out as it is; otherwise the error to fail the task with.
     static func run(_ request: URLRequest, pipeline: Pipeline, observer: TaskObserver?) async -> URLTaskError? {
+        if request.value(forHTTPHeaderField: URLTaskPolicy.headerName) != nil {
+            // Sent as it is, the policy would reach the wire, and nothing would apply it.
+            return URLTaskError(code: .downloadNeedsPipeline, reason: "it carries a URLTaskPolicy")
+        }
         let original = URLTask(request: request)
         var task = original
         for (index, interceptor) in pipeline.interceptors.enumerated() {
@@ -30,7 +34,7 @@ enum NativeDownloadCheck {
                 outcome = .failure(error)
             }
             gate?.release()
-            observer?.intercepted(interceptor, outcome)
+            observer?.intercepted(pipeline.interceptorComponents[index], outcome)
             let reason: String
             switch outcome {
             case .success(.execute):
@@ -47,7 +51,7 @@ enum NativeDownloadCheck {
             case .success(.fail), .failure: reason = "it fails the request"
             case .success(.respond): reason = "it answers the request locally"
             }
-            return .downloadNeedsPipeline(interceptor: String(describing: type(of: interceptor)), reason: reason)
+            return .downloadNeedsPipeline(pipeline.interceptorComponents[index], reason: reason)
         }
         return nil
     }

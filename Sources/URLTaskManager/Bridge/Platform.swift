@@ -23,7 +23,7 @@ enum BodyDelivery: Sendable, Equatable {
 }
 
 /// What the bridge learns about the outer task it is loading.
-struct OuterTaskFacts: @unchecked Sendable {  // DispatchQueue is thread-safe; the struct is immutable.
+struct OuterTaskFacts: Sendable {
     var delivery: BodyDelivery
     /// The serial queue the outer session uses for this task. Every `URLProtocolClient` call is
     /// made on it: corelibs reads its task registry from the client callbacks without a lock,

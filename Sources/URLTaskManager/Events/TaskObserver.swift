@@ -37,10 +37,20 @@ final class TaskObserver: @unchecked Sendable {
     init(id: URLTask.ID, request: URLRequest, hub: EventHub) {
         self.id = id
         self.hub = hub
+        TaskObserverDirectory.shared.register(self, for: id)
         emit(.created(method: request.httpMethod ?? "GET", url: URLTaskEvent.redacted(request.url)))
     }
 
-    func intercepted(_ interceptor: any URLTaskInterceptor, _ outcome: Result<InterceptCommand, any Error>) {
+    deinit {
+        TaskObserverDirectory.shared.remove(id)
+    }
+
+    /// An interceptor or reactor annotated the task (``URLTask/annotate(_:_:)``).
+    func annotated(name: String, value: String) {
+        emit(.annotated(name: name, value: value))
+    }
+
+    func intercepted(_ interceptor: URLTaskError.Component, _ outcome: Result<InterceptCommand, any Error>) {
         let command: String
         switch outcome {
         case .success(.execute): command = "execute"
@@ -50,15 +60,15 @@ final class TaskObserver: @unchecked Sendable {
         case .success(.respond): command = "respond"
         case .failure: command = "threw"
         }
-        emit(.intercepted(interceptor: Self.name(interceptor), command: command))
+        emit(.intercepted(interceptor: interceptor.name, command: command))
     }
 
-    func held(by interceptor: any URLTaskInterceptor) {
-        emit(.held(interceptor: Self.name(interceptor)))
+    func held(by interceptor: URLTaskError.Component) {
+        emit(.held(interceptor: interceptor.name))
     }
 
-    func released(by interceptor: any URLTaskInterceptor) {
-        emit(.released(interceptor: Self.name(interceptor)))
+    func released(by interceptor: URLTaskError.Component) {
+        emit(.released(interceptor: interceptor.name))
     }
 
     func waiting(for wait: URLTaskEvent.Wait) {
@@ -199,9 +209,5 @@ final class TaskObserver: @unchecked Sendable {
             guard let next else { return }
             hub.emit(next)
         }
-    }
-
-    private static func name(_ value: Any) -> String {
-        String(describing: type(of: value))
     }
 }

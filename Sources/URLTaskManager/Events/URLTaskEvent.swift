@@ -9,7 +9,8 @@ import FoundationNetworking
 /// order, from `created` to `completed`, exactly once each where they apply; they tell what
 /// corelibs' `URLSessionTaskMetrics` never delivers on Linux (time to first byte, time spent in
 /// each phase). Events carry no secret: no header value, no body, and URLs without their
-/// query or user info.
+/// query or user info. The one exception is what your own code adds with
+/// ``URLTask/annotate(_:_:)`` (``Kind/annotated(name:value:)``).
 public struct URLTaskEvent: Sendable, CustomStringConvertible {
     /// The task it happened to (stable across attempts: ``URLTask/id``).
     public let task: URLTask.ID
@@ -48,9 +49,12 @@ public struct URLTaskEvent: Sendable, CustomStringConvertible {
         /// A download task made with the session's own download APIs, which on Linux cannot pass
         /// through the pipeline: every interceptor left its request as it was, and corelibs sends it
         /// itself (`true`; the pipeline sees nothing more of it, so no `completed` follows), or one
-        /// would have changed it and the task fails with ``URLTaskError/downloadNeedsPipeline(interceptor:reason:)``
+        /// would have changed it and the task fails with ``URLTaskError/Code-swift.struct/downloadNeedsPipeline``
         /// (`false`, then `completed`).
         case nativeDownload(sentUnchanged: Bool)
+        /// An interceptor or reactor added a fact about the task with ``URLTask/annotate(_:_:)``:
+        /// a trace id, a `curl` command. Its value is what that code put there.
+        case annotated(name: String, value: String)
     }
 
     /// What a task waits for before it is sent.
@@ -113,14 +117,31 @@ extension URLTaskEvent.Kind: CustomStringConvertible {
         case .reacted(let reactor, let run): return "\(reactor) reacts" + (run.map { " (run \($0))" } ?? "")
         case .requeued(let attempt): return "requeued as attempt \(attempt)"
         case .redirected(let status, let url): return "\(status) redirect to \(url?.absoluteString ?? "-")"
+        case .annotated(let name, let value): return "\(name): \(value)"
         case .nativeDownload(let sentUnchanged):
             return sentUnchanged ? "download sent by URLSession itself, unchanged" : "download refused: use manager.download(for:)"
         case .completed(let completion):
-            let outcome = completion.status.map { "\($0)" } ?? "error \(completion.error.map { String(describing: type(of: $0)) } ?? "-")"
+            let outcome = completion.status.map { "\($0)" } ?? "error \(completion.error.map(Self.describe) ?? "-")"
             let ms: (Duration) -> String = { $0.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))) }
             return
                 "completed \(outcome) in \(ms(completion.phases.total)) (\(completion.attempts) attempt(s), \(completion.bytesSent.map(String.init) ?? "?") B sent, \(completion.bytesReceived) B received; before sending \(ms(completion.phases.beforeFirstSend)), transfer \(ms(completion.phases.transfer)), reacting \(ms(completion.phases.reacting)))"
         }
+    }
+}
+
+extension URLTaskEvent.Kind {
+    /// An error as the `completed` line shows it: a `URLError` by code and meaning, a
+    /// ``URLTaskError`` by code and component, anything else by its type (an app's own error
+    /// may hold anything, and events never carry a secret).
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? URLTaskError {
+            return "URLTaskError \(error.code)" + (error.component.map { " (\($0.name))" } ?? "")
+        }
+        if let error = error as? URLError {
+            let url = URLTaskEvent.redacted(error.failingURL).map { " at \($0.absoluteString)" } ?? ""
+            return "URLError \(error.code.rawValue) (\(error.code.meaning))\(url)"
+        }
+        return String(describing: type(of: error))
     }
 }
 

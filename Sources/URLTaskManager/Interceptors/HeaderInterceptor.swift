@@ -12,7 +12,7 @@
 /// ```
 ///
 /// Every name and value is validated: a value containing CR or LF, or a name that is not an
-/// HTTP token, fails the task with ``URLTaskError/invalidHeader(name:reason:)`` instead of
+/// HTTP token, fails the task with ``URLTaskError/Code-swift.struct/invalidHeader`` instead of
 /// being sent.
 public struct HeaderInterceptor: URLTaskInterceptor {
     /// A header value: fixed, or computed for each task.
@@ -58,18 +58,29 @@ public struct HeaderInterceptor: URLTaskInterceptor {
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         if let command = try interceptWithoutSuspending(&task, context: context) { return command }
         for (name, value) in fields {
-            if let problem = HeaderValidation.problem(name: name) { throw problem }
-            if conflict == .keepExisting, task.request.value(forHTTPHeaderField: name) != nil { continue }
-            let resolved: String?
             switch value {
-            case .fixed(let string): resolved = string
-            case .computed(let compute): resolved = try await compute(task)
+            case .fixed(let string): try set(name, string, on: &task)
+            case .computed(let compute):
+                guard try applies(name, to: task) else { continue }
+                try set(name, try await compute(task), on: &task)
             }
-            guard let resolved else { continue }
-            if let problem = HeaderValidation.problem(name: name, value: resolved) { throw problem }
-            task.request.setValue(resolved, forHTTPHeaderField: name)
         }
         return .execute
+    }
+
+    /// Whether `name` is a valid header name that this interceptor sets on `task` (thrown
+    /// otherwise); `false` when the caller's own value is kept.
+    private func applies(_ name: String, to task: URLTask) throws -> Bool {
+        if let problem = HeaderValidation.problem(name: name) { throw problem }
+        return !(conflict == .keepExisting && task.request.value(forHTTPHeaderField: name) != nil)
+    }
+
+    /// Sets `name` to `value` (nothing for `nil`) unless the caller's value is kept; refuses a
+    /// value with CR or LF.
+    private func set(_ name: String, _ value: String?, on task: inout URLTask) throws {
+        guard try applies(name, to: task), let value else { return }
+        if let problem = HeaderValidation.problem(name: name, value: value) { throw problem }
+        task.request.setValue(value, forHTTPHeaderField: name)
     }
 }
 
@@ -77,13 +88,7 @@ extension HeaderInterceptor: SynchronousInterception {
     /// Fixed values only: a computed one may suspend.
     func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
         guard fixedOnly else { return nil }
-        for (name, value) in fields {
-            guard case .fixed(let resolved) = value else { continue }
-            if let problem = HeaderValidation.problem(name: name) { throw problem }
-            if conflict == .keepExisting, task.request.value(forHTTPHeaderField: name) != nil { continue }
-            if let problem = HeaderValidation.problem(name: name, value: resolved) { throw problem }
-            task.request.setValue(resolved, forHTTPHeaderField: name)
-        }
+        for case (let name, .fixed(let value)) in fields { try set(name, value, on: &task) }
         return .execute
     }
 }

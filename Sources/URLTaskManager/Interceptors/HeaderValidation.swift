@@ -8,7 +8,7 @@ import FoundationNetworking
 /// A CR or LF in a value ends the header early and lets the rest be read as another header
 /// or another request (response splitting, request smuggling); a name that is not an RFC 9110
 /// token is not a header at all. Either way the task fails with
-/// ``URLTaskError/invalidHeader(name:reason:)`` instead of being sent.
+/// ``URLTaskError/Code-swift.struct/invalidHeader`` instead of being sent.
 public enum HeaderValidation {
     /// Whether `name` is a valid HTTP field name (an RFC 9110 token).
     public static func isValidName(_ name: String) -> Bool {

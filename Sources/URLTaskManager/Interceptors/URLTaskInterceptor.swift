@@ -13,7 +13,7 @@
 /// }
 /// ```
 ///
-/// Throwing fails only this task, with ``URLTaskError/interceptorFailed(interceptor:underlying:)``
+/// Throwing fails only this task, with ``URLTaskError/Code-swift.struct/interceptorFailed``
 /// naming this interceptor's type; other tasks are unaffected.
 public protocol URLTaskInterceptor: Sendable {
     /// Inspects and rewrites one task, and decides its fate.

@@ -6,14 +6,17 @@ import FoundationNetworking
 /// Streams a task's body into a temporary file for ``URLTaskManager/download(for:)``.
 ///
 /// Created inside the caller's continuation, so the continuation exists before any event can
-/// arrive; it is resumed exactly once, outside the lock.
-final class FileDownloadSink: TaskSink, @unchecked Sendable {  // all state is guarded by `lock`.
+/// arrive; it is resumed exactly once, outside the lock. The file is written and closed on a
+/// serial queue of its own (each chunk waits for its write, so the transfer keeps the disk's
+/// pace), never under the lock: the lock guards only the continuation and what was learnt.
+final class FileDownloadSink: TaskSink, @unchecked Sendable {  // the mutable fields are guarded by `lock`; `file` is only touched on `io`.
     private let lock = NSLock()
     private var continuation: CheckedContinuation<(URL, URLResponse), any Error>?
     private var response: URLResponse?
     private var writeError: (any Error)?
     private let file: FileHandle
     private let location: URL
+    private let io = DispatchQueue(label: "URLTaskManager.FileDownloadSink")
 
     init(location: URL, file: FileHandle, continuation: CheckedContinuation<(URL, URLResponse), any Error>) {
         self.location = location
@@ -35,10 +38,16 @@ final class FileDownloadSink: TaskSink, @unchecked Sendable {  // all state is g
     }
 
     func receive(data: Data) {
-        lock.withLock {
-            guard continuation != nil, writeError == nil else { return }
-            do { try file.write(contentsOf: data) } catch { writeError = error }
+        guard lock.withLock({ continuation != nil && writeError == nil }) else { return }
+        let failure: (any Error)? = io.sync {
+            do {
+                try file.write(contentsOf: data)
+                return nil
+            } catch {
+                return error
+            }
         }
+        if let failure { lock.withLock { writeError = writeError ?? failure } }
     }
 
     func finish() {
@@ -55,10 +64,11 @@ final class FileDownloadSink: TaskSink, @unchecked Sendable {  // all state is g
     private func complete(_ result: Result<(URL, URLResponse), any Error>) {
         let waiting: CheckedContinuation<(URL, URLResponse), any Error>? = lock.withLock {
             defer { continuation = nil }
-            if continuation != nil { try? file.close() }
             return continuation
         }
         guard let waiting else { return }
+        // After every write queued before it: the file holds the whole body when it is handed over.
+        io.sync { try? file.close() }
         if case .failure = result { try? FileManager.default.removeItem(at: location) }
         waiting.resume(with: result)
     }

@@ -11,6 +11,10 @@ import FoundationNetworking
 /// may be released) is a ``PipelineLifecycleStateMachine``.
 final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`; the rest is immutable.
     let interceptors: [any URLTaskInterceptor]
+    /// Who each interceptor is in errors and events: its index, and its type's name.
+    let interceptorComponents: [URLTaskError.Component]
+    /// Each interceptor's type's name, as a ``URLTaskPolicy`` names the ones a request skips.
+    let interceptorTypeNames: [String]
     let batches: [BatchStorage]
     /// One per interceptor that intercepts one task at a time, `nil` for the others.
     let serialGates: [SerialGate?]
@@ -33,7 +37,11 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         options: URLTaskManager.Options
     ) {
         self.interceptors = interceptors
-        let reactors = reactors.enumerated().map { ReactorStorage(index: $0.offset, reactor: $0.element) }
+        let reactors = zip(reactors, URLTaskError.Component.chain(reactors, kind: .reactor)).map {
+            ReactorStorage(reactor: $0, component: $1)
+        }
+        self.interceptorComponents = URLTaskError.Component.chain(interceptors, kind: .interceptor)
+        self.interceptorTypeNames = interceptors.map { String(describing: type(of: $0)) }
         self.reactors = reactors
         self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
         self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }
@@ -148,7 +156,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         switch action {
         case .none: return
         case .finish: transport.session.finishTasksAndInvalidate()
-        case .cancel:
+        case .abandon:
             // Not `invalidateAndCancel()`, and no inner task is cancelled (see
             // `abandonsTransfers`): cancelling dozens of transfers at once, some of them ending
             // on their own at that moment, crashed corelibs in 2 to 6 of 40 stress runs (a

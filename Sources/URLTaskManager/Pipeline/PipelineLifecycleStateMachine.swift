@@ -14,8 +14,8 @@
 ///                          ──finishRequested──> invalidated          (tasks == 0: finish inner)
 ///  finishing(1) ──taskEnded──> invalidated                           (finish inner)
 ///  active / finishing(starting > 0) ──cancelRequested──> cancelling(starting)
-///  cancelling(1) ──transferStarted──> invalidated                    (cancel inner)
-///  active / finishing(starting == 0) ──cancelRequested──> invalidated (cancel inner)
+///  cancelling(1) ──transferStarted──> invalidated                    (abandon inner)
+///  active / finishing(starting == 0) ──cancelRequested──> invalidated (abandon inner)
 /// ```
 struct PipelineLifecycleStateMachine {
     private enum State {
@@ -27,7 +27,7 @@ struct PipelineLifecycleStateMachine {
         /// released when the last one ends.
         case finishing(tasks: Int, starting: Int)
         /// The session was invalidated and cancelled: nothing more is sent, and the inner
-        /// session is cancelled once no transfer is being handed to it.
+        /// session is abandoned once no transfer is being handed to it.
         case cancelling(starting: Int)
         /// The inner session is released (or being released); nothing more is sent.
         case invalidated
@@ -38,8 +38,11 @@ struct PipelineLifecycleStateMachine {
         case none
         /// Let its tasks finish, then release it (`finishTasksAndInvalidate()`).
         case finish
-        /// Cancel its tasks and release it (`invalidateAndCancel()`).
-        case cancel
+        /// Abandon its transfers: release it without cancelling them one by one (they have no
+        /// caller left; `finishTasksAndInvalidate()`, which ends it when the last one ends).
+        /// Cancelling dozens of transfers at once, some of them ending on their own at that
+        /// moment, crashed corelibs (see `Pipeline.perform(_:)`).
+        case abandon
     }
 
     enum TaskStartAction: Equatable {
@@ -148,7 +151,7 @@ struct PipelineLifecycleStateMachine {
         case .cancelling(let starting):
             guard starting > 1 else {
                 state = .invalidated
-                return .cancel
+                return .abandon
             }
             state = .cancelling(starting: starting - 1)
             return .none
@@ -180,7 +183,7 @@ struct PipelineLifecycleStateMachine {
             cancelled = true
             guard starting > 0 else {
                 state = .invalidated
-                return .cancelHeldTasks(inner: .cancel)
+                return .cancelHeldTasks(inner: .abandon)
             }
             state = .cancelling(starting: starting)
             return .cancelHeldTasks(inner: .none)

@@ -12,6 +12,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     let id: URLTask.ID
     /// The URL the caller asked for, which the errors a plain session would give name.
     let callerURL: URL?
+    /// What the caller changed for this request alone (read from it, and removed, at start).
+    private let policy: URLTaskPolicy?
     private let lock = NSLock()
     private var machine: TaskStateMachine
     private var task: URLTask
@@ -63,6 +65,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, pipeline: Pipeline) {
         self.id = id
         self.callerURL = request.url
+        let (request, policy) = URLTaskPolicy.take(from: request)
+        self.policy = policy
         // The configuration's additional headers belong to the caller's request, not to every
         // request the inner session sends (a cross-origin redirect must not carry them).
         var bare = pipeline.additionalHeaders.applied(to: request)
@@ -76,10 +80,16 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         self.observer = pipeline.events.isListening ? TaskObserver(id: id, request: request, hub: pipeline.events) : nil
         self.machine = TaskStateMachine(
             interceptorCount: pipeline.interceptors.count,
+            skipping: Set(
+                pipeline.interceptors.indices.filter {
+                    policy?.skips(pipeline.interceptorComponents[$0], typeName: pipeline.interceptorTypeNames[$0]) == true
+                }),
             reactors: pipeline.reactors.map {
                 TaskStateMachine.ReactorTraits(
-                    name: $0.name, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue)
-            }
+                    component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue
+                )
+            },
+            validation: policy?.responseValidation ?? pipeline.options.responseValidation
         )
     }
 
@@ -115,7 +125,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
     }
 
     func batchReleased(index: Int) {
-        observer?.released(by: pipeline.interceptors[index])
+        observer?.released(by: pipeline.interceptorComponents[index])
         perform(
             lock.withLock {
                 if hold?.index == index { hold = nil }  // no longer subject to maximumHoldTime
@@ -173,7 +183,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .reintercept:
             perform(
                 lock.withLock {
-                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
+                    task = task.startingOver(attempt: machine.attempt, request: base, body: body)
                     return machine.headersStale()
                 })
         case .fail:
@@ -264,7 +274,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             lock.withLock {
                 if task.attempt != machine.attempt {
                     // A requeue starts the interceptors again from the caller's request.
-                    task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
+                    task = task.startingOver(attempt: machine.attempt, request: base, body: body)
                 }
             }
             decideHeaders()
@@ -276,7 +286,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 hold = (index, holdGeneration)
                 return (holdGeneration, decidedUnderFlushes)
             }
-            observer?.held(by: pipeline.interceptors[index])
+            observer?.held(by: pipeline.interceptorComponents[index])
             waitBegins()
             pipeline.batches[index].hold(self, maximumWait: maximumWait, flushesSeen: flushes)
             // A cancel that raced with the hold found nothing to leave.
@@ -310,7 +320,9 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
             if !data.isEmpty { sink.receive(data: data) }
             sink.finish()
             pipeline.taskEnded(self)
-        case .fail(let error):
+        case .fail(let failure):
+            // The manager's own errors name the request they happened to.
+            let error = lock.withLock { (failure as? URLTaskError)?.about(task.request, attempt: task.attempt) } ?? failure
             observer?.completed(error: error)
             sink.fail(error)
             pipeline.taskEnded(self)
@@ -358,7 +370,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
                 base.httpBody = nil
                 base.httpBodyStream = nil
                 waiting.begin()
-                task = URLTask(id: id, originalRequest: task.originalRequest, attempt: machine.attempt, request: base, body: body)
+                task = task.startingOver(attempt: machine.attempt, request: base, body: body)
             }
             decideHeaders()
         }
@@ -434,29 +446,29 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// Interceptor `index` returned `outcome` for `snapshot`, deciding under `flushes` of its batch.
     private func interceptorDecided(_ index: Int, _ outcome: Result<InterceptCommand, any Error>, snapshot: URLTask, flushes: Int) {
-        observer?.intercepted(pipeline.interceptors[index], outcome)
-        let name = String(describing: type(of: pipeline.interceptors[index]))
+        observer?.intercepted(pipeline.interceptorComponents[index], outcome)
+        let interceptor = pipeline.interceptorComponents[index]
         perform(
             lock.withLock {
                 switch outcome {
                 case .success(let command):
                     task = snapshot
                     decidedUnderFlushes = flushes
-                    return machine.interceptorReturned(index: index, command: command, interceptorName: name)
+                    return machine.interceptorReturned(index: index, command: command, interceptor: interceptor)
                 case .failure(let error):
-                    return machine.interceptorThrew(index: index, error: error, interceptorName: name)
+                    return machine.interceptorThrew(index: index, error: error, interceptor: interceptor)
                 }
             })
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
-        let limit = pipeline.options.maximumHoldTime
-        let interceptor = String(describing: type(of: pipeline.interceptors[index]))
+        let limit = policy?.maximumHoldSeconds.map { Duration.milliseconds(Int64($0 * 1_000)) } ?? pipeline.options.maximumHoldTime
+        let interceptor = pipeline.interceptorComponents[index]
         DispatchQueue.global().asyncAfter(deadline: .now() + limit.dispatchInterval) { [weak self] in
             guard let self else { return }
             let stillHeld = self.lock.withLock { self.hold.map { $0 == (index, generation) } ?? false }
             guard stillHeld else { return }
-            self.failUnsent(URLTaskError.holdTimedOut(interceptor: interceptor, after: limit))
+            self.failUnsent(URLTaskError.holdTimedOut(interceptor, after: limit))
         }
     }
 
@@ -464,6 +476,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         guard !pipeline.reactors.isEmpty else { return nil }
         let snapshot = lock.withLock { task }
         for reactor in pipeline.reactors where !reactor.configuration.exempts(snapshot.originalRequest) {
+            if let policy, policy.skips(reactor.component, typeName: reactor.typeName) { continue }
             if reactor.reactor.shouldReact(to: outcome, of: snapshot) { return reactor.index }
         }
         return nil
@@ -498,10 +511,8 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
     static func host(of request: URLRequest) -> String {
-        guard let url = request.url else { return "" }
-        let scheme = url.scheme?.lowercased() ?? ""
-        let port = url.port ?? (scheme == "https" ? 443 : scheme == "http" ? 80 : 0)
-        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
+        guard let origin = request.url.flatMap(OAuth2Origin.init) else { return "" }
+        return "\(origin.scheme)://\(origin.host):\(origin.port ?? 0)"
     }
 
     /// Bounds a wait for a connection slot by the request's timeout, as URLSession's own queue

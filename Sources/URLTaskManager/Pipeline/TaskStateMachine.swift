@@ -120,20 +120,23 @@ struct TaskStateMachine {
         /// side is asked.
         case challenged(response: HTTPURLResponse, body: Data)
         case consultingChallenge(response: HTTPURLResponse, body: Data)
+        /// The final answer is not one the caller accepts (``ResponseValidation``): the start of
+        /// its body is kept for the error, which the caller gets when the transfer ends.
+        case rejecting(response: HTTPURLResponse, reason: String, body: Data)
         case completed
     }
 
     /// What the task state machine needs to know of one reactor.
     struct ReactorTraits {
-        /// For errors.
-        var name: String
+        /// Who it is, for errors.
+        var component: URLTaskError.Component
         /// How often one task may trigger it.
         var maximumReactions: Int
         /// Whether it gives the caller the response it reacted to (it does not requeue).
         var delivers: Bool
 
-        init(name: String, maximumReactions: Int, delivers: Bool = false) {
-            self.name = name
+        init(component: URLTaskError.Component, maximumReactions: Int, delivers: Bool = false) {
+            self.component = component
             self.maximumReactions = maximumReactions
             self.delivers = delivers
         }
@@ -145,6 +148,10 @@ struct TaskStateMachine {
 
     private var state: State = .created
     private let interceptorCount: Int
+    /// The answers the caller accepts; `nil` accepts every one.
+    private let validation: ResponseValidation?
+    /// Interceptors this task skips.
+    private let skippedInterceptors: Set<Int>
     private let reactors: [ReactorTraits]
     private var reactions: [Int]
     /// Per reactor: whether this task was already sent again after one of its runs succeeded.
@@ -161,8 +168,12 @@ struct TaskStateMachine {
     /// - Parameters:
     ///   - interceptorCount: The length of the interceptor chain.
     ///   - reactors: What the machine needs to know of each reactor.
-    init(interceptorCount: Int, reactors: [ReactorTraits] = []) {
+    ///   - validation: The answers the caller accepts (``ResponseValidation``); `nil`, any.
+    ///   - skipping: Interceptors this task skips (its ``URLTaskPolicy``).
+    init(interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [], validation: ResponseValidation? = nil) {
         self.interceptorCount = interceptorCount
+        self.skippedInterceptors = skipping
+        self.validation = validation
         self.reactors = reactors
         self.reactions = Array(repeating: 0, count: reactors.count)
         self.requeuedBy = Array(repeating: false, count: reactors.count)
@@ -204,7 +215,7 @@ struct TaskStateMachine {
         return advance(to: 0)
     }
 
-    mutating func interceptorReturned(index: Int, command: InterceptCommand, interceptorName: String) -> Action {
+    mutating func interceptorReturned(index: Int, command: InterceptCommand, interceptor: URLTaskError.Component) -> Action {
         guard case .intercepting(let current) = state, current == index else { return .none }
         switch command {
         case .execute:
@@ -218,18 +229,29 @@ struct TaskStateMachine {
             return .releaseBatch(index: index)
         case .fail(let error):
             state = .completed
-            return .fail(URLTaskError.interceptorFailed(interceptor: interceptorName, underlying: error))
+            return .fail(Self.interceptorFailure(error, by: interceptor))
         case .respond(let response, let body):
             state = .completed
             return .respond(response, body)
         }
     }
 
-    mutating func interceptorThrew(index: Int, error: any Error, interceptorName: String) -> Action {
+    mutating func interceptorThrew(index: Int, error: any Error, interceptor: URLTaskError.Component) -> Action {
         guard case .intercepting(let current) = state, current == index else { return .none }
         state = .completed
         if let error = error as? URLTaskError { return .fail(error) }
-        return .fail(URLTaskError.interceptorFailed(interceptor: interceptorName, underlying: error))
+        return .fail(Self.interceptorFailure(error, by: interceptor))
+    }
+
+    /// What the caller gets when `interceptor` fails its task with `error`: a `URLError` as
+    /// itself (an offline check's `.notConnectedToInternet` must reach `catch let error as
+    /// URLError` as a plain session's would), naming the interceptor in its user info
+    /// (``URLTaskError/componentUserInfoKey``); anything else wrapped in a ``URLTaskError``.
+    static func interceptorFailure(_ error: any Error, by interceptor: URLTaskError.Component) -> any Error {
+        guard let urlError = error as? URLError else { return URLTaskError.interceptorFailed(interceptor, underlying: error) }
+        var info = urlError.userInfo
+        info[URLTaskError.componentUserInfoKey] = interceptor.name
+        return URLError(urlError.code, userInfo: info)
     }
 
     /// The batch of interceptor `index` was released.
@@ -288,6 +310,10 @@ struct TaskStateMachine {
             state = .challenged(response: http, body: Data())
             return .none
         }
+        if let http = response as? HTTPURLResponse, let reason = validation?.rejection(of: http) {
+            state = .rejecting(response: http, reason: reason, body: Data())
+            return .none
+        }
         state = .receiving
         return .forwardResponse(response)
     }
@@ -309,6 +335,12 @@ struct TaskStateMachine {
             state = .completed  // keep `body` uniquely referenced while appending
             body.append(data)
             state = .challenged(response: response, body: body)
+            return .none
+        case .rejecting(let response, let reason, var body):
+            guard body.count < ResponseValidation.bodyPrefixLimit else { return .none }
+            state = .completed  // keep `body` uniquely referenced while appending
+            body.append(data.prefix(ResponseValidation.bodyPrefixLimit - body.count))
+            state = .rejecting(response: response, reason: reason, body: body)
             return .none
         default:
             return .none
@@ -347,7 +379,7 @@ struct TaskStateMachine {
             return .restart(from: request)
         case .deliver(let response):
             state = .completed
-            return .respond(response, body)
+            return judged(response, body)
         case .fail(let error):
             state = .completed
             return .fail(error)
@@ -389,6 +421,10 @@ struct TaskStateMachine {
             }
             state = .consultingChallenge(response: response, body: body)
             return .consultChallenge(response)
+        case .rejecting(let response, let reason, let body):
+            // Whatever became of the rest of the body, the answer was not acceptable.
+            state = .completed
+            return .fail(URLTaskError.responseRejected(response, body: body, reason: reason))
         case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge, .completed:
             return .none
         }
@@ -410,7 +446,7 @@ struct TaskStateMachine {
         case .deliver:
             state = .completed
             switch outcome {
-            case .response(let response): return .respond(response, body)
+            case .response(let response): return judged(response, body)
             case .failure(let error): return .fail(error)
             }
         case .fail(let error):
@@ -437,7 +473,7 @@ struct TaskStateMachine {
         case .awaitingConnection:
             state = .completed
             return .leaveConnectionQueue
-        case .sending, .receiving, .collecting, .redirecting, .challenged:
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
             state = .completed
             return .cancelTransport
         case .consultingChallenge:
@@ -456,9 +492,18 @@ struct TaskStateMachine {
         case .created, .gated, .intercepting, .held, .awaitingConnection:
             state = .completed
             return .fail(error)
-        case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .completed:
+        case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
             return .none
         }
+    }
+
+    /// A whole answer about to reach the caller (a reactor or the caller's side delivers it),
+    /// as the caller accepts it (``ResponseValidation``): given, or failed.
+    private func judged(_ response: URLResponse, _ body: Data) -> Action {
+        if let http = response as? HTTPURLResponse, let reason = validation?.rejection(of: http) {
+            return .fail(URLTaskError.responseRejected(http, body: body, reason: reason))
+        }
+        return .respond(response, body)
     }
 
     /// Whether `response` is an interim head (`100 Continue`, `103 Early Hints`): the inner
@@ -479,7 +524,7 @@ struct TaskStateMachine {
         case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting:
             state = .completed
             return .fail(error)
-        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .completed:
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
             return .none
         }
     }
@@ -488,13 +533,15 @@ struct TaskStateMachine {
         reactions[reactor] += 1
         if reactions[reactor] > reactors[reactor].maximumReactions {
             state = .completed
-            return .fail(URLTaskError.tooManyAttempts(reactor: reactors[reactor].name, attempts: attempt))
+            return .fail(URLTaskError.tooManyAttempts(reactors[reactor].component, attempts: attempt))
         }
         state = .reacting(reactor: reactor, outcome: outcome, body: body)
         return .react(reactor: reactor, outcome: outcome, body: body)
     }
 
     private mutating func advance(to index: Int) -> Action {
+        var index = index
+        while skippedInterceptors.contains(index) { index += 1 }
         if index < interceptorCount {
             state = .intercepting(index: index)
             return .runInterceptor(index: index)

@@ -12,7 +12,7 @@ import FoundationNetworking
 /// (the default, and what a token refresh wants) the work runs ONCE for every task that needs
 /// it while it runs: a hundred 401s wait on one refresh. When it succeeds the waiting tasks
 /// are requeued through the interceptors (which now apply the fresh token); when it throws,
-/// every one of them fails with ``URLTaskError/reactorFailed(reactor:underlying:)``.
+/// every one of them fails with ``URLTaskError/Code-swift.struct/reactorFailed``.
 ///
 /// ```swift
 /// struct RefreshOn401: URLTaskReactor {
@@ -38,7 +38,7 @@ import FoundationNetworking
 /// `URLSession` is simplest for a token endpoint. If the work uses the manager's own session,
 /// list its requests in ``URLTaskReactorConfiguration/exempts``: with
 /// ``URLTaskReactorConfiguration/holdsNewTasks`` they would otherwise wait for the very work
-/// that sent them (the run would end in ``URLTaskError/reactorTimedOut(reactor:after:)``), and
+/// that sent them (the run would end in ``URLTaskError/Code-swift.struct/reactorTimedOut``), and
 /// a 401 from the token endpoint would join the run it belongs to.
 public protocol URLTaskReactor: Sendable {
     /// How the manager runs this reactor. Defaults to ``URLTaskReactorConfiguration/default``.
@@ -148,13 +148,13 @@ public struct URLTaskReactorConfiguration: Sendable {
     /// state the work is about to replace (a stale token).
     public var holdsNewTasks: Bool
     /// The longest the work may run; then every waiting task fails with
-    /// ``URLTaskError/reactorTimedOut(reactor:after:)``, even if the work ignores its
+    /// ``URLTaskError/Code-swift.struct/reactorTimedOut``, even if the work ignores its
     /// cancellation (it is cancelled, left to finish, and its result dropped). `nil` for no limit.
     public var timeout: Duration?
     /// How many times one task may trigger this reactor before it fails with
-    /// ``URLTaskError/tooManyAttempts(reactor:attempts:)``.
+    /// ``URLTaskError/Code-swift.struct/tooManyAttempts``.
     public var maximumReactionsPerTask: Int
-    /// Runs allowed per window before the reactor fails with ``URLTaskError/reactionLoop(reactor:runs:window:)``.
+    /// Runs allowed per window before the reactor fails with ``URLTaskError/Code-swift.struct/reactionLoop``.
     public var loopGuard: LoopGuard?
     /// Requests this reactor neither holds nor reacts to: the requests its own work sends
     /// through the manager's session (a token endpoint).

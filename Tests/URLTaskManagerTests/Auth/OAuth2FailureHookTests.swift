@@ -61,7 +61,10 @@ final class OAuth2FailureHookTests: XCTestCase {
 
         let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server")
         let typed = results.filter {
-            guard case .reactorFailed("OAuth2RefreshReactor", let underlying)? = $0.taskError else { return false }
+            guard let failure = $0.taskError, failure.code == .reactorFailed, failure.component?.name == "OAuth2RefreshReactor" else {
+                return false
+            }
+            let underlying = failure.underlying
             return underlying as? OAuth2Error == expected
         }
         XCTAssertEqual(typed.count, 20, "\(Kit.tally(results))")

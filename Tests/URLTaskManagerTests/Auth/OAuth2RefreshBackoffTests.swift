@@ -58,7 +58,8 @@ final class OAuth2RefreshBackoffTests: XCTestCase {
             XCTAssertEqual(attempts, 1, "\(failure): one token request for the episode")
             let labels = Set(results.map(\.label))
             XCTAssertEqual(labels.count, 1, "\(failure): every request failed with the same error: \(Kit.tally(results))")
-            guard case .reactorFailed("OAuth2RefreshReactor", _)? = results.first?.taskError else {
+            guard let failure = results.first?.taskError, failure.code == .reactorFailed, failure.component?.name == "OAuth2RefreshReactor"
+            else {
                 return XCTFail("\(failure): \(Kit.tally(results))")
             }
             XCTAssertEqual(api.tokenRequestCount, 0)

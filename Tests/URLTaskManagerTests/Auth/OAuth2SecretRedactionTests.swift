@@ -69,7 +69,10 @@ final class OAuth2SecretRedactionTests: XCTestCase {
 
         let result = await fetched(manager.session, URLRequest(url: server.url("/api")))
         let error = try XCTUnwrap(result.error)
-        guard case URLTaskError.reactorFailed(_, let underlying as OAuth2Error) = error else { return XCTFail("\(error)") }
+        guard let failure = error as? URLTaskError, failure.code == .reactorFailed, let underlying = failure.underlying as? OAuth2Error
+        else {
+            return XCTFail("\(error)")
+        }
         XCTAssertTrue(underlying.requiresSignIn)
         XCTAssertEqual(underlying.serverErrorCode, "invalid_grant")
         assertNoSecret(in: error, "the caller's URLTaskError")

@@ -126,8 +126,8 @@ final class OAuth2StormTests: XCTestCase {
 
         let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server")
         let typed = results.filter {
-            guard case .reactorFailed(let reactor, let underlying)? = $0.taskError else { return false }
-            return reactor == "OAuth2RefreshReactor" && underlying as? OAuth2Error == expected
+            guard let failure = $0.taskError, failure.code == .reactorFailed else { return false }
+            return failure.component?.name == "OAuth2RefreshReactor" && failure.underlying as? OAuth2Error == expected
         }
         XCTAssertEqual(typed.count, Self.stormSize, "\(Kit.tally(results))")
         try await recorder.firstHook.wait(timeout: .seconds(5))
@@ -140,7 +140,8 @@ final class OAuth2StormTests: XCTestCase {
 
         // The session is over: a new request fails at once, without touching the network...
         let after = await Kit.fetch(manager.session, url)
-        guard case .reactorFailed(_, let underlying)? = after.taskError else { return XCTFail("\(after.label)") }
+        guard let failure = after.taskError, failure.code == .reactorFailed else { return XCTFail("\(after.label)") }
+        let underlying = failure.underlying
         XCTAssertEqual(underlying as? OAuth2Error, expected)
         XCTAssertEqual(api.apiRequests.count, sent)
         XCTAssertEqual(api.tokenRequestCount, 1)

@@ -75,7 +75,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
             interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
 
         let first = await Kit.fetch(manager.session, api.apiURL())
-        guard case .reactorFailed(_, let underlying)? = first.taskError, let error = underlying as? OAuth2Error else {
+        guard let failure = first.taskError, failure.code == .reactorFailed, let error = failure.underlying as? OAuth2Error else {
             return XCTFail(first.label)
         }
         // The server answers 401 invalid_client with `WWW-Authenticate: Basic`, as §5.2 says.
@@ -218,8 +218,8 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         let results = try await ended.wait(timeout: .seconds(8))
         let elapsed = started.duration(to: .now)
         let timedOut = results.filter {
-            guard case .reactorFailed(_, let underlying)? = $0.taskError else { return false }
-            return (underlying as? URLError)?.code == .timedOut
+            guard let failure = $0.taskError, failure.code == .reactorFailed else { return false }
+            return (failure.underlying as? URLError)?.code == .timedOut
         }
         XCTAssertEqual(timedOut.count, 5, "\(Kit.tally(results))")
         XCTAssertEqual(api.tokenRequestCount, 1)

@@ -49,8 +49,28 @@ final class URLTaskEventTests: XCTestCase {
             case .redirected(let status, _): return "redirect \(status)"
             case .completed(let completion): return "completed \(completion.status.map(String.init) ?? "error")"
             case .nativeDownload(let sentUnchanged): return "native download \(sentUnchanged)"
+            case .annotated(let name, _): return "annotated \(name)"
             }
         }
+    }
+
+    /// The documented pattern: a stream obtained before a task starts sees that task's
+    /// `created` and `completed`, every time (200 of 200), however late its reading task runs.
+    func testAStreamObtainedBeforeATaskSeesItsWholeLife() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("GET", "/hello") { _ in .text("hello") }
+        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["X-App": "1"])])
+        defer { manager.invalidateAndCancel() }
+        var complete = 0
+        for iteration in 1...200 {
+            let events = Collector(manager.events())
+            _ = try await manager.session.data(from: server.url("/hello?i=\(iteration)"))
+            try await events.waitForCompletions(1)
+            let names = Self.names(events.all)
+            if names.first == "created", names.last == "completed 200" { complete += 1 }
+        }
+        XCTAssertEqual(complete, 200, "tasks whose stream missed their created or completed event")
     }
 
     func testAPlainRequestsEventsInOrderWithItsTimings() async throws {

@@ -195,7 +195,9 @@ final class BatchInterceptorTests: OKServerTestCase {
         let result = try await outcomes.wait(count: 1, timeout: .seconds(3)).first
         let elapsed = started.duration(to: .now)
 
-        guard case .holdTimedOut(let interceptor, let after)? = result?.taskError else {
+        guard let failure = result?.taskError, failure.code == .holdTimedOut, let interceptor = failure.component?.name,
+            let after = failure.limit
+        else {
             return XCTFail("expected URLTaskError.holdTimedOut, got \(String(describing: result))")
         }
         XCTAssertEqual(interceptor, "ProbeInterceptor<BatchInterceptor>")

@@ -159,7 +159,7 @@ final class HeaderInterceptorTests: OKServerTestCase {
 
         for path in ["/crlf", "/lf", "/cr", "/nul"] {
             let result = await fetched(manager.session, URLRequest(url: server.url(path)))
-            guard case .invalidHeader(let name, _)? = result.taskError else {
+            guard let failure = result.taskError, failure.code == .invalidHeader, let name = failure.headerName else {
                 XCTFail("\(path): expected URLTaskError.invalidHeader, got \(result)")
                 continue
             }
@@ -176,7 +176,7 @@ final class HeaderInterceptorTests: OKServerTestCase {
         defer { manager.invalidateAndCancel() }
 
         let result = await fetched(manager.session, URLRequest(url: server.url("/name")))
-        guard case .invalidHeader(let name, _)? = result.taskError else {
+        guard let failure = result.taskError, failure.code == .invalidHeader, let name = failure.headerName else {
             return XCTFail("expected URLTaskError.invalidHeader, got \(result)")
         }
         XCTAssertEqual(name, "Bad Name")
@@ -207,7 +207,7 @@ final class HeaderInterceptorTests: OKServerTestCase {
         XCTAssertFalse(seen.headers.contains("X-Raw"))
         XCTAssertFalse(seen.headers.contains("Injected"))
         #else
-        if case .invalidHeader(let name, _)? = result.taskError {
+        if let failure = result.taskError, failure.code == .invalidHeader, let name = failure.headerName {
             XCTAssertEqual(name, "X-Raw")
             XCTAssertEqual(server.requests.count, 0)
         } else {
@@ -224,7 +224,7 @@ final class HeaderInterceptorTests: OKServerTestCase {
         defer { manager.invalidateAndCancel() }
 
         let result = await fetched(manager.session, URLRequest(url: server.url("/raw-name")))
-        guard case .invalidHeader(let name, _)? = result.taskError else {
+        guard let failure = result.taskError, failure.code == .invalidHeader, let name = failure.headerName else {
             return XCTFail("expected URLTaskError.invalidHeader, got \(result)")
         }
         XCTAssertEqual(name, "Bad Name")

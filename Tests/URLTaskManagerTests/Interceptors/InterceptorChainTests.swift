@@ -37,7 +37,9 @@ final class InterceptorChainTests: OKServerTestCase {
         }
 
         for path in ["/boom", "/fail"] {
-            guard case .interceptorFailed(let interceptor, let underlying)? = results[path]?.taskError else {
+            guard let failure = results[path]?.taskError, failure.code == .interceptorFailed, let interceptor = failure.component?.name,
+                let underlying = failure.underlying
+            else {
                 XCTFail("\(path): expected URLTaskError.interceptorFailed, got \(String(describing: results[path]))")
                 continue
             }
@@ -97,7 +99,7 @@ final class InterceptorChainTests: OKServerTestCase {
         defer { manager.invalidateAndCancel() }
 
         let result = await fetched(manager.session, URLRequest(url: server.url("/fail")))
-        guard case .interceptorFailed(let interceptor, _)? = result.taskError else {
+        guard let failure = result.taskError, failure.code == .interceptorFailed, let interceptor = failure.component?.name else {
             return XCTFail("expected URLTaskError.interceptorFailed, got \(result)")
         }
         XCTAssertEqual(interceptor, "Exploding")
@@ -121,7 +123,9 @@ final class InterceptorChainTests: OKServerTestCase {
         manager.flush()
         let results = Dictionary(uniqueKeysWithValues: try await outcomes.wait(count: 3).map { ($0.path, $0.result) })
         for path in ["/fail", "/boom"] {
-            guard case .interceptorFailed(let interceptor, let underlying)? = results[path]?.taskError else {
+            guard let failure = results[path]?.taskError, failure.code == .interceptorFailed, let interceptor = failure.component?.name,
+                let underlying = failure.underlying
+            else {
                 XCTFail("\(path): expected the later interceptor's failure, got \(String(describing: results[path]))")
                 continue
             }
@@ -172,8 +176,8 @@ final class InterceptorChainTests: OKServerTestCase {
     struct Tracer: URLTaskInterceptor {
         let name: String
         func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
-            let trace = (task.values[Trace.self] ?? []) + [name]
-            task.values[Trace.self] = trace
+            let trace = (task.attemptValues[Trace.self] ?? []) + [name]
+            task.attemptValues[Trace.self] = trace
             task.request.setValue(trace.joined(separator: ","), forHTTPHeaderField: "X-Trace")
             return .execute
         }
@@ -186,5 +190,33 @@ final class InterceptorChainTests: OKServerTestCase {
         let result = await fetched(manager.session, URLRequest(url: server.url("/trace")))
         XCTAssertEqual(result.status, 200)
         XCTAssertEqual(server.requests.first?.headers["X-Trace"], "a,b,c")
+    }
+
+    /// Fails every task as a plain session would when offline.
+    struct OfflineCheck: URLTaskInterceptor {
+        func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+            .fail(URLError(.notConnectedToInternet, userInfo: [NSURLErrorFailingURLErrorKey: task.request.url as Any]))
+        }
+    }
+
+    /// A `URLError` an interceptor fails a task with reaches the caller as itself, so that the
+    /// `catch let error as URLError` every URLSession user has still catches it; its user info
+    /// names the interceptor. The `completed` event says the code and what it means.
+    func testAURLErrorFromAnInterceptorReachesTheCallerAsItself() async throws {
+        let manager = URLTaskManager(interceptors: [OfflineCheck()])
+        defer { manager.invalidateAndCancel() }
+        let events = URLTaskEventTests.Collector(manager.events())
+        do {
+            _ = try await manager.session.data(from: server.url("/ok1?key=s3cr3t"))
+            XCTFail("the offline check let the request go")
+        } catch let error as URLError {
+            XCTAssertEqual(error.code, .notConnectedToInternet)
+            XCTAssertEqual(error.userInfo[URLTaskError.componentUserInfoKey] as? String, "OfflineCheck")
+        }
+        XCTAssertEqual(server.requests.count, 0)
+        try await events.waitForCompletions(1)
+        let completed = events.all.last.map { "\($0.kind)" } ?? ""
+        XCTAssertTrue(completed.contains("error URLError -1009 (not connected to the internet) at http://127.0.0.1:"), completed)
+        XCTAssertFalse(completed.contains("s3cr3t"), completed)
     }
 }

@@ -39,7 +39,7 @@ final class NativeDownloadGuardTests: XCTestCase {
     }
 
     private func assertRefused(_ error: (any Error)?, naming interceptor: String, file: StaticString = #filePath, line: UInt = #line) {
-        guard case .downloadNeedsPipeline(let name, _)? = error as? URLTaskError else {
+        guard let failure = error as? URLTaskError, failure.code == .downloadNeedsPipeline, let name = failure.component?.name else {
             return XCTFail("expected downloadNeedsPipeline, got \(String(describing: error))", file: file, line: line)
         }
         XCTAssertEqual(name, interceptor, file: file, line: line)

@@ -44,7 +44,7 @@ final class PipelineLifecycleStateMachineTests: XCTestCase {
         XCTAssertEqual(m.transferStarting(), .refuseCancelled, "nothing new is sent")
         XCTAssertEqual(m.transferStarted(), .none)
         XCTAssertFalse(m.isInvalidated)
-        XCTAssertEqual(m.transferStarted(), .cancel, "the last one exists: cancel the inner session now")
+        XCTAssertEqual(m.transferStarted(), .abandon, "the last one exists: abandon the inner session now")
         XCTAssertTrue(m.isInvalidated)
         XCTAssertEqual(m.taskEnded(), .none, "tasks ending after the cancel change nothing")
         XCTAssertEqual(m.cancelRequested(), .none)
@@ -53,7 +53,7 @@ final class PipelineLifecycleStateMachineTests: XCTestCase {
     func testCancelWithNothingBeingHandedOverCancelsAtOnce() {
         var m = Machine()
         XCTAssertEqual(m.taskStarted(), .run)
-        XCTAssertEqual(m.cancelRequested(), .cancelHeldTasks(inner: .cancel))
+        XCTAssertEqual(m.cancelRequested(), .cancelHeldTasks(inner: .abandon))
         XCTAssertEqual(m.taskEnded(), .none)
         XCTAssertEqual(m.taskStarted(), .refuseCancelled, "a cancelled session's late tasks end cancelled, as the session reports them")
         XCTAssertTrue(m.isCancelled)
@@ -64,7 +64,7 @@ final class PipelineLifecycleStateMachineTests: XCTestCase {
         XCTAssertEqual(m.taskStarted(), .run)
         XCTAssertEqual(m.finishRequested(), .none)
         XCTAssertEqual(
-            m.cancelRequested(), .cancelHeldTasks(inner: .cancel), "invalidateAndCancel() after finishTasksAndInvalidate() still cancels")
+            m.cancelRequested(), .cancelHeldTasks(inner: .abandon), "invalidateAndCancel() after finishTasksAndInvalidate() still abandons")
         XCTAssertEqual(m.taskEnded(), .none, "and the inner session is not released twice")
     }
 }

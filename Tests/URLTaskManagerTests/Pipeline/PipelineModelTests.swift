@@ -113,7 +113,8 @@ final class PipelineModelTests: XCTestCase {
             self.scenario = scenario
             rng = SplitMix64(state: seed)
             let traits = scenario.reactors.enumerated().map { index, spec in
-                TaskStateMachine.ReactorTraits(name: "R\(index)", maximumReactions: spec.maximumReactions, delivers: !spec.requeue)
+                TaskStateMachine.ReactorTraits(
+                    component: .reactorNamed("R\(index)"), maximumReactions: spec.maximumReactions, delivers: !spec.requeue)
             }
             machines = (0..<scenario.tasks).map { _ in TaskStateMachine(interceptorCount: scenario.interceptors, reactors: traits) }
             admission = AdmissionStateMachine(
@@ -208,7 +209,7 @@ final class PipelineModelTests: XCTestCase {
             case .openGate(let t):
                 perform(t, machines[t].gateOpened())
             case .interceptorReturns(let t, let index):
-                perform(t, machines[t].interceptorReturned(index: index, command: .execute, interceptorName: "I"))
+                perform(t, machines[t].interceptorReturned(index: index, command: .execute, interceptor: .named("I")))
             case .admit(let t):
                 let action = admission.wantsToSend(id(t), host: "h", restamp: machines[t].needsRestamp)
                 if action == .send { checkAdmitted(t) }

@@ -73,7 +73,7 @@ final class TaskStateMachineTests: XCTestCase {
 
     /// A machine with `interceptors` interceptors and one reactor "Refresh" allowed `maximumReactions`.
     static func machine(interceptors: Int = 2, maximumReactions: Int = 2) -> Machine {
-        Machine(interceptorCount: interceptors, reactors: [.init(name: "Refresh", maximumReactions: maximumReactions)])
+        Machine(interceptorCount: interceptors, reactors: [.init(component: .reactorNamed("Refresh"), maximumReactions: maximumReactions)])
     }
 
     // MARK: Drivers to each state
@@ -82,19 +82,19 @@ final class TaskStateMachineTests: XCTestCase {
         var m = machine()
         _ = m.start()
         _ = m.gateOpened()
-        for i in 0..<index { _ = m.interceptorReturned(index: i, command: .execute, interceptorName: "I") }
+        for i in 0..<index { _ = m.interceptorReturned(index: i, command: .execute, interceptor: .named("I")) }
         return m
     }
 
     static func held(_ index: Int = 0) -> Machine {
         var m = intercepting(index)
-        _ = m.interceptorReturned(index: index, command: .hold(for: nil), interceptorName: "I")
+        _ = m.interceptorReturned(index: index, command: .hold(for: nil), interceptor: .named("I"))
         return m
     }
 
     static func awaitingConnection() -> Machine {
         var m = intercepting(1)
-        _ = m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")
+        _ = m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))
         return m
     }
 
@@ -141,9 +141,9 @@ final class TaskStateMachineTests: XCTestCase {
             ("start", { $0.start() }),
             ("waitingAtGate", { $0.waitingAtGate(reactor: 0) }),
             ("gateOpened", { $0.gateOpened() }),
-            ("interceptorReturned", { $0.interceptorReturned(index: 0, command: .execute, interceptorName: "I") }),
-            ("interceptorReturned(1)", { $0.interceptorReturned(index: 1, command: .execute, interceptorName: "I") }),
-            ("interceptorThrew", { $0.interceptorThrew(index: 0, error: Boom(), interceptorName: "I") }),
+            ("interceptorReturned", { $0.interceptorReturned(index: 0, command: .execute, interceptor: .named("I")) }),
+            ("interceptorReturned(1)", { $0.interceptorReturned(index: 1, command: .execute, interceptor: .named("I")) }),
+            ("interceptorThrew", { $0.interceptorThrew(index: 0, error: Boom(), interceptor: .named("I")) }),
             ("released", { $0.released(index: 0) }),
             ("admissionGated", { $0.admissionGated(reactor: 0) }),
             ("headersStale", { $0.headersStale() }),
@@ -169,10 +169,10 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.start()), .checkGates)
         XCTAssertEqual(Step(m.start()), .none, "start twice")
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0))
-        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")), .none, "out of turn")
-        XCTAssertEqual(Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .runInterceptor(1))
+        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))), .none, "out of turn")
+        XCTAssertEqual(Step(m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))), .runInterceptor(1))
         XCTAssertFalse(m.isAwaitingResponseHead)
-        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")), .acquireConnection)
+        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))), .acquireConnection)
         XCTAssertFalse(m.isAwaitingResponseHead, "not sent before it has a connection slot")
         XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 1))
         XCTAssertEqual(Step(m.connectionGranted()), .none, "granted twice")
@@ -213,7 +213,7 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0))
         XCTAssertEqual(Step(m.waitingAtGate(reactor: 0)), .none, "a late waitingAtGate is ignored once the gate opened")
         XCTAssertEqual(
-            Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .runInterceptor(1),
+            Step(m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))), .runInterceptor(1),
             "and leaves the task intercepting")
     }
 
@@ -234,9 +234,8 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testFailSendingOnlyWhileSending() {
         var m = Self.sending()
-        guard
-            case .invalidHeader(let name, _)? = Self.failure(of: m.failSending(URLTaskError.invalidHeader(name: "X", reason: "r")))
-                as? URLTaskError
+        guard let failure = Self.failure(of: m.failSending(URLTaskError.invalidHeader(name: "X", reason: "r"))) as? URLTaskError,
+            failure.code == .invalidHeader, let name = failure.headerName
         else {
             return XCTFail("expected the error given")
         }
@@ -250,27 +249,31 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testHoldThenReleaseContinuesAfterTheHolder() {
         var m = Self.intercepting(0)
-        XCTAssertEqual(Step(m.interceptorReturned(index: 0, command: .hold(for: .seconds(2)), interceptorName: "I")), .hold(0, .seconds(2)))
+        XCTAssertEqual(
+            Step(m.interceptorReturned(index: 0, command: .hold(for: .seconds(2)), interceptor: .named("I"))), .hold(0, .seconds(2)))
         XCTAssertEqual(Step(m.released(index: 1)), .none, "released by another batch")
         XCTAssertEqual(
-            Step(m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")), .none, "a held task is not intercepting")
+            Step(m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))), .none, "a held task is not intercepting")
         XCTAssertEqual(Step(m.released(index: 0)), .runInterceptor(1))
         XCTAssertEqual(Step(m.released(index: 0)), .none, "released twice")
     }
 
     func testReleaseByTheLastInterceptorSendsAfterTheBatchIsReleased() {
         var m = Self.intercepting(1)
-        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .release, interceptorName: "I")), .releaseBatch(1))
+        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .release, interceptor: .named("I"))), .releaseBatch(1))
         XCTAssertEqual(Step(m.cancel()), .leaveBatch(1), "the releasing task is in the batch until it is released")
         var m2 = Self.intercepting(1)
-        _ = m2.interceptorReturned(index: 1, command: .release, interceptorName: "I")
+        _ = m2.interceptorReturned(index: 1, command: .release, interceptor: .named("I"))
         XCTAssertEqual(Step(m2.released(index: 1)), .acquireConnection)
     }
 
     func testFailAndThrowNameTheInterceptor() {
         var failed = Self.intercepting(1)
-        let action = failed.interceptorReturned(index: 1, command: .fail(Boom()), interceptorName: "Signer")
-        guard case .interceptorFailed(let name, let underlying)? = Self.failure(of: action) as? URLTaskError else {
+        let action = failed.interceptorReturned(index: 1, command: .fail(Boom()), interceptor: .named("Signer"))
+        guard let failure = Self.failure(of: action) as? URLTaskError, failure.code == .interceptorFailed,
+            let name = failure.component?.name,
+            let underlying = failure.underlying
+        else {
             return XCTFail("expected interceptorFailed, got \(Step(action))")
         }
         XCTAssertEqual(name, "Signer")
@@ -279,27 +282,31 @@ final class TaskStateMachineTests: XCTestCase {
 
         var threw = Self.intercepting(0)
         guard
-            case .interceptorFailed(let thrower, _)? = Self.failure(
-                of: threw.interceptorThrew(index: 0, error: Boom(), interceptorName: "Thrower")) as? URLTaskError
+            let failure = Self.failure(of: threw.interceptorThrew(index: 0, error: Boom(), interceptor: .named("Thrower")))
+                as? URLTaskError,
+            failure.code == .interceptorFailed, let thrower = failure.component?.name
         else {
             return XCTFail("expected interceptorFailed")
         }
         XCTAssertEqual(thrower, "Thrower")
 
         var typed = Self.intercepting(0)
-        let passthrough = typed.interceptorThrew(index: 0, error: URLTaskError.invalidHeader(name: "N", reason: "r"), interceptorName: "H")
-        guard case .invalidHeader(let name2, _)? = Self.failure(of: passthrough) as? URLTaskError else {
+        let passthrough = typed.interceptorThrew(
+            index: 0, error: URLTaskError.invalidHeader(name: "N", reason: "r"), interceptor: .named("H"))
+        guard let passed = Self.failure(of: passthrough) as? URLTaskError, passed.code == .invalidHeader, let name2 = passed.headerName
+        else {
             return XCTFail("a URLTaskError thrown by an interceptor is passed through, got \(Step(passthrough))")
         }
         XCTAssertEqual(name2, "N")
 
         var wrongIndex = Self.intercepting(0)
-        XCTAssertEqual(Step(wrongIndex.interceptorThrew(index: 1, error: Boom(), interceptorName: "I")), .none)
+        XCTAssertEqual(Step(wrongIndex.interceptorThrew(index: 1, error: Boom(), interceptor: .named("I"))), .none)
     }
 
     func testRespondCompletesWithTheLocalAnswer() {
         var m = Self.intercepting(0)
-        let action = m.interceptorReturned(index: 0, command: .respond(Self.response(203), body: Data("local".utf8)), interceptorName: "I")
+        let action = m.interceptorReturned(
+            index: 0, command: .respond(Self.response(203), body: Data("local".utf8)), interceptor: .named("I"))
         XCTAssertEqual(Step(action), .respond(status: 203, body: Data("local".utf8)))
         XCTAssertTrue(m.isCompleted)
     }
@@ -317,6 +324,36 @@ final class TaskStateMachineTests: XCTestCase {
             Step(reacting.transportCompleted(error: nil, reactor: 0)), .react(reactor: 0, outcome: "response(401)", body: Data()))
         XCTAssertEqual(Step(m.transportReceived(response: Self.response(200), reactor: nil)), .forwardResponse(status: 200))
         XCTAssertFalse(Machine.isInterim(Self.response(101)), "101 switches protocols: final")
+    }
+
+    func testAnUnacceptableFinalAnswerIsCollectedThenFailsTheTask() {
+        var m = Machine(interceptorCount: 0, validation: .successfulStatusCodes)
+        _ = m.start()
+        _ = m.gateOpened()
+        _ = m.connectionGranted()
+        XCTAssertEqual(Step(m.transportReceived(response: Self.response(503), reactor: nil)), .none, "never forwarded")
+        XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 65, count: 600))), .none)
+        XCTAssertEqual(Step(m.transportReceived(data: Data("more".utf8))), .none)
+        guard let error = Self.failure(of: m.transportCompleted(error: nil, reactor: nil)) as? URLTaskError else {
+            return XCTFail("expected responseRejected")
+        }
+        XCTAssertEqual(error.code, .responseRejected)
+        XCTAssertEqual(error.response?.statusCode, 503)
+        XCTAssertEqual(error.bodyPrefix?.count, 512, "a bounded prefix")
+        XCTAssertTrue(m.isCompleted)
+        var cancelled = Machine(interceptorCount: 0, validation: .successfulStatusCodes)
+        _ = cancelled.start()
+        _ = cancelled.gateOpened()
+        _ = cancelled.connectionGranted()
+        _ = cancelled.transportReceived(response: Self.response(404), reactor: nil)
+        XCTAssertEqual(Step(cancelled.cancel()), .cancelTransport)
+    }
+
+    func testAPolicysSkippedInterceptorsAreNeverRun() {
+        var m = Machine(interceptorCount: 3, skipping: [0, 2])
+        _ = m.start()
+        XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(1))
+        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptor: .named("B"))), .acquireConnection)
     }
 
     func testAWaitInsideThePipelineTimesOutButATransferDoesNot() {
@@ -386,8 +423,8 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.reactionFinished(reactor: 0, result: .requeue(reintercept: true))), .checkGates)
         XCTAssertEqual(m.attempt, 2)
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0), "the chain starts again from the first interceptor")
-        _ = m.interceptorReturned(index: 0, command: .execute, interceptorName: "I")
-        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptorName: "I")), .acquireConnection)
+        _ = m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))
+        XCTAssertEqual(Step(m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))), .acquireConnection)
         XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 2))
     }
 
@@ -449,7 +486,10 @@ final class TaskStateMachineTests: XCTestCase {
         }
         _ = m.transportReceived(response: Self.response(401), reactor: 0)
         let action = m.transportCompleted(error: nil, reactor: 0)
-        guard case .tooManyAttempts(let reactor, let attempts)? = Self.failure(of: action) as? URLTaskError else {
+        guard let failure = Self.failure(of: action) as? URLTaskError, failure.code == .tooManyAttempts,
+            let reactor = failure.component?.name,
+            let attempts = failure.count
+        else {
             return XCTFail("expected tooManyAttempts, got \(Step(action))")
         }
         XCTAssertEqual(reactor, "Refresh")
@@ -533,14 +573,15 @@ final class TaskStateMachineTests: XCTestCase {
             (
                 "failed by an interceptor",
                 {
-                    var m = Self.intercepting(); _ = m.interceptorThrew(index: 0, error: Boom(), interceptorName: "I"); return m
+                    var m = Self.intercepting(); _ = m.interceptorThrew(index: 0, error: Boom(), interceptor: .named("I")); return m
                 }()
             ),
             (
                 "answered locally",
                 {
                     var m = Self.intercepting();
-                    _ = m.interceptorReturned(index: 0, command: .respond(Self.response(200), body: Data()), interceptorName: "I"); return m
+                    _ = m.interceptorReturned(index: 0, command: .respond(Self.response(200), body: Data()), interceptor: .named("I"));
+                    return m
                 }()
             ),
         ]

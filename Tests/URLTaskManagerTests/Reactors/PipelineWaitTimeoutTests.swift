@@ -141,7 +141,9 @@ final class PipelineWaitTimeoutTests: XCTestCase {
         print("[wait timeout] 5 requests behind a dripping refresh (endpoint timeout 1 s): \(Kit.tally(results)) after \(elapsed)")
         XCTAssertLessThan(elapsed, .seconds(3))
         for result in results {
-            guard case .reactorFailed(_, let underlying as URLError)? = result.taskError else { return XCTFail(result.label) }
+            guard result.taskError?.code == .reactorFailed, let underlying = result.taskError?.underlying as? URLError else {
+                return XCTFail(result.label)
+            }
             XCTAssertEqual(underlying.code, .timedOut)
         }
     }
@@ -156,7 +158,7 @@ final class PipelineWaitTimeoutTests: XCTestCase {
         defer { manager.invalidateAndCancel() }
         let started = ContinuousClock.now
         let result = await fetched(manager.session, URLRequest(url: api.apiURL()))
-        guard case .reactorTimedOut? = result.taskError else { return XCTFail(result.label) }
+        guard result.taskError?.code == .reactorTimedOut else { return XCTFail(result.label) }
         let failure = try await hook.wait(timeout: .seconds(5))
         let elapsed = started.duration(to: .now)
         print("[wait timeout] reactor timeout 1 s: refresh ended (\(failure)) after \(elapsed)")

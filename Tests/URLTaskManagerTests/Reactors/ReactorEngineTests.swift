@@ -197,7 +197,9 @@ final class ReactorEngineTests: XCTestCase {
         let elapsed = started.duration(to: .now)
 
         for result in results {
-            guard case .reactorTimedOut(let reactor, let after)? = result.taskError else {
+            guard let failure = result.taskError, failure.code == .reactorTimedOut, let reactor = failure.component?.name,
+                let after = failure.limit
+            else {
                 XCTFail(result.label)
                 continue
             }
@@ -243,7 +245,9 @@ final class ReactorEngineTests: XCTestCase {
         }
         XCTAssertEqual(tokens.runs, 3, "the first run follows no success; the next two are counted")
         let refused = await Kit.fetch(manager.session, url("/always-401"))
-        guard case .reactionLoop(let reactor, let runs, _)? = refused.taskError else { return XCTFail(refused.label) }
+        guard let failure = refused.taskError, failure.code == .reactionLoop, let reactor = failure.component?.name,
+            let runs = failure.count
+        else { return XCTFail(refused.label) }
         XCTAssertEqual(reactor, "ControlledReactor")
         XCTAssertEqual(runs, 2)
         XCTAssertEqual(tokens.runs, 3)
@@ -259,7 +263,9 @@ final class ReactorEngineTests: XCTestCase {
         configuration.loopGuard = nil
         let manager = manager(configuration)
         let result = await Kit.fetch(manager.session, url())
-        guard case .tooManyAttempts(let reactor, let attempts)? = result.taskError else { return XCTFail(result.label) }
+        guard let failure = result.taskError, failure.code == .tooManyAttempts, let reactor = failure.component?.name,
+            let attempts = failure.count
+        else { return XCTFail(result.label) }
         XCTAssertEqual(reactor, "ControlledReactor")
         XCTAssertEqual(attempts, 3)
         XCTAssertEqual(tokens.runs, 2, "maximumReactionsPerTask of .authentication is 2")
@@ -280,12 +286,12 @@ final class ReactorEngineTests: XCTestCase {
         let slow = Kit.start(manager.session, url("/slow"))
         _ = try await server.waitForRequests(path: "/api/slow", count: 1)
         let fast = await Kit.fetch(manager.session, url("/fast"))
-        guard case .reactorFailed(_, let underlying)? = fast.taskError else { return XCTFail(fast.label) }
+        guard fast.taskError?.code == .reactorFailed, let underlying = fast.taskError?.underlying else { return XCTFail(fast.label) }
         XCTAssertTrue(underlying is RefusedError)
 
         gate.open()
         let late = await slow.value
-        guard case .reactorFailed(_, let lateUnderlying)? = late.taskError else { return XCTFail(late.label) }
+        guard late.taskError?.code == .reactorFailed, let lateUnderlying = late.taskError?.underlying else { return XCTFail(late.label) }
         XCTAssertTrue(lateUnderlying is RefusedError)
         XCTAssertEqual(tokens.runs, 1, "the late 401 belongs to the run that failed")
 

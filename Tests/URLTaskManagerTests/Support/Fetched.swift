@@ -33,10 +33,8 @@ enum Fetched: Sendable {
         switch self {
         case .response(let status, _, _): "\(status)"
         case .failure(let error as URLTaskError):
-            switch error {
-            case .reactorFailed(let reactor, let underlying): "reactorFailed(\(reactor), \(underlying))"
-            default: "\(error)"
-            }
+            error.code == .reactorFailed
+                ? "reactorFailed(\(error.component?.name ?? "-"), \(error.underlying.map { "\($0)" } ?? "-"))" : "\(error)"
         case .failure(let error): "\(type(of: error)) \(error)"
         }
     }
@@ -66,4 +64,11 @@ func fetched(_ session: URLSession, _ request: URLRequest) async -> Fetched {
     } catch {
         return .failure(error)
     }
+}
+
+extension URLTaskError.Component {
+    /// An interceptor as the machine tests name it.
+    static func named(_ name: String, index: Int = 0) -> Self { Self(kind: .interceptor, index: index, name: name) }
+    /// A reactor as the machine tests name it.
+    static func reactorNamed(_ name: String, index: Int = 0) -> Self { Self(kind: .reactor, index: index, name: name) }
 }

@@ -75,18 +75,10 @@ struct ReactorStateMachine {
         self.loopGuard = loopGuard
     }
 
-    var isRunning: Bool {
-        if case .running = state { return true }
-        return false
-    }
+    var isRunning: Bool { currentRun != nil }
 
     /// The stamp a task sent now records.
     var stamp: Stamp { Stamp(version: version, failures: failures) }
-
-    var runningRun: Int? {
-        if case .running(let run, _, _) = state { return run }
-        return nil
-    }
 
     /// - Parameters:
     ///   - sentUnder: The stamp of the headers the task was sent with.

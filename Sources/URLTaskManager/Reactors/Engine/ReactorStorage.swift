@@ -14,13 +14,17 @@ final class ReactorStorage: Sendable {
     let index: Int
     let reactor: any URLTaskReactor
     let configuration: URLTaskReactorConfiguration
-    let name: String
+    /// Who it is in errors and events: its index, and its type's name (disambiguated).
+    let component: URLTaskError.Component
+    var name: String { component.name }
+    /// Its type's name, as a ``URLTaskPolicy`` names the reactors a request skips.
+    var typeName: String { String(describing: type(of: reactor)) }
 
-    init(index: Int, reactor: any URLTaskReactor) {
-        self.index = index
+    init(reactor: any URLTaskReactor, component: URLTaskError.Component) {
+        self.index = component.index ?? 0
         self.reactor = reactor
         self.configuration = reactor.configuration
-        self.name = String(describing: type(of: reactor))
+        self.component = component
     }
 
     /// Runs the reactor's work once, within its timeout, and names the failure: what a single
@@ -32,9 +36,9 @@ final class ReactorStorage: Sendable {
             }
             return .succeeded
         } catch let error as ReactorDeadlineExceeded {
-            return .failed(URLTaskError.reactorTimedOut(reactor: name, after: error.limit))
+            return .failed(URLTaskError.reactorTimedOut(component, after: error.limit))
         } catch {
-            return .failed(URLTaskError.reactorFailed(reactor: name, underlying: error))
+            return .failed(URLTaskError.reactorFailed(component, underlying: error))
         }
     }
 }

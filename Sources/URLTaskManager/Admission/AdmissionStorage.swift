@@ -130,7 +130,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
             return (.declined, nil)
         case .refuseLoop(let runs):
             let window = reactor.configuration.loopGuard?.window ?? .zero
-            return (.failed(URLTaskError.reactionLoop(reactor: reactor.name, runs: runs, window: window)), nil)
+            return (.failed(URLTaskError.reactionLoop(reactor.component, runs: runs, window: window)), nil)
         case .startRun(let number):
             Task {
                 let result = await reactor.runWork(outcome: outcome, body: body, task: task)
@@ -170,7 +170,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
 
     /// Must be called with `lock` held.
     private func lastRunError(_ index: Int) -> any Error {
-        lastFailures[index] ?? URLTaskError.reactorFailed(reactor: reactors[index].name, underlying: CancellationError())
+        lastFailures[index] ?? URLTaskError.reactorFailed(reactors[index].component, underlying: CancellationError())
     }
 
     /// Must be called with `lock` held.

@@ -62,8 +62,14 @@ final class AdmissionTests: XCTestCase {
         let bRequests = Task { await Kit.storm(manager.session, count: 50) { _ in URLRequest(url: bURL) } }
         _ = try await b.waitForRequests(path: "/api", count: 2)
         let aResult = await Kit.fetch(manager.session, a.url("/api"))
-        guard case .reactorFailed(let reactor, _)? = aResult.taskError else { return XCTFail(aResult.label) }
-        XCTAssertEqual(reactor, "OriginRefresh")
+        guard let failure = aResult.taskError, failure.code == .reactorFailed, let reactor = failure.component?.name else {
+            return XCTFail(aResult.label)
+        }
+        // Two reactors of one type: told apart by index, and by name in text.
+        XCTAssertEqual(reactor, "OriginRefresh#0")
+        XCTAssertEqual(failure.component?.index, 0)
+        XCTAssertEqual(failure.request?.url, a.url("/api"), "the error names the request it happened to")
+        XCTAssertEqual(failure.request?.attempt, 1)
         XCTAssertEqual(aRuns.value, 1)
 
         bGate.open()

@@ -1,0 +1,71 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import URLTaskManager
+
+extension Scenario {
+    static let curl = Scenario(
+        name: "curl", summary: "Each request as a curl command line in the events, token and api_key redacted; a shell replays it"
+    ) { transcript in
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("POST", "/orders") { request in .text("created \(request.bodyText)") }
+
+        // DocC curl-interceptor: begin
+        let manager = URLTaskManager(interceptors: [
+            HeaderInterceptor(["Authorization": "Bearer s3cr3t-token"]),
+            CURLDescriptionInterceptor(options: .init(redactingQueryItems: ["api_key"])),  // last: it sees what the others left
+        ])
+        let events = manager.events()  // subscribe before the first request
+        let commands = Task {
+            var commands: [String] = []
+            for await event in events {
+                if case .annotated("curl", let command) = event.kind { commands.append(command) }
+            }
+            return commands
+        }
+        // DocC curl-interceptor: end
+
+        // DocC curl-request: begin
+        var request = URLRequest(url: server.url("/orders?api_key=s3cr3t-key"))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(#"{"item":"tea","note":"it's hot"}"#.utf8)
+        let command = CURLDescription(request, options: .init(redactingQueryItems: ["api_key"])).command
+        // DocC curl-request: end
+        transcript.client("before sending: \(command)")
+
+        let (data, _) = try await manager.session.data(for: request)
+        manager.finishTasksAndInvalidate()  // ends the event stream once the task is done
+        let logged = await commands.value
+        transcript.client("POST /orders → \(String(decoding: data, as: UTF8.self))")
+        for command in logged { transcript.note(command) }
+
+        try transcript.check(logged.count == 1, "expected one command, got \(logged.count)")
+        let sent = logged[0]
+        try transcript.check(sent.contains("'Authorization: Bearer REDACTED'"), "the token is not redacted")
+        try transcript.check(!command.contains("Authorization"), "before sending, the request had no Authorization yet")
+        try transcript.check(sent.contains("api_key=REDACTED"), "the api_key is not redacted")
+        try transcript.check(!sent.contains("s3cr3t") && !command.contains("s3cr3t"), "a secret reached the command")
+
+        // The command is a shell command: run as it is (secrets redacted), it sends the same body.
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/curl") else {
+            transcript.conclude("1 command, secrets redacted (no curl here to replay it)")
+            return
+        }
+        let shell = Process()
+        shell.executableURL = URL(fileURLWithPath: "/bin/sh")
+        shell.arguments = ["-c", sent + " --silent --noproxy '*' --output /dev/null"]
+        try shell.run()
+        shell.waitUntilExit()
+        let replayed = server.requests(path: "/orders").last
+        transcript.server("replayed by sh + curl: \(replayed?.method ?? "-") body \(replayed?.bodyText ?? "-")")
+        try transcript.check(
+            shell.terminationStatus == 0 && server.requests(path: "/orders").count == 2
+                && replayed?.bodyText == #"{"item":"tea","note":"it's hot"}"#,
+            "the replayed command did not send the same body")
+        transcript.conclude("1 command, secrets redacted; sh + curl replayed it byte for byte")
+    }
+}

@@ -1,0 +1,203 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A request rendered as a `curl` command line, secrets redacted: to paste into a terminal or a
+/// bug report and replay what the app sent.
+///
+/// It shows the method, the URL, every header of the request (sorted by name) and a small text
+/// body, each quoted for a POSIX shell. Redacted by default: the values of `Authorization`,
+/// `Cookie` and `Proxy-Authorization` (the scheme, such as `Bearer`, is kept), a password in
+/// the URL, and the query items and form fields that carry OAuth 2.0 secrets
+/// (``Options/defaultRedactedQueryItems``); add the names of your own secrets to
+/// ``Options/redactedQueryItems`` and ``Options/redactedHeaders``.
+///
+/// ```swift
+/// let command = CURLDescription(request, options: .init(redactingQueryItems: ["api_key"]))
+/// print(command)  // curl 'https://api.example.com/items?api_key=REDACTED' -H 'Authorization: Bearer REDACTED'
+/// ```
+///
+/// For the request as a manager last sent it, after the interceptors, use
+/// ``URLTask/curlDescription(options:)`` on the task a reactor sees, or put a
+/// ``CURLDescriptionInterceptor`` last in the manager's interceptors to find each attempt's
+/// command in its task's events. Headers a session adds on its own (the configuration's
+/// `httpAdditionalHeaders`, `Content-Length`, cookies from its cookie storage) are not part of
+/// the request, so they are not shown.
+public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
+    /// The command line, one line unless a shown body spans several.
+    public let command: String
+
+    /// What is redacted, and how large a body may be to be shown.
+    public struct Options: Sendable, Hashable {
+        /// Header names whose values are replaced by `REDACTED` (compared without case). The
+        /// scheme of an `Authorization`-like value (`Bearer`, `Basic`) is kept.
+        public var redactedHeaders: Set<String>
+        /// Query item names whose values are replaced by `REDACTED` (compared without case), in
+        /// the URL and in an `application/x-www-form-urlencoded` body.
+        public var redactedQueryItems: Set<String>
+        /// The largest body shown, in bytes; a larger one, a binary one (not UTF-8, or holding
+        /// control characters a terminal would interpret) or a stream is named but not shown.
+        public var maximumBodySize: Int
+
+        /// `Authorization`, `Cookie` and `Proxy-Authorization`: the request headers that carry
+        /// credentials in every HTTP stack.
+        public static let defaultRedactedHeaders: Set<String> = ["Authorization", "Cookie", "Proxy-Authorization"]
+        /// The OAuth 2.0 parameters that are secrets wherever they appear (RFC 6749, RFC 7636,
+        /// RFC 8693): `access_token`, `refresh_token`, `id_token`, `client_secret`,
+        /// `password`, `code`, `code_verifier` and `subject_token`.
+        public static let defaultRedactedQueryItems: Set<String> = [
+            "access_token", "refresh_token", "id_token", "client_secret", "password", "code", "code_verifier", "subject_token",
+        ]
+        /// 4 KiB: enough for a JSON request, small enough for a log line.
+        public static let defaultMaximumBodySize = 4096
+
+        /// The defaults, plus the header and query item names of your own secrets.
+        public init(
+            redactingHeaders: Set<String> = [], redactingQueryItems: Set<String> = [], maximumBodySize: Int = defaultMaximumBodySize
+        ) {
+            redactedHeaders = Self.defaultRedactedHeaders.union(redactingHeaders)
+            redactedQueryItems = Self.defaultRedactedQueryItems.union(redactingQueryItems)
+            self.maximumBodySize = maximumBodySize
+        }
+    }
+
+    /// The request as it stands, its `httpBody` as the body (an `httpBodyStream` is named, not read).
+    public init(_ request: URLRequest, options: Options = Options()) {
+        command = Self.render(request, body: URLTaskBody(request: request), options: options)
+    }
+
+    /// The task's current request and body: after the interceptors, what is sent.
+    public init(_ task: URLTask, options: Options = Options()) {
+        command = Self.render(task.request, body: task.body, options: options)
+    }
+
+    /// The command line.
+    public var description: String { command }
+
+    /// What replaces a secret.
+    static let redacted = "REDACTED"
+
+    private static func render(_ request: URLRequest, body: URLTaskBody, options: Options) -> String {
+        let redactedHeaders = Set(options.redactedHeaders.map { $0.lowercased() })
+        let redactedItems = Set(options.redactedQueryItems.map { $0.lowercased() })
+        var parts = ["curl"]
+        let method = request.httpMethod ?? "GET"
+        let hasBody: Bool
+        if case .none = body { hasBody = false } else { hasBody = true }
+        if method == "HEAD" {
+            parts.append("--head")
+        } else if method != "GET" || hasBody {
+            parts.append("-X \(quoted(method))")
+        }
+        parts.append(quoted(redactedURL(request.url, items: redactedItems)))
+        let headers = (request.allHTTPHeaderFields ?? [:]).sorted { $0.key.lowercased() < $1.key.lowercased() }
+        for (name, value) in headers {
+            let shown = redactedHeaders.contains(name.lowercased()) ? redactedHeaderValue(value) : value
+            parts.append("-H \(quoted("\(name): \(shown)"))")
+        }
+        switch body {
+        case .none:
+            break
+        case .file(let url):
+            parts.append("--data-binary \(quoted("@" + url.path))")
+        case .stream:
+            parts.append("# body not shown: a stream")
+        case .data(let data):
+            if let text = shownText(data, maximum: options.maximumBodySize) {
+                let isForm =
+                    request.value(forHTTPHeaderField: "Content-Type")?.lowercased().hasPrefix("application/x-www-form-urlencoded") ?? false
+                parts.append("--data-binary \(quoted(isForm ? redactedForm(text, items: redactedItems) : text))")
+            } else {
+                parts.append("# body not shown: \(data.count) bytes")
+            }
+        }
+        return parts.joined(separator: " ")
+    }
+
+    /// `text` between single quotes, each `'` in it written as `'\''`: nothing inside single
+    /// quotes is special to a POSIX shell, not even `$`, `` ` `` or `\`.
+    static func quoted(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
+
+    /// The body as text if it is small, UTF-8, and free of control characters other than tab
+    /// and line breaks (an escape sequence printed to a terminal is a command to it).
+    private static func shownText(_ data: Data, maximum: Int) -> String? {
+        guard data.count <= maximum, let text = String(data: data, encoding: .utf8) else { return nil }
+        let allowed: Set<Unicode.Scalar> = ["\t", "\n", "\r"]
+        let binary = text.unicodeScalars.contains { scalar in
+            (scalar.value < 0x20 && !allowed.contains(scalar)) || scalar.value == 0x7f || (0x80...0x9f).contains(scalar.value)
+        }
+        return binary ? nil : text
+    }
+
+    /// A credential-carrying header value with its scheme kept: `Bearer REDACTED`.
+    private static func redactedHeaderValue(_ value: String) -> String {
+        let words = value.split(separator: " ", maxSplits: 1)
+        if words.count == 2, words[0].allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" }) {
+            return "\(words[0]) \(redacted)"
+        }
+        return redacted
+    }
+
+    /// The URL with the password and the named query items' values redacted, and no fragment
+    /// (it is never sent).
+    private static func redactedURL(_ url: URL?, items: Set<String>) -> String {
+        guard let url else { return "" }
+        guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url.absoluteString }
+        parts.fragment = nil
+        if parts.password != nil { parts.percentEncodedPassword = redacted }
+        if let query = parts.percentEncodedQuery {
+            parts.percentEncodedQuery = redactedForm(query, items: items)
+        }
+        return parts.string ?? url.absoluteString
+    }
+
+    /// `name=value&...` with the named fields' values redacted; everything else as it was.
+    private static func redactedForm(_ text: String, items: Set<String>) -> String {
+        text.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
+            let pieces = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let name = String(pieces[0])
+            let decoded = (name.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? name).lowercased()
+            guard pieces.count == 2, items.contains(decoded) else { return String(pair) }
+            return "\(name)=\(redacted)"
+        }.joined(separator: "&")
+    }
+}
+
+extension URLTask {
+    /// The task's request and body as a `curl` command line, secrets redacted (see
+    /// ``CURLDescription``). In an interceptor it is the request as the interceptors before it
+    /// left it; in a reactor, the request as it was last sent.
+    public func curlDescription(options: CURLDescription.Options = CURLDescription.Options()) -> String {
+        CURLDescription(self, options: options).command
+    }
+}
+
+/// Adds each request's `curl` command line, secrets redacted, to its task's events: a
+/// ``URLTaskEvent/Kind/annotated(name:value:)`` event named `curl`, once per send.
+///
+/// Put it last in the manager's interceptors, so that it sees the request as the others left
+/// it. It costs nothing while nobody reads ``URLTaskManager/events(bufferingNewest:)``: the
+/// command is only rendered for a task someone observes.
+///
+/// Unlike the manager's own events, which carry no header value and no body, these show every
+/// header that is not redacted and small text bodies: add it where your logs may hold what
+/// your requests hold (a debug build), and name your own secrets in `options`.
+public struct CURLDescriptionInterceptor: URLTaskInterceptor {
+    /// What is redacted, and the largest body shown.
+    public let options: CURLDescription.Options
+
+    /// An interceptor that annotates events with `options`' redaction.
+    public init(options: CURLDescription.Options = CURLDescription.Options()) {
+        self.options = options
+    }
+
+    public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        let snapshot = task
+        let options = options
+        task.annotate("curl", CURLDescription(snapshot, options: options).command)
+        return .execute
+    }
+}

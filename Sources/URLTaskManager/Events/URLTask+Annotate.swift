@@ -1,0 +1,53 @@
+import Foundation
+
+extension URLTask {
+    /// Adds a fact about this task to its events: a ``URLTaskEvent/Kind/annotated(name:value:)``
+    /// event, in order with the task's other events. For what the manager cannot know and an
+    /// interceptor or reactor does: a trace id (``TraceContextInterceptor``), a `curl` command
+    /// (``CURLDescriptionInterceptor``), a cache decision.
+    ///
+    /// `value` is evaluated only when someone reads the manager's
+    /// ``URLTaskManager/events(bufferingNewest:)`` and the task started while they did; otherwise
+    /// this costs one dictionary look-up. A task made with ``URLTask/init(request:body:attempt:)``
+    /// (a test without a manager) has no events: nothing happens.
+    ///
+    /// The manager's own events carry no secret; an annotation carries what you put in it, so
+    /// never put a token, a password or a body you would not log.
+    public func annotate(_ name: String, _ value: @autoclosure () -> String) {
+        guard let observer = TaskObserverDirectory.shared.observer(of: id) else { return }
+        observer.annotated(name: name, value: value())
+    }
+}
+
+/// The observers of the tasks being observed now, by task id, so that ``URLTask/annotate(_:_:)``
+/// reaches a task's events from an interceptor, which holds only the task's value.
+///
+/// An observer registers itself when it is made and leaves when it is freed; only observed
+/// tasks (started while someone listened) are here.
+final class TaskObserverDirectory: @unchecked Sendable {  // `observers` is guarded by `lock`.
+    static let shared = TaskObserverDirectory()
+
+    private struct Entry {
+        weak var observer: TaskObserver?
+    }
+
+    private let lock = NSLock()
+    private var observers: [URLTask.ID: Entry] = [:]
+
+    func register(_ observer: TaskObserver, for id: URLTask.ID) {
+        lock.withLock { observers[id] = Entry(observer: observer) }
+    }
+
+    func remove(_ id: URLTask.ID) {
+        _ = lock.withLock { observers.removeValue(forKey: id) }
+    }
+
+    func observer(of id: URLTask.ID) -> TaskObserver? {
+        lock.withLock { observers[id]?.observer }
+    }
+
+    /// Whether `id` still has an entry: for tests that check nothing is left behind.
+    func hasEntry(for id: URLTask.ID) -> Bool {
+        lock.withLock { observers[id] != nil }
+    }
+}
