@@ -54,8 +54,8 @@ extension Scenario {
         var refusal = ""
         do {
             _ = try await manager.session.data(from: server.url("/status"))
-        } catch URLTaskError.interceptorFailed(_, let underlying as CircuitOpenError) {
-            refusal = "\(underlying)"
+        } catch let error as URLTaskError where error.underlying is CircuitOpenError {
+            refusal = "\(error.underlying!)"
         }
         let refusalTime = started.duration(to: .now)
         transcript.client("GET /status → failed in \(refusalTime.milliseconds) ms: \(refusal)")

@@ -76,6 +76,7 @@ final class CircuitBreakerTests: XCTestCase {
         let breaker = CircuitBreaker(policy: .init(failureThreshold: 2, coolDown: .seconds(5)), now: { clock.now })
         let events = Kit.Events(breaker.events())
         let manager = URLTaskManager(interceptors: [breaker], reactors: [breaker])
+        let taskEvents = Kit.Events(manager.events())
         let url = try Kit.deadURL("/x")
         for _ in 0..<2 {
             let result = await fetched(manager.session, URLRequest(url: url))
@@ -88,6 +89,13 @@ final class CircuitBreakerTests: XCTestCase {
         try await events.wait("reopened") { if case .reopened = $0 { return true } else { return false } }
         let refused = await fetched(manager.session, URLRequest(url: url))
         XCTAssertTrue(Kit.underlying(refused) is CircuitOpenError)
+        // The decisions are in the manager's events too, on the tasks they concern.
+        for decision in ["opened the circuit", "probe for", "reopened the circuit", "refused:"] {
+            try await taskEvents.wait("annotation \(decision)") { event in
+                if case .annotated("circuit-breaker", let value) = event.kind { return value.hasPrefix(decision) }
+                return false
+            }
+        }
     }
 
     /// Exempt requests (a token endpoint's) are neither counted nor refused.

@@ -187,8 +187,8 @@ final class CoalescingTests: XCTestCase {
         XCTAssertEqual(coalescing.sharedRequestsInFlight, 0)
     }
 
-    /// The shared request's transport error reaches every waiter, carried by
-    /// `URLTaskError.interceptorFailed`.
+    /// The shared request's transport error reaches every waiter as the `URLError` itself (as an
+    /// interceptor's `URLError` does), naming the interceptor in its user info.
     func testSharedRequestFailureReachesEveryWaiter() async throws {
         let (manager, coalescing) = makeManager()
         let events = Kit.Events(coalescing.events())
@@ -198,9 +198,9 @@ final class CoalescingTests: XCTestCase {
             return await group.reduce(into: []) { $0.append($1) }
         }
         for result in results {
-            guard case .interceptorFailed(let name, let underlying)? = result.taskError else { return XCTFail("\(result)") }
-            XCTAssertEqual(name, "CoalescingInterceptor")
-            XCTAssertEqual((underlying as? URLError)?.code, .cannotConnectToHost)
+            guard let error = result.error as? URLError else { return XCTFail("\(result)") }
+            XCTAssertEqual(error.code, .cannotConnectToHost)
+            XCTAssertEqual(error.userInfo[URLTaskError.componentUserInfoKey] as? String, "CoalescingInterceptor")
         }
         XCTAssertGreaterThanOrEqual(events.count { if case .failed = $0 { return true } else { return false } }, 1)
     }

@@ -46,9 +46,9 @@ final class OfflineHoldTests: XCTestCase {
         let started = ContinuousClock.now
         let result = await fetched(manager.session, request)
         let elapsed = started.duration(to: .now)
-        guard case .reactorFailed(let reactor, let underlying)? = result.taskError else { return XCTFail("\(result)") }
-        XCTAssertEqual(reactor, "OfflineHold")
-        XCTAssertEqual((underlying as? URLError)?.code, .cannotConnectToHost)
+        guard let error = result.taskError, error.code == .reactorFailed else { return XCTFail("\(result)") }
+        XCTAssertEqual(error.component?.name, "OfflineHold")
+        XCTAssertEqual((error.underlying as? URLError)?.code, .cannotConnectToHost)
         XCTAssertGreaterThan(elapsed, .milliseconds(850), "held, not failed at once")
         XCTAssertLessThan(elapsed, .milliseconds(1_500))
         try await events.wait("expired") { if case .expired = $0 { return true } else { return false } }

@@ -100,10 +100,6 @@ enum ResilienceTestKit {
 
     /// The underlying error of an interceptor's or reactor's failure.
     static func underlying(_ fetched: Fetched) -> (any Error)? {
-        switch fetched.error as? URLTaskError {
-        case .interceptorFailed(_, let underlying)?: underlying
-        case .reactorFailed(_, let underlying)?: underlying
-        default: nil
-        }
+        fetched.taskError?.underlying
     }
 }

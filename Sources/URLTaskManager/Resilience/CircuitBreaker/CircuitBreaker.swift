@@ -8,7 +8,8 @@ import FoundationNetworking
 /// After ``Policy/failureThreshold`` failures (5xx answers and transport errors by default)
 /// within ``Policy/window``, a host's circuit **opens**: every new request to it fails at once,
 /// without touching the network, with ``CircuitOpenError`` (the caller receives
-/// ``URLTaskError/interceptorFailed(interceptor:underlying:)`` carrying it). After
+/// a ``URLTaskError`` with code ``URLTaskError/Code-swift.struct/interceptorFailed`` carrying it as
+/// ``URLTaskError/underlying``). After
 /// ``Policy/coolDown`` one request goes through as a **probe** (half-open); if it succeeds the
 /// circuit closes, if it fails it opens for another cool-down. Each host (scheme, host, port) has
 /// its own circuit; requests ``Policy/exempts`` names (a token endpoint) are neither stopped nor
@@ -115,9 +116,11 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
             return .execute
         case .probe:
             hub.emit(.probing(task: task.id, host: host))
+            task.annotate("circuit-breaker", "probe for \(host)")
             return .execute
         case .reject(let retryAfter):
             hub.emit(.rejected(task: task.id, host: host))
+            task.annotate("circuit-breaker", "refused: the circuit for \(host) is open")
             return .fail(CircuitOpenError(host: host, retryAfter: retryAfter))
         }
     }
@@ -128,9 +131,15 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
         let host = ResilienceHost.key(of: task.request.url)
         switch storage.outcome(of: task.id, host: host, failed: policy.isFailure(outcome), now: now()) {
         case .none: break
-        case .opened(let failures): hub.emit(.opened(host: host, failures: failures, task: task.id))
-        case .closed: hub.emit(.closed(host: host))
-        case .reopened: hub.emit(.reopened(host: host))
+        case .opened(let failures):
+            hub.emit(.opened(host: host, failures: failures, task: task.id))
+            task.annotate("circuit-breaker", "opened the circuit for \(host) after \(failures) failures")
+        case .closed:
+            hub.emit(.closed(host: host))
+            task.annotate("circuit-breaker", "closed the circuit for \(host)")
+        case .reopened:
+            hub.emit(.reopened(host: host))
+            task.annotate("circuit-breaker", "reopened the circuit for \(host)")
         }
         return false
     }

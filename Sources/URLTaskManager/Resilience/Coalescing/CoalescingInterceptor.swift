@@ -31,8 +31,9 @@ import FoundationNetworking
 ///   goes on while anyone still waits, and is cancelled when the last waiter leaves.
 /// - An answer larger than ``Configuration/maximumSharedBodySize`` is not shared: every waiter then
 ///   sends its own request (the shared one was spent; so set the limit above your usual answers).
-/// - When the shared request fails, every waiter fails with
-///   ``URLTaskError/interceptorFailed(interceptor:underlying:)`` carrying that same error.
+/// - When the shared request fails, every waiter fails with that same error: a `URLError` as
+///   itself (as a plain session reports it), anything else carried by a ``URLTaskError`` with
+///   code ``URLTaskError/Code-swift.struct/interceptorFailed``.
 /// - Until ``attach(to:)`` is called, or after that session is gone, requests pass untouched.
 ///
 /// The shared request is a task of the session (visible to `getAllTasks` and to the session
@@ -123,6 +124,7 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
         let method = task.request.httpMethod ?? "GET"
         let url = ResilienceHost.redacted(task.request.url)
         var shared = task.originalRequest
+        let annotated = task
         let hub = hub
         let storage = storage
         let limit = configuration.maximumSharedBodySize
@@ -131,10 +133,12 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
                 switch storage.arrive(waiter, task: id, key: key, continuation: continuation) {
                 case .startShared(let generation):
                     hub.emit(.started(task: id, method: method, url: url))
+                    annotated.annotate("coalescing", "started a shared request")
                     shared.setValue(storage.marker(generation: generation), forHTTPHeaderField: Self.markerHeader)
                     storage.startShared(shared, generation: generation, maximumBodySize: limit, hub: hub)
                 case .join:
                     hub.emit(.joined(task: id, method: method, url: url))
+                    annotated.annotate("coalescing", "waits for a shared request in flight")
                 case .none:
                     break  // cancelled before it could wait
                 }
@@ -149,10 +153,13 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
                 url: response.url ?? task.request.url ?? URL(fileURLWithPath: "/"), statusCode: response.statusCode, httpVersion: "HTTP/1.1",
                 headerFields: Self.headerFields(of: response))
             guard let copy else { return .execute }
+            task.annotate("coalescing", "answered with the shared response (\(response.statusCode), \(body.count) bytes)")
             return .respond(copy, body: body)
         case .goAlone:
+            task.annotate("coalescing", "not shared: sent on its own")
             return .execute
         case .fail(let error):
+            task.annotate("coalescing", "the shared request failed")
             return .fail(error)
         case .cancelled:
             throw CancellationError()

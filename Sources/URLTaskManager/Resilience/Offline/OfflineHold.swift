@@ -16,7 +16,8 @@ import Network
 /// intervals up to ``Policy/maximumProbeInterval``. When a probe is answered, every request held for
 /// that host goes through the interceptors again (fresh headers) and is sent. A request still held
 /// when its `timeoutInterval` is about to pass (or after ``Policy/maximumHold``) fails with
-/// ``URLTaskError/reactorFailed(reactor:underlying:)`` carrying the original `URLError`. A caller
+/// a ``URLTaskError`` whose code is ``URLTaskError/Code-swift.struct/reactorFailed`` and whose
+/// ``URLTaskError/underlying`` is the original `URLError`. A caller
 /// that cancels leaves at once.
 ///
 /// Probing works everywhere (Linux included). On Apple platforms an `NWPathMonitor` also probes
@@ -124,12 +125,16 @@ public final class OfflineHold: URLTaskReactor {
         guard case .failure(let error) = outcome, let url = task.request.url else { return }
         let host = ResilienceHost.key(of: url)
         let limit = policy.maximumHold ?? Self.holdLimit(timeoutInterval: task.request.timeoutInterval)
-        storage.hub.emit(.held(task: task.id, host: host, code: (error as? URLError)?.code ?? .unknown))
+        let code = (error as? URLError)?.code ?? .unknown
+        storage.hub.emit(.held(task: task.id, host: host, code: code))
+        task.annotate("offline-hold", "held: \(host) cannot be reached (\(code.rawValue))")
         switch await storage.hold(task.id, host: host, url: url, limit: limit) {
         case .reachable:
+            task.annotate("offline-hold", "\(host) answered a probe: sending again")
             return
         case .expired:
             storage.hub.emit(.expired(task: task.id, host: host))
+            task.annotate("offline-hold", "gave up at the request's timeout")
             throw error
         case .cancelled:
             throw CancellationError()

@@ -92,10 +92,13 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
         let started = ContinuousClock.now
         let storage = storage
         let hub = hub
+        let annotated = task
         let turn: RateLimiterStorage.Turn = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 switch storage.arrive(waiter, host: host, continuation: continuation) {
-                case .wait(let position, _): hub.emit(.delayed(task: id, host: host, position: position))
+                case .wait(let position, _):
+                    hub.emit(.delayed(task: id, host: host, position: position))
+                    annotated.annotate("rate-limit", "waits for \(host), \(position) in line")
                 case .go, .refuse: break
                 }
             }
@@ -104,10 +107,15 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
         }
         switch turn {
         case .go(let waited):
-            if waited { hub.emit(.released(task: id, host: host, waited: started.duration(to: .now))) }
+            if waited {
+                let waitedFor = started.duration(to: .now)
+                hub.emit(.released(task: id, host: host, waited: waitedFor))
+                task.annotate("rate-limit", "sent after waiting \(waitedFor.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
+            }
             return .execute
         case .refused(let queued):
             hub.emit(.refused(task: id, host: host))
+            task.annotate("rate-limit", "refused: \(queued) requests wait for \(host)")
             return .fail(RateLimitQueueFullError(host: host, queued: queued))
         case .cancelled:
             throw CancellationError()
@@ -124,6 +132,7 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
         let host = ResilienceHost.key(of: task.request.url)
         storage.pause(host: host, for: duration)
         hub.emit(.paused(host: host, duration: duration, status: response.statusCode))
+        task.annotate("rate-limit", "paused \(host) for \(duration) after \(response.statusCode)")
         return false
     }
 
