@@ -26,7 +26,8 @@ extension Scenario {
             return try await group.reduce(into: []) { $0.append($1) }
         }
         let elapsed = started.duration(to: .now)
-        transcript.client("100 × GET /catalog → \(bodies.filter { $0 == catalog.count }.count) complete 64 KiB bodies in \(elapsed.milliseconds) ms")
+        transcript.client(
+            "100 × GET /catalog → \(bodies.filter { $0 == catalog.count }.count) complete 64 KiB bodies in \(elapsed.milliseconds) ms")
         transcript.server("/catalog was requested \(server.requestCount(path: "/catalog")) time(s)")
         try transcript.check(bodies.allSatisfy { $0 == catalog.count }, "a caller got a partial body")
         try transcript.check(server.requestCount(path: "/catalog") == 1, "more than one request reached the server")
@@ -66,7 +67,8 @@ extension Scenario {
         try await Task.sleep(for: .milliseconds(350))  // the cool-down, as an app would live through it
         let (probe, _) = try await manager.session.data(from: server.url("/status"))
         transcript.client("after the cool-down: GET /status (the probe) → \(String(decoding: probe, as: UTF8.self)); circuit closed")
-        try transcript.check(String(decoding: probe, as: UTF8.self) == "up" && !breaker.isOpen(for: server.url("/")), "the probe did not close it")
+        try transcript.check(
+            String(decoding: probe, as: UTF8.self) == "up" && !breaker.isOpen(for: server.url("/")), "the probe did not close it")
         transcript.conclude("opened after 3 failures, refused in \(refusalTime.milliseconds) ms without the network, closed by one probe")
     }
 
@@ -101,7 +103,9 @@ extension Scenario {
         let pausedStart = ContinuousClock.now
         let (busy, _) = try await manager.session.data(from: server.url("/busy"))
         let paused = pausedStart.duration(to: .now)
-        transcript.client("GET /busy → 429 Retry-After: 1, retried after the pause → \(String(decoding: busy, as: UTF8.self)) in \(paused.milliseconds) ms")
+        transcript.client(
+            "GET /busy → 429 Retry-After: 1, retried after the pause → \(String(decoding: busy, as: UTF8.self)) in \(paused.milliseconds) ms"
+        )
         try transcript.check(paused >= .milliseconds(950), "Retry-After did not pause the host")
         transcript.conclude("10 requests spread over \(spread.milliseconds) ms; a 429 paused the host \(paused.milliseconds) ms")
     }

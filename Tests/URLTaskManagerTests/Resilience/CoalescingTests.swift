@@ -29,7 +29,8 @@ final class CoalescingTests: XCTestCase {
         let body = Data((0..<65_536).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         server.route("/doc") { _ in
             _ = gate.wait(timeout: .seconds(10))
-            return ServerResponse(status: 203, headers: ["X-Answer": "shared", "Content-Type": "application/octet-stream"], body: .data(body))
+            return ServerResponse(
+                status: 203, headers: ["X-Answer": "shared", "Content-Type": "application/octet-stream"], body: .data(body))
         }
         let delegate = RecordingDelegate()
         let (manager, coalescing) = makeManager(delegate: delegate)
@@ -40,8 +41,10 @@ final class CoalescingTests: XCTestCase {
         for _ in 0..<10 { asyncCalls.append(Task { await fetched(manager.session, URLRequest(url: url)) }) }
         let handlers = ProbeLog<Fetched>()
         for _ in 0..<5 {
-            manager.session.dataTask(with: url) { data, response, error in handlers.append(Fetched(data: data, response: response, error: error)) }
-                .resume()
+            manager.session.dataTask(with: url) { data, response, error in
+                handlers.append(Fetched(data: data, response: response, error: error))
+            }
+            .resume()
         }
         var delegateTasks: [URLSessionDataTask] = []
         for _ in 0..<5 {
@@ -77,7 +80,9 @@ final class CoalescingTests: XCTestCase {
         }
         XCTAssertEqual(server.requestCount(path: "/doc"), 1, "one transfer for 20 callers")
         XCTAssertNil(server.requests(path: "/doc").first?.headers["x-urltaskmanager-coalesced"], "the marker never leaves")
-        try await events.wait("answered") { if case .answered(let tasks, 203, 65_536) = $0 { return tasks.count == 20 } else { return false } }
+        try await events.wait("answered") {
+            if case .answered(let tasks, 203, 65_536) = $0 { return tasks.count == 20 } else { return false }
+        }
         XCTAssertEqual(coalescing.sharedRequestsInFlight, 0)
     }
 
@@ -107,7 +112,8 @@ final class CoalescingTests: XCTestCase {
         gate.open()
         var texts: [String?] = []
         for call in calls { texts.append(await call.value.text) }
-        XCTAssertEqual(texts, ["GET Bearer a */*", "GET Bearer a */*", "GET Bearer b */*", "GET Bearer a text/plain", "DELETE Bearer a */*"])
+        XCTAssertEqual(
+            texts, ["GET Bearer a */*", "GET Bearer a */*", "GET Bearer b */*", "GET Bearer a text/plain", "DELETE Bearer a */*"])
         XCTAssertEqual(server.requestCount(path: "/me"), 4, "a, b, a+text/plain shared; DELETE alone")
 
         _ = await fetched(manager.session, request("a"))
@@ -136,7 +142,8 @@ final class CoalescingTests: XCTestCase {
             if case .response(_, _, let received) = result { XCTAssertEqual(received, body) }
         }
         XCTAssertEqual(server.requestCount(path: "/big"), 4, "the shared one, then each caller's own")
-        XCTAssertEqual(events.count { if case .tooLargeToShare(let tasks, 5_000) = $0 { return tasks.count == 3 } else { return false } }, 1)
+        XCTAssertEqual(
+            events.count { if case .tooLargeToShare(let tasks, 5_000) = $0 { return tasks.count == 3 } else { return false } }, 1)
     }
 
     /// A waiter that cancels, or whose timeout passes, leaves at once; the shared request goes on

@@ -101,7 +101,8 @@ final class ResilienceStateMachineTests: XCTestCase {
         var bucket = TokenBucketStateMachine(rate: 100, burst: 5, maximumQueueLength: nil, now: t0)
         XCTAssertEqual(bucket.pause(for: .seconds(2), now: t0), nil, "nobody waits yet")
         XCTAssertEqual(bucket.arrive(bucketWaiter(1), now: t0 + .seconds(1)), .wait(position: 1, wakeAt: t0 + .seconds(2)))
-        XCTAssertEqual(bucket.pause(for: .milliseconds(500), now: t0 + .seconds(1)), t0 + .seconds(2), "a shorter pause does not cut a longer one")
+        XCTAssertEqual(
+            bucket.pause(for: .milliseconds(500), now: t0 + .seconds(1)), t0 + .seconds(2), "a shorter pause does not cut a longer one")
         XCTAssertEqual(bucket.tick(now: t0 + .milliseconds(1999)).released, [])
         XCTAssertEqual(bucket.tick(now: t0 + .seconds(2)).released, [bucketWaiter(1)])
     }

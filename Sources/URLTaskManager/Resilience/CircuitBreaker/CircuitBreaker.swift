@@ -45,7 +45,8 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
         /// Opens after 5 failures in 30 seconds, for 30 seconds.
         public init(
             failureThreshold: Int = 5, window: Duration = .seconds(30), coolDown: Duration = .seconds(30),
-            probeTimeout: Duration = .seconds(60), isFailure: @escaping @Sendable (URLTaskOutcome) -> Bool = CircuitBreaker.isServerOrTransportFailure,
+            probeTimeout: Duration = .seconds(60),
+            isFailure: @escaping @Sendable (URLTaskOutcome) -> Bool = CircuitBreaker.isServerOrTransportFailure,
             exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
         ) {
             self.failureThreshold = failureThreshold
@@ -108,6 +109,8 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
         storage.isOpen(host: ResilienceHost.key(of: url))
     }
 
+    /// Lets the task go while its host's circuit is closed, or as the probe of a half-open one;
+    /// fails it with ``CircuitOpenError`` otherwise.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
         let host = ResilienceHost.key(of: task.request.url)
@@ -161,10 +164,12 @@ public struct CircuitOpenError: Error, Sendable, CustomStringConvertible, Locali
         self.retryAfter = retryAfter
     }
 
+    /// The host and when the next probe may go: nothing secret.
     public var description: String {
         "The circuit for \(host) is open after repeated failures; not sent (next probe in \(retryAfter.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))))"
     }
 
+    /// The same as ``description``, for `localizedDescription`.
     public var errorDescription: String? { description }
 }
 

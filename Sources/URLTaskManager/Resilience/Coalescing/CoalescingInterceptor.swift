@@ -108,6 +108,8 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
     /// How many shared requests are in flight (for tests and metrics).
     public var sharedRequestsInFlight: Int { storage.inFlightCount }
 
+    /// Lets its own shared requests go; makes every other shareable request wait for the shared
+    /// request of its key (starting one if none is in flight) and answers it with a copy.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         if let marker = task.request.value(forHTTPHeaderField: Self.markerHeader) {
             // One of our shared requests: it goes out, without the marker.
@@ -150,7 +152,8 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
         case .respond(let response, let body):
             // Each caller gets its own response object.
             let copy = HTTPURLResponse(
-                url: response.url ?? task.request.url ?? URL(fileURLWithPath: "/"), statusCode: response.statusCode, httpVersion: "HTTP/1.1",
+                url: response.url ?? task.request.url ?? URL(fileURLWithPath: "/"), statusCode: response.statusCode,
+                httpVersion: "HTTP/1.1",
                 headerFields: Self.headerFields(of: response))
             guard let copy else { return .execute }
             task.annotate("coalescing", "answered with the shared response (\(response.statusCode), \(body.count) bytes)")
@@ -281,20 +284,21 @@ final class CoalescingStorage: @unchecked Sendable {  // all mutable state is gu
     /// The waiter's caller cancelled: `nil` if it was no longer waiting, else whether the shared
     /// request was cancelled because nobody else waits.
     func leave(_ waiter: CoalescingStateMachine.Waiter) -> Bool? {
-        let (continuation, action, transfer): (CheckedContinuation<Resolution, Never>?, CoalescingStateMachine.LeaveAction, URLSessionTask?) =
-            lock.withLock {
-                guard let entry = waiting.removeValue(forKey: waiter) else {
-                    cancelledEarly.insert(waiter)
-                    return (nil, .none, nil)
+        let (continuation, action, transfer):
+            (CheckedContinuation<Resolution, Never>?, CoalescingStateMachine.LeaveAction, URLSessionTask?) =
+                lock.withLock {
+                    guard let entry = waiting.removeValue(forKey: waiter) else {
+                        cancelledEarly.insert(waiter)
+                        return (nil, .none, nil)
+                    }
+                    let action = machine.waiterLeft(waiter)
+                    var transfer: URLSessionTask?
+                    if case .cancelShared(let generation) = action {
+                        transfer = transfers.removeValue(forKey: generation)
+                        if transfer == nil { abandoned.insert(generation) }
+                    }
+                    return (entry.continuation, action, transfer)
                 }
-                let action = machine.waiterLeft(waiter)
-                var transfer: URLSessionTask?
-                if case .cancelShared(let generation) = action {
-                    transfer = transfers.removeValue(forKey: generation)
-                    if transfer == nil { abandoned.insert(generation) }
-                }
-                return (entry.continuation, action, transfer)
-            }
         guard let continuation else { return nil }
         continuation.resume(returning: .cancelled)
         if let transfer {

@@ -77,7 +77,8 @@ struct CoalescingStateMachine {
     /// with headers that make `newKey`: callers arriving with those headers join it rather than
     /// start another, unless another shared request already runs under that key.
     mutating func sharedReintercepted(generation: Int, newKey: String) {
-        guard let key = keyOfGeneration[generation], key != newKey, entries[newKey] == nil, let state = entries.removeValue(forKey: key) else {
+        guard let key = keyOfGeneration[generation], key != newKey, entries[newKey] == nil, let state = entries.removeValue(forKey: key)
+        else {
             return
         }
         entries[newKey] = state

@@ -56,7 +56,8 @@ public final class OfflineHold: URLTaskReactor {
         /// Holds the three "unreachable" errors, probes after 0.5 s and then at most every 10 s.
         public init(
             codes: Set<URLError.Code> = [.notConnectedToInternet, .cannotConnectToHost, .networkConnectionLost],
-            probeInterval: Duration = .milliseconds(500), maximumProbeInterval: Duration = .seconds(10), probeTimeout: Duration = .seconds(5),
+            probeInterval: Duration = .milliseconds(500), maximumProbeInterval: Duration = .seconds(10),
+            probeTimeout: Duration = .seconds(5),
             probeURL: @escaping @Sendable (URL) -> URL? = OfflineHold.hostRoot, maximumHold: Duration? = nil, maximumHoldsPerTask: Int = 10,
             exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
         ) {
@@ -114,6 +115,8 @@ public final class OfflineHold: URLTaskReactor {
         storage.hub.subscribe(bufferingNewest: limit)
     }
 
+    /// Takes transport failures with one of ``Policy/codes`` (reported only before any byte of
+    /// the answer arrived) for URLs that have a probe URL.
     public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
         guard let code = outcome.urlErrorCode, policy.codes.contains(code), let url = task.request.url else { return false }
         return policy.probeURL(url) != nil
@@ -278,7 +281,8 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     /// answered.
     private func probe(_ host: String) async -> Bool {
         guard let target = lock.withLock({ targets[host] }), let url = policy.probeURL(target) else { return false }
-        var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: policy.probeTimeout.resilienceSeconds)
+        var request = URLRequest(
+            url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: policy.probeTimeout.resilienceSeconds)
         request.httpMethod = "HEAD"
         let answered = (try? await probeSession.data(for: request))?.1 is HTTPURLResponse
         if answered {

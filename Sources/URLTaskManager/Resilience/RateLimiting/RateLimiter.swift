@@ -84,6 +84,8 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
         hub.subscribe(bufferingNewest: limit)
     }
 
+    /// Lets the task go when its host's bucket has a token and nobody is ahead of it; until then
+    /// it waits here, in line.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
         let host = ResilienceHost.key(of: task.request.url)
@@ -165,7 +167,9 @@ public struct RateLimitQueueFullError: Error, Sendable, CustomStringConvertible,
         self.queued = queued
     }
 
+    /// The host and the length of the line: nothing secret.
     public var description: String { "\(queued) requests already wait for \(host) under its rate limit; not sent" }
+    /// The same as ``description``, for `localizedDescription`.
     public var errorDescription: String? { description }
 }
 
@@ -203,7 +207,9 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
             ?? TokenBucketStateMachine(rate: policy.rate, burst: policy.burst, maximumQueueLength: policy.maximumQueueLength, now: now)
     }
 
-    func arrive(_ waiter: TokenBucketStateMachine.Waiter, host: String, continuation: CheckedContinuation<Turn, Never>)
+    func arrive(
+        _ waiter: TokenBucketStateMachine.Waiter, host: String, continuation: CheckedContinuation<Turn, Never>
+    )
         -> TokenBucketStateMachine.ArrivalAction
     {
         let now = ContinuousClock.now
