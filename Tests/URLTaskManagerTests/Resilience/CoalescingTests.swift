@@ -16,7 +16,7 @@ final class CoalescingTests: XCTestCase {
     ) -> (URLTaskManager, CoalescingInterceptor) {
         let coalescing = CoalescingInterceptor(configuration: configuration)
         let manager = URLTaskManager(interceptors: before + [coalescing], reactors: reactors, delegate: delegate)
-        coalescing.attach(to: manager.session)
+        coalescing.attach(to: manager)
         return (manager, coalescing)
     }
 
@@ -210,5 +210,54 @@ final class CoalescingTests: XCTestCase {
             XCTAssertEqual(error.userInfo[URLTaskError.componentUserInfoKey] as? String, "CoalescingInterceptor")
         }
         XCTAssertGreaterThanOrEqual(events.count { if case .failed = $0 { return true } else { return false } }, 1)
+    }
+}
+
+extension CoalescingTests {
+    /// A task resumed before `finishTasksAndInvalidate()` that reaches the interceptor after it
+    /// (it waited in a rate limiter first) still completes exactly once.
+    func testWaiterArrivingAfterFinishTasksAndInvalidateCompletesOnce() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/late") { _ in .text("late") }
+        let limiter = RateLimiter(policy: .init(rate: 4, burst: 1))
+        let limiterEvents = Kit.Events(limiter.events())
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(interceptors: [limiter, coalescing], reactors: [limiter])
+        coalescing.attach(to: manager)
+        let first = Task { await fetched(manager.session, URLRequest(url: server.url("/late?1"))) }
+        let second = Task { await fetched(manager.session, URLRequest(url: server.url("/late?2"))) }
+        try await limiterEvents.wait("one in line") { if case .delayed = $0 { return true } else { return false } }
+        manager.session.finishTasksAndInvalidate()
+        let results = [await first.value, await second.value]
+        // The shared request goes through `download(for:)`, which the lifecycle admits while
+        // tasks still run (and refuses with managerInvalidated after): never a session task
+        // created on an invalidated session, which traps on Linux.
+        XCTAssertEqual(results[0].text, "late")
+        XCTAssertTrue(results[1].text == "late" || results[1].taskError?.code == .managerInvalidated, "\(results[1])")
+    }
+
+    /// HEAD requests are shared too: status and headers, no body.
+    func testHeadRequestsAreShared() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let gate = Gate()
+        server.route("HEAD", "/h") { _ in
+            _ = gate.wait(timeout: .seconds(10))
+            return ServerResponse(status: 200, headers: ["X-Length-Of-Thing": "42"])
+        }
+        let (manager, coalescing) = makeManager()
+        let events = Kit.Events(coalescing.events())
+        var request = URLRequest(url: server.url("/h"))
+        request.httpMethod = "HEAD"
+        let calls = (0..<3).map { _ in Task { [request] in await fetched(manager.session, request) } }
+        try await events.wait("2 joined", count: 2) { if case .joined = $0 { return true } else { return false } }
+        gate.open()
+        for call in calls {
+            guard case .response(200, let headers, let body) = await call.value else { return XCTFail("not answered") }
+            XCTAssertEqual(headers["x-length-of-thing"], "42")
+            XCTAssertTrue(body.isEmpty)
+        }
+        XCTAssertEqual(server.requestCount(path: "/h"), 1)
     }
 }

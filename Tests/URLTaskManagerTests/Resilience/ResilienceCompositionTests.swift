@@ -24,7 +24,7 @@ final class ResilienceCompositionTests: XCTestCase {
         let coalescing = CoalescingInterceptor()
         let manager = URLTaskManager(
             interceptors: [BearerInterceptor(authenticator: auth), coalescing], reactors: [OAuth2RefreshReactor(authenticator: auth)])
-        coalescing.attach(to: manager.session)
+        coalescing.attach(to: manager)
         let events = Kit.Events(coalescing.events())
         let url = api.apiURL()
         // The server holds its answers until all 100 callers wait, so every one of them waits
@@ -75,7 +75,7 @@ final class ResilienceCompositionTests: XCTestCase {
         let manager = URLTaskManager(
             interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing],
             reactors: [breaker, OAuth2RefreshReactor(authenticator: auth)])
-        coalescing.attach(to: manager.session)
+        coalescing.attach(to: manager)
         let events = Kit.Events(coalescing.events())
         let gate = Gate()
         api.holdResponses(to: "/profile", on: gate)

@@ -8,7 +8,7 @@ import FoundationNetworking
 ///
 /// Identical means the same method (GET and HEAD by default), URL, and values of the headers that
 /// change the answer (`Authorization`, `Cookie` and every `Accept*` header by default). The first
-/// such request starts one **shared request** through the manager's own session (so it passes
+/// such request starts one **shared request** through the manager's own pipeline (so it passes
 /// every interceptor and reactor, a token refresh included); it and every identical request that
 /// arrives while the shared one runs wait here, and each is answered locally
 /// (``InterceptCommand/respond(_:body:)``) with its own copy of the status, headers and body:
@@ -18,7 +18,7 @@ import FoundationNetworking
 /// let coalescing = CoalescingInterceptor()
 /// let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth), coalescing],
 ///                              reactors: [OAuth2RefreshReactor(authenticator: auth)])
-/// coalescing.attach(to: manager.session)
+/// coalescing.attach(to: manager)
 /// ```
 ///
 /// - Put it **after** interceptors that set an answer-changing header (``BearerInterceptor``), so
@@ -34,11 +34,15 @@ import FoundationNetworking
 /// - When the shared request fails, every waiter fails with that same error: a `URLError` as
 ///   itself (as a plain session reports it), anything else carried by a ``URLTaskError`` with
 ///   code ``URLTaskError/Code-swift.struct/interceptorFailed``.
-/// - Until ``attach(to:)`` is called, or after that session is gone, requests pass untouched.
+/// - Until ``attach(to:)`` is called, or once that manager is released, requests pass untouched:
+///   keep the manager for as long as you use its session.
 ///
-/// The shared request is a task of the session (visible to `getAllTasks` and to the session
-/// delegate's task callbacks); it carries a private marker header that this interceptor removes
-/// before it is sent. Use one coalescing interceptor per manager.
+/// The shared request is sent with the manager's ``URLTaskManager/download(for:)``, which runs the
+/// whole pipeline without an outer session task (so it is not in `getAllTasks`, reaches no
+/// session delegate, and fails cleanly with ``URLTaskError/Code-swift.struct/managerInvalidated``
+/// once the session is invalidated, where creating a session task would trap on Linux); its
+/// answer is read from the file into memory. It carries a private marker header that this
+/// interceptor removes before it is sent. Use one coalescing interceptor per manager.
 public final class CoalescingInterceptor: URLTaskInterceptor {
     /// Which requests are shared, and how large an answer may be.
     public struct Configuration: Sendable {
@@ -89,15 +93,15 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
     private let storage = CoalescingStorage()
     private let hub = DecisionHub<Event>()
 
-    /// Shares requests as `configuration` says, once ``attach(to:)`` gave it the session.
+    /// Shares requests as `configuration` says, once ``attach(to:)`` gave it the manager.
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
     }
 
-    /// Sends shared requests through `session` (the manager's), which this interceptor does not
-    /// keep alive. Call it once, right after creating the manager.
-    public func attach(to session: URLSession) {
-        storage.attach(session)
+    /// Sends shared requests through `manager` (the one this interceptor belongs to), which it
+    /// does not keep alive. Call it once, right after creating the manager.
+    public func attach(to manager: URLTaskManager) {
+        storage.attach(manager)
     }
 
     /// A stream of this interceptor's decisions; it ends when the interceptor is released.
@@ -206,7 +210,7 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
 /// continuations and the shared requests' tasks. Nothing is resumed, started or cancelled while
 /// the lock is held.
 final class CoalescingStorage: @unchecked Sendable {  // all mutable state is guarded by `lock`.
-    enum Resolution: @unchecked Sendable {  // HTTPURLResponse is immutable once made; it is never mutated here.
+    enum Resolution: Sendable {
         case respond(HTTPURLResponse, Data)
         case goAlone
         case fail(any Error)
@@ -229,23 +233,23 @@ final class CoalescingStorage: @unchecked Sendable {  // all mutable state is gu
     private var waiting: [CoalescingStateMachine.Waiter: Waiting] = [:]
     /// Waiters whose cancellation came before they could wait.
     private var cancelledEarly: Set<CoalescingStateMachine.Waiter> = []
-    private var transfers: [Int: URLSessionTask] = [:]
+    private var transfers: [Int: Task<Void, Never>] = [:]
     /// Generations every waiter left before their task was created.
     private var abandoned: Set<Int> = []
-    private weak var session: URLSession?
+    private weak var manager: URLTaskManager?
     private var attached = false
     private var lastWaiter: UInt64 = 0
     /// Tells this interceptor's markers from anyone else's.
     private let instance = UUID().uuidString
 
-    func attach(_ session: URLSession) {
+    func attach(_ manager: URLTaskManager) {
         lock.withLock {
-            self.session = session
+            self.manager = manager
             attached = true
         }
     }
 
-    var isAttached: Bool { lock.withLock { attached && session != nil } }
+    var isAttached: Bool { lock.withLock { attached && manager != nil } }
     var inFlightCount: Int { lock.withLock { machine.inFlightCount } }
 
     func makeWaiter() -> CoalescingStateMachine.Waiter {
@@ -285,14 +289,14 @@ final class CoalescingStorage: @unchecked Sendable {  // all mutable state is gu
     /// request was cancelled because nobody else waits.
     func leave(_ waiter: CoalescingStateMachine.Waiter) -> Bool? {
         let (continuation, action, transfer):
-            (CheckedContinuation<Resolution, Never>?, CoalescingStateMachine.LeaveAction, URLSessionTask?) =
+            (CheckedContinuation<Resolution, Never>?, CoalescingStateMachine.LeaveAction, Task<Void, Never>?) =
                 lock.withLock {
                     guard let entry = waiting.removeValue(forKey: waiter) else {
                         cancelledEarly.insert(waiter)
                         return (nil, .none, nil)
                     }
                     let action = machine.waiterLeft(waiter)
-                    var transfer: URLSessionTask?
+                    var transfer: Task<Void, Never>?
                     if case .cancelShared(let generation) = action {
                         transfer = transfers.removeValue(forKey: generation)
                         if transfer == nil { abandoned.insert(generation) }
@@ -301,10 +305,7 @@ final class CoalescingStorage: @unchecked Sendable {  // all mutable state is gu
                 }
         guard let continuation else { return nil }
         continuation.resume(returning: .cancelled)
-        if let transfer {
-            // Cancelling syncs onto URLSession's work queue: never from the caller's thread.
-            DispatchQueue.global().async { transfer.cancel() }
-        }
+        transfer?.cancel()
         if case .cancelShared = action { return true }
         return false
     }
@@ -314,28 +315,37 @@ final class CoalescingStorage: @unchecked Sendable {  // all mutable state is gu
     }
 
     func startShared(_ request: URLRequest, generation: Int, maximumBodySize: Int, hub: DecisionHub<CoalescingInterceptor.Event>) {
-        // Creating a task syncs onto URLSession's work queue: not from a Swift concurrency thread.
-        DispatchQueue.global().async { [self] in
-            guard let session = lock.withLock({ self.session }) else {
-                return finish(generation: generation, data: nil, response: nil, error: nil, maximumBodySize: maximumBodySize, hub: hub)
-            }
-            let transfer = session.dataTask(with: request) { [self] data, response, error in
-                finish(generation: generation, data: data, response: response, error: error, maximumBodySize: maximumBodySize, hub: hub)
-            }
-            let cancelled = lock.withLock {
-                if abandoned.remove(generation) != nil { return true }
-                transfers[generation] = transfer
-                return false
-            }
-            if cancelled { return }
-            transfer.resume()
+        guard let manager = lock.withLock({ self.manager }) else {
+            return finish(generation: generation, outcome: .failure(SharedFailure(error: nil)), maximumBodySize: maximumBodySize, hub: hub)
         }
+        let transfer = Task { [self] in
+            let outcome: Result<(URL, URLResponse), SharedFailure>
+            do {
+                outcome = .success(try await manager.download(for: request))
+            } catch {
+                outcome = .failure(SharedFailure(error: error))
+            }
+            finish(generation: generation, outcome: outcome, maximumBodySize: maximumBodySize, hub: hub)
+        }
+        let abandonedAlready = lock.withLock {
+            if abandoned.remove(generation) != nil { return true }
+            transfers[generation] = transfer
+            return false
+        }
+        if abandonedAlready { transfer.cancel() }
+    }
+
+    /// Why a shared request has no answer: its error, or `nil` when there was no manager to send it.
+    struct SharedFailure: Error {
+        let error: (any Error)?
     }
 
     private func finish(
-        generation: Int, data: Data?, response: URLResponse?, error: (any Error)?, maximumBodySize: Int,
+        generation: Int, outcome: Result<(URL, URLResponse), SharedFailure>, maximumBodySize: Int,
         hub: DecisionHub<CoalescingInterceptor.Event>
     ) {
+        // The downloaded file is read (or not) here and removed, whoever waits.
+        defer { if case .success(let (file, _)) = outcome { try? FileManager.default.removeItem(at: file) } }
         let answered: [Waiting] = lock.withLock {
             transfers[generation] = nil
             abandoned.remove(generation)
@@ -344,21 +354,23 @@ final class CoalescingStorage: @unchecked Sendable {  // all mutable state is gu
         guard !answered.isEmpty else { return }
         let tasks = answered.map(\.task)
         let resolution: Resolution
-        if let error {
-            resolution = .fail(error)
-            hub.emit(.failed(tasks: tasks, error: error))
-        } else if let response = response as? HTTPURLResponse {
-            let body = data ?? Data()
-            if body.count > maximumBodySize {
-                resolution = .goAlone
-                hub.emit(.tooLargeToShare(tasks: tasks, bodyBytes: body.count))
+        switch outcome {
+        case .failure(let failure):
+            if let error = failure.error {
+                resolution = .fail(error)
+                hub.emit(.failed(tasks: tasks, error: error))
             } else {
+                resolution = .goAlone  // no manager any more: each sends its own
+            }
+        case .success(let (file, response)):
+            let size = ((try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber)?.intValue ?? 0
+            if let response = response as? HTTPURLResponse, size <= maximumBodySize, let body = try? Data(contentsOf: file) {
                 resolution = .respond(response, body)
                 hub.emit(.answered(tasks: tasks, status: response.statusCode, bodyBytes: body.count))
+            } else {
+                resolution = .goAlone
+                hub.emit(.tooLargeToShare(tasks: tasks, bodyBytes: size))
             }
-        } else {
-            // No session any more, or no HTTP answer: each sends its own.
-            resolution = .goAlone
         }
         for waiter in answered { waiter.continuation.resume(returning: resolution) }
     }
