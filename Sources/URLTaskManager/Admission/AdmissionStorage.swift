@@ -42,6 +42,9 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         }
     }
 
+    /// Every task the pipeline runs now.
+    var liveRuns: [TaskRun] { lock.withLock { Array(runs.values) } }
+
     func headersWillBeDecided(_ run: TaskRun) -> AdmissionStateMachine.DecideAction {
         lock.withLock { machine.headersWillBeDecided(run.id) }
     }

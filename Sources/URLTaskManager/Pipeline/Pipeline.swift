@@ -168,6 +168,11 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         }
     }
 
+    /// Ends every running task that `matches` with `error` (see ``TaskRun/abort(with:if:)``).
+    func failTasks(with error: any Error, where matches: (URLTask) -> Bool) {
+        for run in admission.liveRuns { run.abort(with: error, if: matches) }
+    }
+
     /// Releases held tasks: every batch, or the one of interceptor `index`.
     func flush(interceptorAt index: Int? = nil) {
         if let index {

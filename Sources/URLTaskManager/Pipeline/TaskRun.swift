@@ -138,6 +138,20 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         decideHeaders()
     }
 
+    /// Ends the task with `error`, wherever it is, if `matches` says so of it as it stands
+    /// (``URLTaskManager/failTasks(with:where:)``).
+    func abort(with error: any Error, if matches: (URLTask) -> Bool) {
+        let (action, heldIndex): (TaskStateMachine.Action, Int?) = lock.withLock {
+            guard matches(task) else { return (.none, nil) }
+            return (machine.abort(error), hold?.index)
+        }
+        if case .none = action { return }
+        if let heldIndex { pipeline.batches[heldIndex].remove(self) }
+        lock.withLock { running }?.cancel()
+        // Off the caller's thread: stopping a transfer syncs onto URLSession's work queue.
+        DispatchQueue.global().async { self.perform(action) }
+    }
+
     /// Fails the task if it has not been sent yet (hold timeout, invalidation, a failed run, a
     /// slot wait longer than the request's timeout).
     func failUnsent(_ error: any Error) {
@@ -349,6 +363,11 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
         case .abandon:
             observer?.completed(error: URLError(.cancelled))
             lock.withLock { running }?.cancel()
+            pipeline.taskEnded(self)
+        case .abortTransfer(let error):
+            observer?.completed(error: error)
+            if let inner = lock.withLock({ innerTask }) { pipeline.transport.cancel(inner) }
+            sink.fail(error)
             pipeline.taskEnded(self)
         case .consultRedirect:
             preconditionFailure("a redirect is consulted where it is met")

@@ -82,6 +82,9 @@ struct TaskStateMachine {
         case leaveReactor(reactor: Int)
         /// The caller cancelled before anything was sent: stop the running interceptor, if any.
         case abandon
+        /// The manager ends the task while it is on the network (``abort(_:)``): stop the
+        /// transfer, and complete with `error`.
+        case abortTransfer(any Error)
         /// Ask the caller's delegate about the redirect the transfer met (the transfer waits).
         case consultRedirect
         /// Ask the caller's delegate (or credential storage) about the HTTP authentication
@@ -504,6 +507,22 @@ struct TaskStateMachine {
             return .fail(URLTaskError.responseRejected(http, body: body, reason: reason))
         }
         return .respond(response, body)
+    }
+
+    /// The manager ends the task whatever it is doing (``URLTaskManager/failTasks(with:where:)``,
+    /// a sign-out): one not sent yet fails as with ``fail(_:)``, one on the network has its
+    /// transfer stopped, one waiting for a reactor or the caller's side fails at once.
+    mutating func abort(_ error: any Error) -> Action {
+        switch state {
+        case .completed:
+            return .none
+        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:
+            state = .completed
+            return .fail(error)
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
+            state = .completed
+            return .abortTransfer(error)
+        }
     }
 
     /// Whether `response` is an interim head (`100 Continue`, `103 Early Hints`): the inner

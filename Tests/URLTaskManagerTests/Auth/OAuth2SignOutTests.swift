@@ -1,3 +1,7 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
@@ -106,5 +110,52 @@ final class OAuth2SignOutTests: XCTestCase {
         XCTAssertNil(store.stored.snapshot)
         let current = try await auth.currentCredential()
         XCTAssertNil(current)
+    }
+}
+
+/// `manager.signOut(of:)`: one call that signs out and stops every request carrying the old
+/// credential, wherever it is, so that nothing signed with it is sent afterwards.
+final class ManagerSignOutTests: XCTestCase {
+    func testSigningOutStopsEveryRequestCarryingTheOldToken() async throws {
+        let server = try LoopbackServer()
+        let release = Gate()
+        defer {
+            release.open()
+            server.shutdown()
+        }
+        server.route("/slow") { request in
+            _ = release.wait(timeout: .seconds(20))
+            return .text(request.headers["Authorization"] ?? "none")
+        }
+        server.route("/fast") { request in .text(request.headers["Authorization"] ?? "none") }
+        let auth = OAuth2Authenticator(
+            origins: [server.baseURL], tokenEndpoint: OAuth2TokenEndpoint(url: server.url("/token"), clientID: "tests"),
+            store: InMemoryCredentialStore(
+                OAuth2Credential(accessToken: "old", refreshToken: "r", expiresAt: Date().addingTimeInterval(3600))))
+        let batch = BatchInterceptor(size: 100) { $0.url?.path == "/fast" }  // holds /fast, after the token is applied
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth), batch], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        defer { manager.invalidateAndCancel() }
+
+        let onTheNetwork = Task { await fetched(manager.session, URLRequest(url: server.url("/slow"))) }
+        let held = Task { await fetched(manager.session, URLRequest(url: server.url("/fast"))) }
+        _ = try await server.waitForRequests(path: "/slow", count: 1)
+        try await waitUntil("the /fast request held") { manager.heldTaskCount(interceptorAt: 1) == 1 }
+
+        let started = ContinuousClock.now
+        try await manager.signOut(of: auth)
+        let first = await onTheNetwork.value
+        let second = await held.value
+        XCTAssertLessThan(started.duration(to: .now), .seconds(5), "the request on the network was not stopped")
+        XCTAssertEqual(first.error as? OAuth2Error, .notSignedIn, "\(first)")
+        XCTAssertEqual(second.error as? OAuth2Error, .notSignedIn, "\(second)")
+        XCTAssertEqual(server.requestCount(path: "/fast"), 0, "a held request left with the old token")
+
+        release.open()
+        manager.flush()
+        let (after, _) = try await manager.session.data(from: server.url("/slow"))
+        XCTAssertEqual(String(decoding: after, as: UTF8.self), "none", "a request after sign-out carried a token")
+        let sentWithOld = server.requests.filter { $0.headers["Authorization"] == "Bearer old" }
+        XCTAssertEqual(sentWithOld.count, 1, "only the request already on the network when signing out carried the old token")
     }
 }

@@ -338,7 +338,7 @@ final class PipelineModelTests: XCTestCase {
                 pending.append(.transfer(t))
             case .react(let reactor, _, _):
                 pending.append(.need(t, reactor: reactor))
-            case .finish, .respond, .fail, .cancelTransport, .abandon, .leaveConnectionQueue, .leaveReactor:
+            case .finish, .respond, .fail, .cancelTransport, .abandon, .abortTransfer, .leaveConnectionQueue, .leaveReactor:
                 completions[t] += 1
                 if completions[t] > 1 { violate("task \(t) completed twice") }
                 pending.append(.finished(t))

@@ -52,6 +52,7 @@ final class TaskStateMachineTests: XCTestCase {
             case .leaveBatch(let index): self = .leaveBatch(index)
             case .leaveReactor(let reactor): self = .leaveReactor(reactor)
             case .abandon: self = .abandon
+            case .abortTransfer(let error): self = .fail("abort \(error)")
             case .consultRedirect: self = .consultRedirect
             case .consultChallenge(let response): self = .consultChallenge(status: response.statusCode)
             case .restart(let request): self = .restart(url: request.url?.absoluteString ?? "")
@@ -347,6 +348,17 @@ final class TaskStateMachineTests: XCTestCase {
         _ = cancelled.connectionGranted()
         _ = cancelled.transportReceived(response: Self.response(404), reactor: nil)
         XCTAssertEqual(Step(cancelled.cancel()), .cancelTransport)
+    }
+
+    func testAbortEndsATaskWhereverItIs() {
+        var held = Self.held()
+        XCTAssertEqual(Step(held.abort(Boom())), .fail("Boom()"))
+        var sending = Self.sending()
+        XCTAssertEqual(Step(sending.abort(Boom())), .fail("abort Boom()"), "a transfer is stopped")
+        XCTAssertEqual(Step(sending.transportCompleted(error: URLError(.cancelled), reactor: nil)), .none, "completed once")
+        var reacting = Self.reacting()
+        XCTAssertEqual(Step(reacting.abort(Boom())), .fail("Boom()"))
+        XCTAssertEqual(Step(reacting.abort(Boom())), .none)
     }
 
     func testAPolicysSkippedInterceptorsAreNeverRun() {
