@@ -50,7 +50,7 @@ final class OfflineHoldTests: XCTestCase {
         XCTAssertEqual(error.component?.name, "OfflineHold")
         XCTAssertEqual((error.underlying as? URLError)?.code, .cannotConnectToHost)
         XCTAssertGreaterThan(elapsed, .milliseconds(850), "held, not failed at once")
-        XCTAssertLessThan(elapsed, .milliseconds(1_500))
+        XCTAssertLessThan(elapsed, .milliseconds(3_000), "failed at its timeout, not at the default 60 s")
         try await events.wait("expired") { if case .expired = $0 { return true } else { return false } }
 
         let waiting = Task { await fetched(manager.session, URLRequest(url: dead)) }
@@ -59,7 +59,7 @@ final class OfflineHoldTests: XCTestCase {
         waiting.cancel()
         let cancelled = await waiting.value
         XCTAssertEqual(cancelled.urlErrorCode, .cancelled)
-        XCTAssertLessThan(cancelledAt.duration(to: .now), .milliseconds(300))
+        XCTAssertLessThan(cancelledAt.duration(to: .now), .milliseconds(1_000), "cancelled at once, not at its timeout")
     }
 
     /// Other transport errors are not held.
