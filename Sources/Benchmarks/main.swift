@@ -2,6 +2,7 @@
 //
 //     swift run -c release Benchmarks            # latency, CPU time and context switches
 //     swift run -c release Benchmarks lifetime   # what a dropped session leaves behind
+//     swift run -c release Benchmarks coalescing # 100 identical GETs: server hits and wall time
 //     swift run -c release Benchmarks profile N CONCURRENCY SECONDS   # configuration N alone, for perf
 //
 // The server runs in a child process (`serve`), so getrusage counts the client alone. Each
@@ -27,6 +28,9 @@ case "profile":
         concurrency: Int(arguments.dropFirst().first ?? 200),
         seconds: arguments.dropFirst(2).first ?? 10
     )
+    exit(0)
+case "coalescing":
+    try await CoalescingBenchmark.run()
     exit(0)
 case "lifetime":
     try await LifetimeBenchmark.run(iterations: 10_000)

@@ -20,6 +20,10 @@ let scenarios: [Scenario] = [
     .perRequest,
     .validation,
     .traceContext,
+    .coalescing,
+    .circuitBreaker,
+    .rateLimit,
+    .offline,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -8,12 +8,16 @@ extension LoopbackServer {
         public var maxHeadBytes: Int
         /// The `listen` backlog, large so bursts of hundreds of connections are not refused. Default 1024.
         public var listenBacklog: Int
+        /// The port to listen on; 0, the default, lets the OS choose a free one. A fixed port lets a
+        /// test stop a server and start another where the first was (a host that comes back).
+        public var port: Int
 
         /// The defaults described on each property.
-        public init(bodyRecordLimit: Int = 16 << 20, maxHeadBytes: Int = 64 << 10, listenBacklog: Int = 1024) {
+        public init(bodyRecordLimit: Int = 16 << 20, maxHeadBytes: Int = 64 << 10, listenBacklog: Int = 1024, port: Int = 0) {
             self.bodyRecordLimit = bodyRecordLimit
             self.maxHeadBytes = maxHeadBytes
             self.listenBacklog = listenBacklog
+            self.port = port
         }
     }
 }

@@ -16,7 +16,7 @@ final class ServerCore: Sendable {
     /// Binds 127.0.0.1:0, listens, and starts the accept thread.
     init(configuration: LoopbackServer.Configuration) throws {
         self.configuration = configuration
-        let (fd, port) = try Socket.listenOnLoopback(backlog: Int32(clamping: configuration.listenBacklog))
+        let (fd, port) = try Socket.listenOnLoopback(backlog: Int32(clamping: configuration.listenBacklog), port: configuration.port)
         do {
             wake = try Socket.makeWakePair()
         } catch {

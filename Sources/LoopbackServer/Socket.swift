@@ -21,12 +21,12 @@ enum Socket {
     /// The calling thread's `errno`.
     static var lastError: Int32 { errno }
 
-    /// Creates a stream socket on 127.0.0.1 with an OS-chosen port and starts listening.
-    static func listenOnLoopback(backlog: Int32) throws -> (fd: Int32, port: Int) {
+    /// Creates a stream socket on 127.0.0.1 on `port` (0: OS-chosen) and starts listening.
+    static func listenOnLoopback(backlog: Int32, port: Int = 0) throws -> (fd: Int32, port: Int) {
         let fd = try makeStreamSocket()
         var yes: Int32 = 1
         _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = loopbackAddress(port: 0)
+        var address = loopbackAddress(port: UInt16(clamping: port))
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
