@@ -55,31 +55,50 @@ enum LatencyBenchmark {
         }
     }
 
-    /// The configurations compared, plain URLSession first.
-    static func makeConfigurations(base: URL) -> [Configuration] {
-        let authenticator = OAuth2Authenticator(
-            origins: [base],
-            store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
-            refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
-        )
-        return [
-            Configuration(name: "plain URLSession", session: URLSession(configuration: .default)),
+    /// The configurations compared, plain URLSession first (their indices name them on the
+    /// command line of `profile`, `against` and `requests`).
+    static let names = [
+        "plain URLSession",
+        "bare forwarding URLProtocol",
+        "manager, no interceptors",
+        "manager, 1 HeaderInterceptor",
+        "  … with an events reader",
+        "manager, OAuth2 bearer + refresh",
+    ]
+
+    /// Every configuration, or those at `indices`, in that order.
+    static func makeConfigurations(base: URL, indices: [Int]? = nil) -> [Configuration] {
+        (indices ?? Array(names.indices)).map { Configuration(name: names[$0], session: makeSession($0, base: base)) }
+    }
+
+    /// The session of configuration `index` (an index of `names`).
+    static func makeSession(_ index: Int, base: URL) -> URLSession {
+        switch index {
+        case 0:
+            return URLSession(configuration: .default)
+        case 1:
             // The floor of any URLProtocol over an inner URLSession (see ForwardingProtocol).
-            Configuration(name: "bare forwarding URLProtocol", session: ForwardingProtocol.makeSession()),
-            Configuration(name: "manager, no interceptors", session: URLTaskManager().session),
-            Configuration(
-                name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
+            return ForwardingProtocol.makeSession()
+        case 2:
+            return URLTaskManager().session
+        case 3:
+            return URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session
+        case 4:
             // The same with someone reading every task's events (the row above has no reader).
-            Configuration(name: "  … with an events reader", session: observedSession()),
+            return observedSession()
+        default:
             // A bearer header on every request and a refresh reactor that holds new tasks, so
             // the manager also keeps the per-host queue.
-            Configuration(
-                name: "manager, OAuth2 bearer + refresh",
-                session: URLTaskManager(
-                    interceptors: [BearerInterceptor(authenticator: authenticator)],
-                    reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
-                ).session),
-        ]
+            let authenticator = OAuth2Authenticator(
+                origins: [base],
+                store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
+                refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
+            )
+            return URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: authenticator)],
+                reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
+            ).session
+        }
     }
 
     /// A manager with one header interceptor whose events a task reads and drops.
