@@ -20,8 +20,10 @@ enum AddressServer {
         let description: String
     }
 
-    /// `Benchmarks serve-at ADDRESS PORT`: binds, prints the port it listens on, serves forever.
-    static func serve(address: String, port: UInt16) throws -> Never {
+    /// `Benchmarks serve-at ADDRESS PORT [DELAY-MS]`: binds, prints the port it listens on,
+    /// serves forever. With a delay, each response is sent that long after its request head
+    /// was read: a network's round trip where the kernel has no `netem` (see bench-netem.sh).
+    static func serve(address: String, port: UInt16, delay: Double = 0) throws -> Never {
         #if canImport(Glibc)
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else
@@ -53,12 +55,12 @@ enum AddressServer {
                 throw Failure(description: "accept: errno \(errno)")
             }
             _ = setsockopt(connection, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
-            Thread.detachNewThread { serveConnection(connection) }
+            Thread.detachNewThread { serveConnection(connection, delay: delay) }
         }
     }
 
     /// Answers each complete request head (up to its blank line) until the peer closes.
-    private static func serveConnection(_ connection: Int32) {
+    private static func serveConnection(_ connection: Int32, delay: Double) {
         defer { close(connection) }
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         var pending = [UInt8]()
@@ -69,6 +71,7 @@ enum AddressServer {
             pending.append(contentsOf: buffer[0..<count])
             while let end = firstRange(of: terminator, in: pending) {
                 pending.removeFirst(end)
+                if delay > 0 { Thread.sleep(forTimeInterval: delay / 1_000) }
                 guard sendAll(connection) else { return }
             }
             if pending.count > 64 << 10 { return }  // not a request head

@@ -55,15 +55,17 @@ enum RemoteBenchmark {
 
     /// Interleaved rounds of the chosen configurations against `base/small`, as `LatencyBenchmark`
     /// does over loopback, with counts small enough for a network with delay.
-    static func run(_ arguments: Arguments) async throws {
+    /// `others` come after the chosen configurations: ways of sending a GET built outside this
+    /// package, compared in the same rounds (how the README's Alamofire rows were measured).
+    static func run(_ arguments: Arguments, others: [LatencyBenchmark.Configuration] = []) async throws {
         let url = arguments.base.appendingPathComponent("small")
-        let configurations = LatencyBenchmark.makeConfigurations(base: arguments.base, indices: arguments.configurations)
-        defer { for configuration in configurations { configuration.session.finishTasksAndInvalidate() } }
+        let configurations = LatencyBenchmark.makeConfigurations(base: arguments.base, indices: arguments.configurations) + others
+        defer { for configuration in configurations { configuration.invalidate() } }
 
         // Warm up: connections, caches, lazy initialisation.
         for configuration in configurations {
-            try await LatencyBenchmark.sequential(configuration.session, url, count: 20)
-            for count in arguments.concurrency { try await LatencyBenchmark.concurrent(configuration.session, url, count: count) }
+            try await LatencyBenchmark.sequential(configuration, url, count: 20)
+            for count in arguments.concurrency { try await LatencyBenchmark.concurrent(configuration, url, count: count) }
         }
 
         let perRound = max(1, arguments.sequential / arguments.rounds)
@@ -74,14 +76,14 @@ enum RemoteBenchmark {
             if arguments.sequential > 0 {
                 for (index, configuration) in configurations.enumerated() {
                     let start = Usage.now
-                    try await LatencyBenchmark.sequential(configuration.session, url, count: perRound)
+                    try await LatencyBenchmark.sequential(configuration, url, count: perRound)
                     sequentialRounds[index].append(Usage.perRequest(since: start, requests: perRound))
                 }
             }
             for (level, count) in arguments.concurrency.enumerated() {
                 for (index, configuration) in configurations.enumerated() {
                     let start = Usage.now
-                    try await LatencyBenchmark.concurrent(configuration.session, url, count: count)
+                    try await LatencyBenchmark.concurrent(configuration, url, count: count)
                     concurrentRounds[level][index].append(Usage.perRequest(since: start, requests: count))
                 }
             }
@@ -109,8 +111,9 @@ enum RemoteBenchmark {
             throw AddressServer.Failure(
                 description: "usage: Benchmarks requests CONFIGURATION N URL; configurations: " + names.joined(separator: ", "))
         }
-        let session = LatencyBenchmark.makeSession(index, base: base)
-        try await LatencyBenchmark.sequential(session, base.appendingPathComponent("small"), count: count)
+        let configuration = LatencyBenchmark.Configuration(
+            name: LatencyBenchmark.names[index], session: LatencyBenchmark.makeSession(index, base: base))
+        try await LatencyBenchmark.sequential(configuration, base.appendingPathComponent("small"), count: count)
         print("\(LatencyBenchmark.names[index].trimmingCharacters(in: .whitespaces)): \(count) GETs")
     }
 }

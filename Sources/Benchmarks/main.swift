@@ -6,7 +6,7 @@
 //     scripts/bench-netem.sh       # over a veth pair with netem delay (1 and 20 ms round trip)
 //     scripts/bench-callgrind.sh   # instructions per request under callgrind
 //
-// The last two use the modes `serve-at ADDRESS PORT` (a server apart from the client),
+// The last two use the modes `serve-at ADDRESS PORT [DELAY-MS]` (a server apart from the client),
 // `against URL ...` (the rounds below against that server) and `requests CONFIGURATION N URL`
 // (N sequential GETs and nothing else): see AddressServer.swift and RemoteBenchmark.swift.
 //
@@ -52,10 +52,12 @@ case "serve":
     try ServerProcess.serve()
 case "serve-at":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
-    guard arguments.count == 2, let port = UInt16(arguments[1]) else {
-        throw AddressServer.Failure(description: "usage: Benchmarks serve-at IPV4-ADDRESS PORT (0: any free port)")
+    guard (2...3).contains(arguments.count), let port = UInt16(arguments[1]),
+        let delay = arguments.count == 3 ? Double(arguments[2]) : 0, delay >= 0
+    else {
+        throw AddressServer.Failure(description: "usage: Benchmarks serve-at IPV4-ADDRESS PORT [DELAY-MS] (port 0: any free port)")
     }
-    try AddressServer.serve(address: arguments[0], port: port)
+    try AddressServer.serve(address: arguments[0], port: port, delay: delay)
 case "profile":
     let arguments = CommandLine.arguments.dropFirst(2).compactMap(Double.init)
     run {
