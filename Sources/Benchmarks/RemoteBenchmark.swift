@@ -1,7 +1,8 @@
 // The modes that take a server started elsewhere (`serve-at`), so the client can run in another
 // network namespace (`scripts/bench-netem.sh`) or under valgrind (`scripts/bench-callgrind.sh`):
 //
-//     Benchmarks against URL [--title TEXT] [--rounds R] [--sequential N] [--concurrent C]... [--configurations 0,1,2,5]
+//     Benchmarks against URL [--title TEXT] [--rounds R] [--sequential N] [--concurrent C]... [--batches B]
+//                            [--configurations 0,1,2,5]
 //     Benchmarks requests CONFIGURATION N URL
 
 import Foundation
@@ -16,13 +17,15 @@ enum RemoteBenchmark {
         var rounds = 3
         var sequential = 200
         var concurrency: [Int] = [10]
+        /// How many groups of concurrent GETs, one after the other, make one round's figure.
+        var batches = 1
         var configurations = [0, 1, 2, 5]
 
         init(_ arguments: [String]) throws {
             guard let first = arguments.first, let url = URL(string: first), url.host != nil else {
                 throw AddressServer.Failure(
                     description:
-                        "usage: Benchmarks against URL [--title TEXT] [--rounds R] [--sequential N] [--concurrent C]... [--configurations 0,1,2,5]"
+                        "usage: Benchmarks against URL [--title TEXT] [--rounds R] [--sequential N] [--concurrent C]... [--batches B] [--configurations 0,1,2,5]"
                 )
             }
             base = url
@@ -41,6 +44,7 @@ enum RemoteBenchmark {
                 case "--rounds": rounds = max(1, try number())
                 case "--sequential": sequential = try number()
                 case "--concurrent": concurrencyGiven.append(try number())
+                case "--batches": batches = max(1, try number())
                 case "--configurations":
                     configurations = value.split(separator: ",").compactMap { Int($0) }.filter {
                         LatencyBenchmark.names.indices.contains($0)
@@ -83,8 +87,8 @@ enum RemoteBenchmark {
             for (level, count) in arguments.concurrency.enumerated() {
                 for (index, configuration) in configurations.enumerated() {
                     let start = Usage.now
-                    try await LatencyBenchmark.concurrent(configuration, url, count: count)
-                    concurrentRounds[level][index].append(Usage.perRequest(since: start, requests: count))
+                    for _ in 0..<arguments.batches { try await LatencyBenchmark.concurrent(configuration, url, count: count) }
+                    concurrentRounds[level][index].append(Usage.perRequest(since: start, requests: count * arguments.batches))
                 }
             }
         }
@@ -95,7 +99,8 @@ enum RemoteBenchmark {
             LatencyBenchmark.report("\(perRound * arguments.rounds) sequential GETs", configurations, sequentialRounds)
         }
         for (level, count) in arguments.concurrency.enumerated() {
-            LatencyBenchmark.report("\(count) concurrent GETs", configurations, concurrentRounds[level])
+            let title = arguments.batches == 1 ? "\(count) concurrent GETs" : "\(count) concurrent GETs, \(arguments.batches) times a round"
+            LatencyBenchmark.report(title, configurations, concurrentRounds[level])
         }
     }
 
