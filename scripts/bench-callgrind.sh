@@ -7,7 +7,8 @@
 # Environment: BUILD_PATH (default .build), SMALL and LARGE (GETs per count, default 100 and
 # 2100), CONFIGURATIONS (indices of the benchmark's configurations, default "0 1 2 3 4 5":
 # plain, bare forwarding URLProtocol, manager without interceptors, 1 HeaderInterceptor, the
-# same with an events reader, OAuth2 bearer + refresh).
+# same with an events reader, OAuth2 bearer + refresh), CONCURRENCY (default 1: sequential GETs;
+# C: in groups of C at once).
 #
 # The server (`Benchmarks serve-at 127.0.0.1 0`) runs outside valgrind; each count is one
 # process, `Benchmarks requests CONFIGURATION N URL` (N sequential GETs and nothing else) under
@@ -28,6 +29,7 @@ build_path="${BUILD_PATH:-.build}"
 small="${SMALL:-100}"
 large="${LARGE:-2100}"
 configurations="${CONFIGURATIONS:-0 1 2 3 4 5}"
+concurrency="${CONCURRENCY:-1}"
 
 if ! command -v swift >/dev/null 2>&1; then
     export PATH="$PATH:/opt/swift/usr/bin"
@@ -64,7 +66,7 @@ url="http://127.0.0.1:$port"
 
 # count CONFIGURATION N: prints the instructions of one process that sends N GETs.
 count() {
-    if ! valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" "$bin" requests "$1" "$2" "$url" \
+    if ! valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" "$bin" requests "$1" "$2" "$url" "$concurrency" \
         >"$work/stdout" 2>"$work/stderr"; then
         echo "callgrind run failed: configuration $1, $2 GETs" >&2
         tail -n 20 "$work/stderr" >&2
@@ -85,7 +87,8 @@ for run in $(seq "$runs"); do
 done
 
 echo "URLTaskManager instructions per request: callgrind ($(valgrind --version)), $(uname -m), $(nproc) cores,"
-echo "sequential GETs of a 2-byte body from a server on 127.0.0.1 outside valgrind; every thread of the client"
+if [ "$concurrency" = 1 ]; then how="sequential GETs"; else how="GETs in groups of $concurrency at once"; fi
+echo "$how of a 2-byte body from a server on 127.0.0.1 outside valgrind; every thread of the client"
 echo "per request = (Ir of $large GETs - Ir of $small GETs) / $((large - small)); $runs runs; ratio = run 1 / plain's run 1"
 echo
 awk -v small="$small" -v large="$large" -v runs="$runs" -v dir="$work" '

@@ -3,7 +3,7 @@
 //
 //     Benchmarks against URL [--title TEXT] [--rounds R] [--sequential N] [--concurrent C]... [--batches B]
 //                            [--configurations 0,1,2,5]
-//     Benchmarks requests CONFIGURATION N URL
+//     Benchmarks requests CONFIGURATION N URL [CONCURRENCY]
 
 import Foundation
 #if canImport(FoundationNetworking)
@@ -104,21 +104,33 @@ enum RemoteBenchmark {
         }
     }
 
-    /// `requests CONFIGURATION N URL`: `N` sequential GETs of `URL/small` through configuration
-    /// `CONFIGURATION` (an index of `LatencyBenchmark.names`) and nothing else, no child process,
-    /// no timing: what `scripts/bench-callgrind.sh` counts the instructions of. Two counts of
-    /// the same configuration differ by the cost of the requests in between.
+    /// `requests CONFIGURATION N URL [CONCURRENCY]`: `N` GETs of `URL/small` through
+    /// configuration `CONFIGURATION` (an index of `LatencyBenchmark.names`), one after the other
+    /// or in groups of `CONCURRENCY` at once, and nothing else: no child process, no timing.
+    /// What `scripts/bench-callgrind.sh` counts the instructions of; two counts of the same
+    /// configuration differ by the cost of the requests in between.
     static func requests(_ arguments: [String]) async throws {
-        guard arguments.count == 3, let index = Int(arguments[0]), LatencyBenchmark.names.indices.contains(index),
-            let count = Int(arguments[1]), count >= 0, let base = URL(string: arguments[2]), base.host != nil
+        guard (3...4).contains(arguments.count), let index = Int(arguments[0]), LatencyBenchmark.names.indices.contains(index),
+            let count = Int(arguments[1]), count >= 0, let base = URL(string: arguments[2]), base.host != nil,
+            let concurrency = arguments.count == 4 ? Int(arguments[3]) : 1, concurrency >= 1
         else {
             let names = LatencyBenchmark.names.enumerated().map { "\($0.offset) \($0.element.trimmingCharacters(in: .whitespaces))" }
             throw AddressServer.Failure(
-                description: "usage: Benchmarks requests CONFIGURATION N URL; configurations: " + names.joined(separator: ", "))
+                description: "usage: Benchmarks requests CONFIGURATION N URL [CONCURRENCY]; configurations: "
+                    + names.joined(separator: ", "))
         }
         let configuration = LatencyBenchmark.Configuration(
             name: LatencyBenchmark.names[index], session: LatencyBenchmark.makeSession(index, base: base))
-        try await LatencyBenchmark.sequential(configuration, base.appendingPathComponent("small"), count: count)
+        let url = base.appendingPathComponent("small")
+        if concurrency == 1 {
+            try await LatencyBenchmark.sequential(configuration, url, count: count)
+        } else {
+            var left = count
+            while left > 0 {
+                try await LatencyBenchmark.concurrent(configuration, url, count: min(concurrency, left))
+                left -= concurrency
+            }
+        }
         print("\(LatencyBenchmark.names[index].trimmingCharacters(in: .whitespaces)): \(count) GETs")
     }
 }
