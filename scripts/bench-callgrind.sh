@@ -87,8 +87,8 @@ for run in $(seq "$runs"); do
 done
 
 echo "URLTaskManager instructions per request: callgrind ($(valgrind --version)), $(uname -m), $(nproc) cores,"
-if [ "$concurrency" = 1 ]; then how="sequential GETs"; else how="GETs in groups of $concurrency at once"; fi
-echo "$how of a 2-byte body from a server on 127.0.0.1 outside valgrind; every thread of the client"
+if [ "$concurrency" = 1 ]; then how="sequential GETs of a 2-byte body"; else how="GETs of a 2-byte body, $concurrency at once,"; fi
+echo "$how from a server on 127.0.0.1 outside valgrind; every thread of the client"
 echo "per request = (Ir of $large GETs - Ir of $small GETs) / $((large - small)); $runs runs; ratio = run 1 / plain's run 1"
 echo
 awk -v small="$small" -v large="$large" -v runs="$runs" -v dir="$work" '
