@@ -36,9 +36,6 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
     exit 0
 fi
 
-swift build -c release --build-path "$build_path" --product Benchmarks >&2
-bin="$(pwd)/$build_path/release/Benchmarks"
-
 server_pid=""
 cleanup() {
     if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
@@ -53,6 +50,10 @@ if ! error="$(ip netns add "$server_ns" 2>&1)"; then
     exit 0
 fi
 ip netns add "$client_ns"
+
+swift build -c release --build-path "$build_path" --product Benchmarks >&2
+bin="$(pwd)/$build_path/release/Benchmarks"
+
 ip link add "$client_if" netns "$client_ns" type veth peer name "$server_if" netns "$server_ns"
 ip -n "$client_ns" addr add "$client_ip/30" dev "$client_if"
 ip -n "$server_ns" addr add "$server_ip/30" dev "$server_if"
