@@ -6,9 +6,23 @@ import URLTaskManager
 
 /// Plain URLSession beside the manager's configurations: sequential and concurrent GETs.
 enum LatencyBenchmark {
-    struct Configuration {
+    /// One way of sending a GET, and how to let go of what it holds when the run ends. Most
+    /// are a `URLSession`; `RemoteBenchmark.run` also takes others, built outside this package
+    /// (the README's comparison with Alamofire).
+    struct Configuration: Sendable {
         let name: String
-        let session: URLSession
+        let get: @Sendable (URL) async throws -> Void
+        let invalidate: @Sendable () -> Void
+
+        init(name: String, get: @escaping @Sendable (URL) async throws -> Void, invalidate: @escaping @Sendable () -> Void) {
+            self.name = name
+            self.get = get
+            self.invalidate = invalidate
+        }
+
+        init(name: String, session: URLSession) {
+            self.init(name: name, get: { try await LatencyBenchmark.get(session, $0) }, invalidate: { session.finishTasksAndInvalidate() })
+        }
     }
 
     static let rounds = 5
@@ -20,12 +34,12 @@ enum LatencyBenchmark {
         defer { server.terminate() }
         let url = base.appendingPathComponent("small")
         let configurations = makeConfigurations(base: base)
-        defer { for configuration in configurations { configuration.session.finishTasksAndInvalidate() } }
+        defer { for configuration in configurations { configuration.invalidate() } }
 
         // Warm up: connections, caches, lazy initialisation.
         for configuration in configurations {
-            try await sequential(configuration.session, url, count: 200)
-            try await concurrent(configuration.session, url, count: 200)
+            try await sequential(configuration, url, count: 200)
+            try await concurrent(configuration, url, count: 200)
         }
 
         var sequentialRounds = Array(repeating: [PerRequest](), count: configurations.count)
@@ -33,13 +47,13 @@ enum LatencyBenchmark {
         for _ in 0..<rounds {
             for (index, configuration) in configurations.enumerated() {
                 let start = Usage.now
-                try await sequential(configuration.session, url, count: sequentialCount / rounds)
+                try await sequential(configuration, url, count: sequentialCount / rounds)
                 sequentialRounds[index].append(Usage.perRequest(since: start, requests: sequentialCount / rounds))
             }
             for (level, count) in concurrency.enumerated() {
                 for (index, configuration) in configurations.enumerated() {
                     let start = Usage.now
-                    try await concurrent(configuration.session, url, count: count)
+                    try await concurrent(configuration, url, count: count)
                     concurrentRounds[level][index].append(Usage.perRequest(since: start, requests: count))
                 }
             }
@@ -55,31 +69,50 @@ enum LatencyBenchmark {
         }
     }
 
-    /// The configurations compared, plain URLSession first.
-    static func makeConfigurations(base: URL) -> [Configuration] {
-        let authenticator = OAuth2Authenticator(
-            origins: [base],
-            store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
-            refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
-        )
-        return [
-            Configuration(name: "plain URLSession", session: URLSession(configuration: .default)),
+    /// The configurations compared, plain URLSession first (their indices name them on the
+    /// command line of `profile`, `against` and `requests`).
+    static let names = [
+        "plain URLSession",
+        "bare forwarding URLProtocol",
+        "manager, no interceptors",
+        "manager, 1 HeaderInterceptor",
+        "  … with an events reader",
+        "manager, OAuth2 bearer + refresh",
+    ]
+
+    /// Every configuration, or those at `indices`, in that order.
+    static func makeConfigurations(base: URL, indices: [Int]? = nil) -> [Configuration] {
+        (indices ?? Array(names.indices)).map { Configuration(name: names[$0], session: makeSession($0, base: base)) }
+    }
+
+    /// The session of configuration `index` (an index of `names`).
+    static func makeSession(_ index: Int, base: URL) -> URLSession {
+        switch index {
+        case 0:
+            return URLSession(configuration: .default)
+        case 1:
             // The floor of any URLProtocol over an inner URLSession (see ForwardingProtocol).
-            Configuration(name: "bare forwarding URLProtocol", session: ForwardingProtocol.makeSession()),
-            Configuration(name: "manager, no interceptors", session: URLTaskManager().session),
-            Configuration(
-                name: "manager, 1 HeaderInterceptor", session: URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session),
+            return ForwardingProtocol.makeSession()
+        case 2:
+            return URLTaskManager().session
+        case 3:
+            return URLTaskManager(interceptors: [HeaderInterceptor(["X-Bench": "1"])]).session
+        case 4:
             // The same with someone reading every task's events (the row above has no reader).
-            Configuration(name: "  … with an events reader", session: observedSession()),
+            return observedSession()
+        default:
             // A bearer header on every request and a refresh reactor that holds new tasks, so
             // the manager also keeps the per-host queue.
-            Configuration(
-                name: "manager, OAuth2 bearer + refresh",
-                session: URLTaskManager(
-                    interceptors: [BearerInterceptor(authenticator: authenticator)],
-                    reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
-                ).session),
-        ]
+            let authenticator = OAuth2Authenticator(
+                origins: [base],
+                store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
+                refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
+            )
+            return URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: authenticator)],
+                reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
+            ).session
+        }
     }
 
     /// A manager with one header interceptor whose events a task reads and drops.
@@ -101,12 +134,16 @@ enum LatencyBenchmark {
             print("configurations: " + configurations.enumerated().map { "\($0.offset) \($0.element.name)" }.joined(separator: ", "))
             return
         }
-        let session = configurations[index].session
+        let configuration = configurations[index]
         let start = Usage.now
         var requests = 0
         let end = Date().addingTimeInterval(seconds)
         while Date() < end {
-            if concurrency <= 1 { try await get(session, url) } else { try await concurrent(session, url, count: concurrency) }
+            if concurrency <= 1 {
+                try await configuration.get(url)
+            } else {
+                try await concurrent(configuration, url, count: concurrency)
+            }
             requests += max(concurrency, 1)
         }
         let figures = Usage.perRequest(since: start, requests: requests)
@@ -120,13 +157,15 @@ enum LatencyBenchmark {
         guard (response as? HTTPURLResponse)?.statusCode == 200 else { throw URLError(.badServerResponse) }
     }
 
-    static func sequential(_ session: URLSession, _ url: URL, count: Int) async throws {
-        for _ in 0..<count { try await get(session, url) }
+    static func sequential(_ configuration: Configuration, _ url: URL, count: Int) async throws {
+        let get = configuration.get
+        for _ in 0..<count { try await get(url) }
     }
 
-    static func concurrent(_ session: URLSession, _ url: URL, count: Int) async throws {
+    static func concurrent(_ configuration: Configuration, _ url: URL, count: Int) async throws {
+        let get = configuration.get
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<count { group.addTask { try await get(session, url) } }
+            for _ in 0..<count { group.addTask { try await get(url) } }
             try await group.waitForAll()
         }
     }
