@@ -104,8 +104,7 @@ struct PipelineLifecycleStateMachine {
             return .none
         case .finishing(let tasks, let starting):
             assert(tasks > 0, "a task ended that never started")
-            guard tasks > 1 else {
-                assert(starting == 0, "a transfer is starting without a live task")
+            guard tasks > 1 || starting > 0 else {
                 state = .invalidated
                 return .finish
             }
@@ -146,6 +145,12 @@ struct PipelineLifecycleStateMachine {
             state = .active(tasks: tasks, starting: starting - 1)
             return .none
         case .finishing(let tasks, let starting):
+            // The last task may have ended while its transfer was being handed over (a cancel
+            // that raced with the send): the inner session goes once that transfer exists.
+            guard tasks > 0 || starting > 1 else {
+                state = .invalidated
+                return .finish
+            }
             state = .finishing(tasks: tasks, starting: starting - 1)
             return .none
         case .cancelling(let starting):
@@ -165,7 +170,10 @@ struct PipelineLifecycleStateMachine {
     mutating func finishRequested() -> InnerSessionAction {
         switch state {
         case .active(let tasks, let starting):
-            guard tasks > 0 else {
+            // A transfer being handed over keeps the inner session even with no task left: a
+            // task cancelled while it was being sent has ended, and its transfer is created
+            // (then cancelled) a moment later; invalidating before would crash corelibs.
+            guard tasks > 0 || starting > 0 else {
                 state = .invalidated
                 return .finish
             }

@@ -32,6 +32,28 @@ final class PipelineLifecycleStateMachineTests: XCTestCase {
         XCTAssertEqual(m.transferStarting(), .refuseInvalidated)
     }
 
+    /// A task cancelled while it was being sent ends before its transfer exists (caught once in
+    /// CI: "a transfer started after the inner session was invalidated"): finishing then waits
+    /// for that transfer, whatever the order of the ending, the finish and the handover.
+    func testFinishingWaitsForATransferWhoseTaskAlreadyEnded() {
+        var idle = Machine()
+        XCTAssertEqual(idle.taskStarted(), .run)
+        XCTAssertEqual(idle.transferStarting(), .run)
+        XCTAssertEqual(idle.taskEnded(), .none, "cancelled while being sent")
+        XCTAssertEqual(idle.finishRequested(), .none, "a transfer is still being handed over")
+        XCTAssertFalse(idle.isInvalidated)
+        XCTAssertEqual(idle.transferStarted(), .finish, "it exists: now the inner session may go")
+        XCTAssertTrue(idle.isInvalidated)
+
+        var finishing = Machine()
+        XCTAssertEqual(finishing.taskStarted(), .run)
+        XCTAssertEqual(finishing.finishRequested(), .none)
+        XCTAssertEqual(finishing.transferStarting(), .run)
+        XCTAssertEqual(finishing.taskEnded(), .none, "the last task ended, its transfer not handed over yet")
+        XCTAssertFalse(finishing.isInvalidated)
+        XCTAssertEqual(finishing.transferStarted(), .finish)
+    }
+
     func testCancelWaitsForTransfersBeingHandedOver() {
         var m = Machine()
         XCTAssertEqual(m.taskStarted(), .run)
