@@ -48,6 +48,10 @@ final class PipelineModelTests: XCTestCase {
     indirect enum Item: CustomStringConvertible {
         case start(Int)
         case cancel(Int)
+        /// The manager ends the task wherever it is (a sign-out: `failTasks`).
+        case abort(Int)
+        /// The task waited inside the pipeline past its request's timeout.
+        case waitTimedOut(Int)
         case decide(Int)
         case waitAtGate(Int, reactor: Int)
         case openGate(Int)
@@ -71,6 +75,8 @@ final class PipelineModelTests: XCTestCase {
             switch self {
             case .start(let t): "start(\(t))"
             case .cancel(let t): "cancel(\(t))"
+            case .abort(let t): "abort(\(t))"
+            case .waitTimedOut(let t): "waitTimedOut(\(t))"
             case .decide(let t): "decide(\(t))"
             case .waitAtGate(let t, let r): "waitAtGate(\(t), r\(r))"
             case .openGate(let t): "openGate(\(t))"
@@ -131,6 +137,8 @@ final class PipelineModelTests: XCTestCase {
                 admission.register(Self.id(task), exemptedBy: exempt[task])
                 pending.append(.start(task))
                 if Int.random(in: 0..<10, using: &rng) < 2 { pending.append(.cancel(task)) }
+                if Int.random(in: 0..<20, using: &rng) == 0 { pending.append(.abort(task)) }
+                if Int.random(in: 0..<20, using: &rng) == 0 { pending.append(.waitTimedOut(task)) }
             }
         }
 
@@ -196,6 +204,10 @@ final class PipelineModelTests: XCTestCase {
                 perform(t, machines[t].start())
             case .cancel(let t):
                 perform(t, machines[t].cancel())
+            case .abort(let t):
+                perform(t, machines[t].abort(Boom()))
+            case .waitTimedOut(let t):
+                perform(t, machines[t].waitTimedOut(Boom()))
             case .decide(let t):
                 switch admission.headersWillBeDecided(id(t)) {
                 case .waitAtGate(let reactor):
