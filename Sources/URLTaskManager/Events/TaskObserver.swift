@@ -15,7 +15,7 @@ import FoundationNetworking
 // @unchecked Sendable: the timings and the queue are guarded by `lock`; `hub` and `id` are immutable.
 final class TaskObserver: @unchecked Sendable {
     private let id: URLTask.ID
-    private let hub: EventHub
+    private let hub: EventHub<URLTaskEvent>
     private let created = ContinuousClock.now
     private let lock = NSLock()
     private var firstSent: ContinuousClock.Instant?
@@ -34,7 +34,7 @@ final class TaskObserver: @unchecked Sendable {
     /// Events held back until the reaction that began is reported.
     private var heldBack: [URLTaskEvent]?
 
-    init(id: URLTask.ID, request: URLRequest, hub: EventHub) {
+    init(id: URLTask.ID, request: URLRequest, hub: EventHub<URLTaskEvent>) {
         self.id = id
         self.hub = hub
         TaskObserverDirectory.shared.register(self, for: id)

@@ -24,7 +24,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     let admission: AdmissionStorage
     let transport: Transport
     /// Who listens to the tasks' events (``URLTaskManager/events(bufferingNewest:)``).
-    let events = EventHub()
+    let events = EventHub<URLTaskEvent>()
     /// The configuration's `httpAdditionalHeaders`: put on each caller's request by the
     /// pipeline, never merged by the inner session (which would add them to every redirect).
     let additionalHeaders: AdditionalHeaders

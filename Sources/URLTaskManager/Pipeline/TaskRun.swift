@@ -531,8 +531,7 @@ final class TaskRun: TransportEvents, PipelineTaskHandle, @unchecked Sendable { 
 
     /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
     static func host(of request: URLRequest) -> String {
-        guard let origin = request.url.flatMap(OAuth2Origin.init) else { return "" }
-        return "\(origin.scheme)://\(origin.host):\(origin.port ?? 0)"
+        OAuth2Origin.poolKey(of: request.url)
     }
 
     /// Bounds a wait for a connection slot by the request's timeout, as URLSession's own queue

@@ -84,7 +84,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     /// When circuits open and close.
     public let policy: Policy
     private let storage: CircuitBreakerStorage
-    private let hub = DecisionHub<Event>()
+    private let hub = EventHub<Event>()
     /// The clock cool-downs and windows are measured on (a test's own, to skip a cool-down).
     private let now: @Sendable () -> ContinuousClock.Instant
 
@@ -106,14 +106,14 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
 
     /// Whether `url`'s host has an open (or half-open) circuit right now.
     public func isOpen(for url: URL) -> Bool {
-        storage.isOpen(host: ResilienceHost.key(of: url))
+        storage.isOpen(host: OAuth2Origin.poolKey(of: url))
     }
 
     /// Lets the task go while its host's circuit is closed, or as the probe of a half-open one;
     /// fails it with ``CircuitOpenError`` otherwise.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
-        let host = ResilienceHost.key(of: task.request.url)
+        let host = OAuth2Origin.poolKey(of: task.request.url)
         switch storage.requestArrives(task.id, host: host, now: now()) {
         case .pass:
             return .execute
@@ -131,7 +131,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     /// Counts the outcome against its host's circuit; never takes the task.
     public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
         guard !policy.exempts(task.originalRequest) else { return false }
-        let host = ResilienceHost.key(of: task.request.url)
+        let host = OAuth2Origin.poolKey(of: task.request.url)
         switch storage.outcome(of: task.id, host: host, failed: policy.isFailure(outcome), now: now()) {
         case .none: break
         case .opened(let failures):

@@ -91,7 +91,7 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
     /// Which requests are shared.
     public let configuration: Configuration
     private let storage = CoalescingStorage()
-    private let hub = DecisionHub<Event>()
+    private let hub = EventHub<Event>()
 
     /// Shares requests as `configuration` says, once ``attach(to:)`` gave it the manager.
     public init(configuration: Configuration = Configuration()) {
@@ -128,7 +128,7 @@ public final class CoalescingInterceptor: URLTaskInterceptor {
         let waiter = storage.makeWaiter()
         let id = task.id
         let method = task.request.httpMethod ?? "GET"
-        let url = ResilienceHost.redacted(task.request.url)
+        let url = URLTaskEvent.redacted(task.request.url)
         var shared = task.originalRequest
         let annotated = task
         let hub = hub
@@ -314,7 +314,7 @@ final class CoalescingStorage: @unchecked Sendable {  // all mutable state is gu
         lock.withLock { machine.sharedReintercepted(generation: generation, newKey: newKey) }
     }
 
-    func startShared(_ request: URLRequest, generation: Int, maximumBodySize: Int, hub: DecisionHub<CoalescingInterceptor.Event>) {
+    func startShared(_ request: URLRequest, generation: Int, maximumBodySize: Int, hub: EventHub<CoalescingInterceptor.Event>) {
         guard let manager = lock.withLock({ self.manager }) else {
             return finish(generation: generation, outcome: .failure(SharedFailure(error: nil)), maximumBodySize: maximumBodySize, hub: hub)
         }
@@ -342,7 +342,7 @@ final class CoalescingStorage: @unchecked Sendable {  // all mutable state is gu
 
     private func finish(
         generation: Int, outcome: Result<(URL, URLResponse), SharedFailure>, maximumBodySize: Int,
-        hub: DecisionHub<CoalescingInterceptor.Event>
+        hub: EventHub<CoalescingInterceptor.Event>
     ) {
         // The downloaded file is read (or not) here and removed, whoever waits.
         defer { if case .success(let (file, _)) = outcome { try? FileManager.default.removeItem(at: file) } }

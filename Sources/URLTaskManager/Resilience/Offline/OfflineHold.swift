@@ -126,7 +126,7 @@ public final class OfflineHold: URLTaskReactor {
     /// error when the task's time is up.
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
         guard case .failure(let error) = outcome, let url = task.request.url else { return }
-        let host = ResilienceHost.key(of: url)
+        let host = OAuth2Origin.poolKey(of: url)
         let limit = policy.maximumHold ?? Self.holdLimit(timeoutInterval: task.request.timeoutInterval)
         let code = (error as? URLError)?.code ?? .unknown
         storage.hub.emit(.held(task: task.id, host: host, code: code))
@@ -167,7 +167,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         var deadline: Task<Void, Never>?
     }
 
-    let hub = DecisionHub<OfflineHold.Event>()
+    let hub = EventHub<OfflineHold.Event>()
     private let policy: OfflineHold.Policy
     private let lock = NSLock()
     private var machine = OfflineHoldStateMachine()
@@ -186,7 +186,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     init(policy: OfflineHold.Policy) {
         self.policy = policy
         let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = policy.probeTimeout.resilienceSeconds
+        configuration.timeoutIntervalForRequest = policy.probeTimeout.seconds
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         self.probeSession = URLSession(configuration: configuration)
         #if canImport(Network)
@@ -282,7 +282,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     private func probe(_ host: String) async -> Bool {
         guard let target = lock.withLock({ targets[host] }), let url = policy.probeURL(target) else { return false }
         var request = URLRequest(
-            url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: policy.probeTimeout.resilienceSeconds)
+            url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: policy.probeTimeout.seconds)
         request.httpMethod = "HEAD"
         let answered = (try? await probeSession.data(for: request))?.1 is HTTPURLResponse
         if answered {

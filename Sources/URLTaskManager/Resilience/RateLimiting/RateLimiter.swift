@@ -71,7 +71,7 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
     /// How fast requests may go.
     public let policy: Policy
     private let storage: RateLimiterStorage
-    private let hub = DecisionHub<Event>()
+    private let hub = EventHub<Event>()
 
     /// A limiter with one bucket per host, as `policy` says.
     public init(policy: Policy) {
@@ -88,7 +88,7 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
     /// it waits here, in line.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
-        let host = ResilienceHost.key(of: task.request.url)
+        let host = OAuth2Origin.poolKey(of: task.request.url)
         let waiter = storage.makeWaiter()
         let id = task.id
         let started = ContinuousClock.now
@@ -131,7 +131,7 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
             let header = response.value(forHTTPHeaderField: "Retry-After"), let delay = Self.delay(retryAfter: header, now: Date())
         else { return false }
         let duration = min(delay, policy.maximumPause)
-        let host = ResilienceHost.key(of: task.request.url)
+        let host = OAuth2Origin.poolKey(of: task.request.url)
         storage.pause(host: host, for: duration)
         hub.emit(.paused(host: host, duration: duration, status: response.statusCode))
         task.annotate("rate-limit", "paused \(host) for \(duration) after \(response.statusCode)")

@@ -106,7 +106,7 @@ struct TokenBucketStateMachine {
             refilledAt = now
             return
         }
-        tokens = min(burst, tokens + (now - refilledAt).resilienceSeconds * rate)
+        tokens = min(burst, tokens + (now - refilledAt).seconds * rate)
         refilledAt = now
     }
 
