@@ -16,13 +16,16 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     private let holdsNewTasks: Bool
     private let lock = NSLock()
     private var machine: AdmissionStateMachine
-    private var runs: [URLTask.ID: TaskRun] = [:]
+    private var runs: [URLTask.ID: TaskStorage] = [:]
     /// Per reactor, the error of its last failed run: what tasks late for it fail with.
     private var lastFailures: [(any Error)?]
+    /// Where decisions reach their tasks, and the reactors' runs run.
+    private let runtime: any PipelineRuntime
 
     /// - Parameter slotsPerHost: See ``AdmissionStateMachine/init(reactors:slotsPerHost:)``.
-    init(reactors: [ReactorStorage], slotsPerHost: Int?) {
+    init(reactors: [ReactorStorage], slotsPerHost: Int?, runtime: any PipelineRuntime) {
         self.reactors = reactors
+        self.runtime = runtime
         self.slotsPerHost = slotsPerHost
         self.holdsNewTasks = reactors.contains { $0.configuration.holdsNewTasks }
         self.machine = AdmissionStateMachine(
@@ -34,7 +37,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
 
     // MARK: Task events
 
-    func register(_ run: TaskRun, request: URLRequest) {
+    func register(_ run: TaskStorage, request: URLRequest) {
         let exempted = reactors.map { $0.configuration.exempts(request) }
         lock.withLock {
             machine.register(run.id, exemptedBy: exempted)
@@ -43,14 +46,14 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     }
 
     /// Every task the pipeline runs now.
-    var liveRuns: [TaskRun] { lock.withLock { Array(runs.values) } }
+    var liveRuns: [TaskStorage] { lock.withLock { Array(runs.values) } }
 
-    func headersWillBeDecided(_ run: TaskRun) -> AdmissionStateMachine.DecideAction {
+    func headersWillBeDecided(_ run: TaskStorage) -> AdmissionStateMachine.DecideAction {
         lock.withLock { machine.headersWillBeDecided(run.id) }
     }
 
     /// The decision for a task about to leave; `.fail` is returned with the run's error.
-    func wantsToSend(_ run: TaskRun, host: String, restamp: Bool) -> (AdmissionStateMachine.SendAction, (any Error)?) {
+    func wantsToSend(_ run: TaskStorage, host: String, restamp: Bool) -> (AdmissionStateMachine.SendAction, (any Error)?) {
         lock.withLock {
             let action = machine.wantsToSend(run.id, host: host, restamp: restamp)
             return (action, failure(for: action))
@@ -60,7 +63,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// Per reactor name, the credential version `task`'s headers were decided under: the
     /// reactor's own (``URLTaskReactor/credentialVersion(of:)``) or, for a reactor that holds
     /// new tasks (a credential's), its successful runs. Reactors with neither (a retry) have none.
-    func credentialVersions(of run: TaskRun, task: URLTask) -> [String: Int] {
+    func credentialVersions(of run: TaskStorage, task: URLTask) -> [String: Int] {
         guard !reactors.isEmpty else { return [:] }
         let stamped = lock.withLock { machine.stampedVersions(run.id) }
         var versions: [String: Int] = [:]
@@ -74,11 +77,11 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         return versions
     }
 
-    func transferEnded(_ run: TaskRun) {
+    func transferEnded(_ run: TaskStorage) {
         tell(lock.withLock { decisions(machine.transferEnded(run.id)) })
     }
 
-    func finished(_ run: TaskRun) {
+    func finished(_ run: TaskStorage) {
         tell(
             lock.withLock {
                 let decided = decisions(machine.finished(run.id))
@@ -91,14 +94,14 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// headers are older than the current ones (``URLTaskReactor/credentialVersion(of:)``): a
     /// change the engine did not make itself (a sign-in, a token renewed before it expired).
     /// Asked just before the task leaves, outside the lock: the version is the reactor's.
-    func headersAreOutdated(_ run: TaskRun, task: URLTask) -> Bool {
+    func headersAreOutdated(_ run: TaskStorage, task: URLTask) -> Bool {
         guard holdsNewTasks else { return false }  // no reactor covers any task
         let covering = lock.withLock { machine.covering(run.id) }
         return covering.contains { reactors[$0].reactor.headersAreOutdated(task) }
     }
 
     /// Returns `true` if the task still waited for a slot in `generation`: it must fail.
-    func slotWaitExpired(_ run: TaskRun, generation: Int) -> Bool {
+    func slotWaitExpired(_ run: TaskStorage, generation: Int) -> Bool {
         lock.withLock { machine.slotWaitExpired(run.id, generation: generation) }
     }
 
@@ -111,7 +114,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// Returns the outcome when the task needs no run (requeued, failed or answered at once);
     /// otherwise `nil` and the run it waits on (for its events).
     func transferEnded(
-        _ run: TaskRun, needing index: Int, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask
+        _ run: TaskStorage, needing index: Int, alreadyRequeued: Bool, outcome: URLTaskOutcome, body: Data, task: URLTask
     ) -> (immediate: ReactorStorage.Outcome?, run: Int?) {
         let reactor = reactors[index]
         // The reactor's own credential version, read before the lock: it is the reactor's code.
@@ -135,8 +138,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
             let window = reactor.configuration.loopGuard?.window ?? .zero
             return (.failed(URLTaskError.reactionLoop(reactor.component, runs: runs, window: window)), nil)
         case .startRun(let number):
-            Task {
-                let result = await reactor.runWork(outcome: outcome, body: body, task: task)
+            _ = runtime.react(reactor, to: outcome, body: body, of: task) { result in
                 self.runFinished(reactor: index, run: number, result: result)
             }
             return (nil, number)
@@ -144,7 +146,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     }
 
     private func runFinished(reactor index: Int, run number: Int, result: ReactorStorage.Outcome) {
-        let (waiters, gated): ([TaskRun], [TaskRun]) = lock.withLock {
+        let (waiters, gated): ([TaskStorage], [TaskStorage]) = lock.withLock {
             var failure: (any Error)?
             if case .failed(let error) = result { failure = error }
             guard let end = machine.runFinished(reactor: index, run: number, succeeded: failure == nil) else { return ([], []) }
@@ -166,6 +168,8 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     var busyHosts: Int { lock.withLock { machine.busyHosts } }
     /// Tasks waiting for a slot.
     var waitingForSlot: Int { lock.withLock { machine.waitingForSlot } }
+    /// Reactor runs going: 0 once every run ended.
+    var runsGoing: Int { lock.withLock { machine.reactors.filter(\.isRunning).count } }
     /// Tasks admission still knows: 0 once every task completed.
     var taskCount: Int { lock.withLock { machine.taskCount } }
 
@@ -185,15 +189,15 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// Must be called with `lock` held.
     private func decisions(
         _ decided: [(URLTask.ID, AdmissionStateMachine.SendAction)]
-    ) -> [(TaskRun, AdmissionStateMachine.SendAction, (any Error)?)] {
+    ) -> [(TaskStorage, AdmissionStateMachine.SendAction, (any Error)?)] {
         decided.compactMap { id, action in runs[id].map { ($0, action, failure(for: action)) } }
     }
 
     /// Tells tasks what was decided for them on another task's event, off the caller's thread
     /// (it may be the transport's delegate queue or a client callback).
-    private func tell(_ decided: [(TaskRun, AdmissionStateMachine.SendAction, (any Error)?)]) {
+    private func tell(_ decided: [(TaskStorage, AdmissionStateMachine.SendAction, (any Error)?)]) {
         for (run, action, error) in decided {
-            DispatchQueue.global().async { run.admitted(action, failure: error) }
+            runtime.async { run.admitted(action, failure: error) }
         }
     }
 }

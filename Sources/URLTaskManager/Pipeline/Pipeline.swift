@@ -9,7 +9,7 @@ import FoundationNetworking
 /// the bridge calls ``start(request:body:sink:)`` for each outer task, and the session's
 /// invalidation or release ends it. Its life (which tasks are accepted, when the inner session
 /// may be released) is a ``PipelineLifecycleStateMachine``.
-final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`; the rest is immutable.
+final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is guarded by `lock`; the rest is immutable.
     let interceptors: [any URLTaskInterceptor]
     /// Who each interceptor is in errors and events: its index, and its type's name.
     let interceptorComponents: [URLTaskError.Component]
@@ -28,6 +28,8 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
     /// The configuration's `httpAdditionalHeaders`: put on each caller's request by the
     /// pipeline, never merged by the inner session (which would add them to every redirect).
     let additionalHeaders: AdditionalHeaders
+    /// Dispatch and Swift tasks: the pipeline's threads and timers.
+    let runtime: any PipelineRuntime = LiveRuntime()
 
     private let lock = NSLock()
     private var lifecycle = PipelineLifecycleStateMachine()
@@ -43,14 +45,14 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         self.interceptorComponents = URLTaskError.Component.chain(interceptors, kind: .interceptor)
         self.interceptorTypeNames = interceptors.map { String(describing: type(of: $0)) }
         self.reactors = reactors
-        self.batches = interceptors.indices.map { BatchStorage(interceptorIndex: $0) }
+        self.batches = interceptors.indices.map { [runtime] in BatchStorage(interceptorIndex: $0, runtime: runtime) }
         self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }
         self.options = options
         // Slots only matter while a reactor may hold new tasks: otherwise nothing can make a
         // queued request's headers stale, and URLSession queues them itself.
         let holding = reactors.contains { $0.configuration.holdsNewTasks }
         let limit = options.maximumRequestsInFlightPerHost ?? configuration.httpMaximumConnectionsPerHost
-        self.admission = AdmissionStorage(reactors: reactors, slotsPerHost: holding && limit > 0 ? limit : nil)
+        self.admission = AdmissionStorage(reactors: reactors, slotsPerHost: holding && limit > 0 ? limit : nil, runtime: runtime)
         let (additionalHeaders, transportConfiguration) = AdditionalHeaders.split(configuration)
         self.additionalHeaders = additionalHeaders
         self.transport = Transport(configuration: transportConfiguration)
@@ -76,7 +78,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
             sink.fail(URLTaskError.managerInvalidated)
             return RefusedTask()
         }
-        let run = TaskRun(id: .next(), request: request, body: body, sink: sink, pipeline: self)
+        let run = TaskStorage(id: .next(), request: request, body: body, sink: sink, environment: self)
         // Before anything can cancel it: the end of a task is always one admission knows.
         self.admission.register(run, request: request)
         // The work queue must not block, and creating the inner task syncs onto it.
@@ -86,30 +88,84 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
 
     /// A task accepted by ``start(request:body:sink:)`` has completed: it leaves admission (its
     /// slot, if any, goes to the next task) and the lifecycle counts it out.
-    func taskEnded(_ run: TaskRun) {
+    func taskEnded(_ run: TaskStorage) {
         admission.finished(run)
         perform(lock.withLock { lifecycle.taskEnded() })
     }
 
     /// Creates and resumes the inner task for `request`, unless the session was invalidated
-    /// meanwhile: then returns the error to fail the task with. The inner session is never
+    /// meanwhile: then `started` gets the error to fail the task with. The inner session is never
     /// invalidated while this runs (corelibs crashes when a task is created on an invalidated
     /// session).
     /// - Parameter callerURL: The URL the caller asked for, which a cancellation error names.
     func startTransfer(
-        _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents
-    ) -> Result<URLSessionTask, any Error> {
+        _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents,
+        started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
+    ) {
+        if Platform.isOnSessionWorkQueue {
+            // Reached from a transport callback (a slot handed over, a requeue): creating the
+            // inner task `sync`s onto the queue this runs on.
+            return runtime.async { self.startTransfer(request, body: body, callerURL: callerURL, events: events, started: started) }
+        }
         switch lock.withLock({ lifecycle.transferStarting() }) {
         case .run:
             break
         case .refuseCancelled:
-            return .failure(URLError.cancelled(url: callerURL))
+            return started(.failure(URLError.cancelled(url: callerURL)))
         case .refuseInvalidated:
-            return .failure(URLTaskError.managerInvalidated)
+            return started(.failure(URLTaskError.managerInvalidated))
         }
         let task = transport.start(request, body: body, events: events)
         perform(lock.withLock { lifecycle.transferStarted() })
-        return .success(task)
+        started(.success(task))
+    }
+
+    func stopTransfer(_ transfer: any TransferHandle) {
+        guard let task = transfer as? URLSessionTask else { preconditionFailure("a transfer of another transport") }
+        transport.cancel(task)
+    }
+
+    var credentialStorage: URLCredentialStorage? {
+        transport.session.configuration.urlCredentialStorage
+    }
+
+    /// Runs interceptor `index`: right here when it decides without suspending (no Swift task,
+    /// no hop), otherwise in a Swift task, one call at a time for an interceptor that asks for it.
+    func intercept(
+        _ index: Int, _ task: URLTask,
+        decided: @escaping @Sendable (Result<InterceptCommand, any Error>, URLTask, Int) -> Void
+    ) -> Task<Void, Never>? {
+        let interceptor = interceptors[index]
+        let serialGate = serialGates[index]
+        var snapshot = task
+        if serialGate == nil, let synchronous = interceptor as? any SynchronousInterception {
+            let (count, flushes) = batches[index].snapshot
+            let context = InterceptContext(currentBatchCount: count)
+            do {
+                if let command = try synchronous.interceptWithoutSuspending(&snapshot, context: context) {
+                    decided(.success(command), snapshot, flushes)
+                    return nil
+                }
+            } catch {
+                decided(.failure(error), snapshot, flushes)
+                return nil
+            }
+        }
+        let batch = batches[index]
+        return Task {
+            await serialGate?.acquire()
+            // Released only after the command took effect (a hold is in the batch), so the
+            // next call's count includes it.
+            defer { serialGate?.release() }
+            let (count, flushes) = batch.snapshot
+            let context = InterceptContext(currentBatchCount: count)
+            do {
+                let command = try await interceptor.intercept(&snapshot, context: context)
+                decided(.success(command), snapshot, flushes)
+            } catch {
+                decided(.failure(error), snapshot, flushes)
+            }
+        }
     }
 
     /// The outer session was told to finish its tasks and invalidate. Tasks it resumed before
@@ -168,7 +224,7 @@ final class Pipeline: @unchecked Sendable {  // `lifecycle` is guarded by `lock`
         }
     }
 
-    /// Ends every running task that `matches` with `error` (see ``TaskRun/abort(with:if:)``).
+    /// Ends every running task that `matches` with `error` (see ``TaskStorage/abort(with:if:)``).
     func failTasks(with error: any Error, where matches: (URLTask) -> Bool) {
         for run in admission.liveRuns { run.abort(with: error, if: matches) }
     }

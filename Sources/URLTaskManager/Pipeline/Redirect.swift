@@ -18,7 +18,7 @@ enum Redirect {
     /// The URL and the method are the inner session's (a 303, or a 301/302 after a POST, turns
     /// into GET). A redirect that keeps the method (307, 308) sends the body again, as
     /// RFC 9110 and Apple's URLSession do (a plain session on corelibs drops it): the pipeline
-    /// replays the body it holds (see `TaskRun`). The caller's `Authorization` and `Cookie`
+    /// replays the body it holds (see `TaskStateMachine`). The caller's `Authorization` and `Cookie`
     /// (the configuration's additional headers included) never go to another origin (scheme,
     /// host or port).
     static func request(following response: HTTPURLResponse, to newRequest: URLRequest, from base: URLRequest) -> URLRequest {

@@ -3,7 +3,9 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// The lifecycle of one task through the pipeline, without I/O.
+/// The whole life of one task through the pipeline, without I/O: where it is, and everything it
+/// carries from attempt to attempt (the request the interceptors start from, its body, the
+/// transfer and the work running for it, its hold, its wait against the request's timeout).
 ///
 /// ```
 ///  created ─start─> [gated] ─> intercepting(0) ─execute─> ... intercepting(n-1) ─> awaitingConnection
@@ -23,100 +25,33 @@ import FoundationNetworking
 /// instead of out with a stale token; one that meets a run going waits at its gate
 /// (``admissionGated(reactor:)``).
 /// A redirect met while sending is the pipeline's to follow: after the caller's delegate
-/// answers (``redirectAnswered(_:)``) the rest of that transfer is dropped (`redirecting`) and
-/// the task starts again from the gates with the new request (``Action/restart(from:)``). A 401
-/// with an authentication challenge is collected (`challenged`), then the caller's side is
-/// asked (`consultingChallenge`): a credential restarts the task the same way.
-/// Any state but `completed` can be cancelled (the caller cancelled: the session reports it)
-/// or failed before sending (hold timeout, invalidation, a failed reactor run it was gated
-/// on); a task that waits inside the pipeline longer than its request's timeout fails with
-/// `URLError.timedOut` (``waitTimedOut(_:)``). Each event returns the one action the storage
-/// performs once its lock is released.
-/// Events that arrive in a state that does not expect them return `.none`, which is what
-/// makes "completes exactly once" hold whatever the interleaving.
+/// answers (``redirectAnswered(_:refused:)``) the rest of that transfer is dropped (`redirecting`)
+/// and the task starts again from the gates with the new request. A 401 with an authentication
+/// challenge is collected (`challenged`), then the caller's side is asked (`consultingChallenge`):
+/// a credential restarts the task the same way.
+///
+/// Each event returns an action type of its own, holding only what that event can lead to; the
+/// storage (``TaskStorage``) performs it once its lock is released. Events that other threads
+/// send (a transport callback, a batch released, a run finished, a timer) may find the task
+/// already ended, or moved on by a race that each method names: those are ignored. An event
+/// that no interleaving can bring in a state is a bug in the storage, and stops the program.
 struct TaskStateMachine {
-    /// What a reactor decided about a task whose outcome it took.
-    enum ReactionResult {
-        /// The work succeeded (or had already been done): send the task again.
-        case requeue(reintercept: Bool)
-        /// Give the caller what arrived, whole: the response and its body, or the transport's
-        /// own error. For a reactor that does not requeue, and for a task that already went
-        /// out again with headers decided after the reactor's latest run and met the same
-        /// reaction (a resource that refuses every token: sending it again cannot help).
-        case deliver
-        /// The work failed: fail the task with this error.
-        case fail(any Error)
-    }
-
-    enum Action {
-        case none
-        /// Wait at the gates of the reactors that hold new tasks; resumes with `gateOpened`.
-        case checkGates
-        /// Run interceptor `index` on the task.
-        case runInterceptor(index: Int)
-        /// Put the task in interceptor `index`'s batch.
-        case hold(index: Int, maximumWait: Duration?)
-        /// Release interceptor `index`'s batch; this task then continues at `index + 1`.
-        case releaseBatch(index: Int)
-        /// Take a connection slot for the task's host; resumes with `connectionGranted`.
-        case acquireConnection
-        /// Send the task's current request (attempt `attempt`).
-        case send(attempt: Int)
-        case forwardResponse(URLResponse)
-        case forwardData(Data)
-        /// Complete successfully.
-        case finish
-        /// Answer with a complete response: response, body, then finish.
-        case respond(URLResponse, Data)
-        /// Complete with `error`.
-        case fail(any Error)
-        /// Hand the task to reactor `reactor` with what it received.
-        case react(reactor: Int, outcome: URLTaskOutcome, body: Data)
-        /// The caller cancelled: stop the transport (the session reports the cancellation).
-        case cancelTransport
-        /// The caller cancelled while waiting for a connection slot.
-        case leaveConnectionQueue
-        /// The caller cancelled while held: take it out of batch `index`.
-        case leaveBatch(index: Int)
-        /// The caller cancelled while waiting on reactor `reactor` (its run or its gate).
-        case leaveReactor(reactor: Int)
-        /// The caller cancelled before anything was sent: stop the running interceptor, if any.
-        case abandon
-        /// The manager ends the task while it is on the network (``abort(_:)``): stop the
-        /// transfer, and complete with `error`.
-        case abortTransfer(any Error)
-        /// Ask the caller's delegate about the redirect the transfer met (the transfer waits).
-        case consultRedirect
-        /// Ask the caller's delegate (or credential storage) about the HTTP authentication
-        /// challenge of this 401.
-        case consultChallenge(HTTPURLResponse)
-        /// Start again from `request` (a followed redirect, a challenge answered with a
-        /// credential): the interceptors run on it as on a resend.
-        case restart(from: URLRequest)
-    }
-
-    /// What the caller's side answered to an HTTP authentication challenge.
-    enum ChallengeAnswer {
-        /// Send this request (the credential applied) through the pipeline again.
-        case resend(URLRequest)
-        /// Give the caller this response (the 401) and the body that came with it.
-        case deliver(URLResponse)
-        /// Complete with this error (the delegate cancelled the challenge).
-        case fail(any Error)
-    }
+    // MARK: State
 
     private enum State {
         case created
+        /// Checking the gates, or waiting at reactor `gate`'s.
         case gated(gate: Int?)
         case intercepting(index: Int)
-        case held(index: Int)
+        /// In interceptor `index`'s batch; a hold timer set for `generation` may fail it.
+        case held(index: Int, generation: Int)
         case awaitingConnection
         case sending
         case receiving
         /// `whole`: the body may be delivered to the caller, so none of it is dropped.
         case collecting(reactor: Int, response: HTTPURLResponse, body: Data, whole: Bool)
         case reacting(reactor: Int, outcome: URLTaskOutcome, body: Data)
-        /// The transfer met a redirect the pipeline follows itself (`to`), or one too many
+        /// The transfer met a redirect the pipeline follows itself (`to`), or one it refuses
         /// (`to == nil`, failing with `failure`); the rest of the transfer is dropped.
         case redirecting(to: URLRequest?, failure: (any Error)?)
         /// A 401 with an authentication challenge: its body is collected, then the caller's
@@ -129,64 +64,86 @@ struct TaskStateMachine {
         case completed
     }
 
-    /// What the task state machine needs to know of one reactor.
-    struct ReactorTraits {
-        /// Who it is, for errors.
-        var component: URLTaskError.Component
-        /// How often one task may trigger it.
-        var maximumReactions: Int
-        /// Whether it gives the caller the response it reacted to (it does not requeue).
-        var delivers: Bool
-
-        init(component: URLTaskError.Component, maximumReactions: Int, delivers: Bool = false) {
-            self.component = component
-            self.maximumReactions = maximumReactions
-            self.delivers = delivers
-        }
+    /// One stretch of the task's life inside the pipeline: from its start, the end of a transfer
+    /// it reacts to, or a restart, until it is sent. `armed` once its first wait set the timer.
+    private struct WaitPhase {
+        var generation = 0
+        var started: DispatchTime
+        var armed = false
     }
 
     /// Bodies collected for reactors that will not deliver them are kept up to this size (the
     /// reactor sees the first MiB; the caller never sees them).
     static let reactionBodyLimit = 1 << 20
+    /// URLSession's own limit (20, as on Darwin).
+    static let maximumRedirects = 20
 
-    private var state: State = .created
+    // MARK: Configuration
+
     private let interceptorCount: Int
     /// The answers the caller accepts; `nil` accepts every one.
     private let validation: ResponseValidation?
     /// Interceptors this task skips.
     private let skippedInterceptors: Set<Int>
     private let reactors: [ReactorTraits]
+
+    // MARK: The task's context
+
+    private var state: State = .created
+    /// The current attempt as the interceptors shaped it so far.
+    private(set) var task: URLTask
+    /// Where the interceptors start on each attempt: the caller's request, or what a followed
+    /// redirect or an answered challenge sends instead (without a body: see `body`).
+    private var base: URLRequest
+    /// The body each attempt's interceptors start from: the caller's (a replayable copy of a
+    /// stream, see ``start(now:replayableBody:)``), or what a restart carries.
+    private(set) var body: URLTaskBody
+    /// Whether a body was sent once: a stream cannot be sent again.
+    private var bodySent = false
+    private(set) var attempt = 1
+    /// Per reactor: how often this task triggered it.
     private var reactions: [Int]
     /// Per reactor: whether this task was already sent again after one of its runs succeeded.
     private var requeuedBy: [Bool]
-    private(set) var attempt = 1
     /// Redirects met so far; past ``maximumRedirects`` the task fails, as URLSession's do.
     private var redirects = 0
-    /// URLSession's own limit (20, as on Darwin).
-    static let maximumRedirects = 20
+    /// Challenges of this task the caller's side answered with a credential that failed.
+    private var challengeFailures = 0
+    /// Holds so far: each names its timer.
+    private var holds = 0
     /// Whether the current attempt's headers were not decided by the interceptors (a requeue
     /// without them): admission stamps them when the task is about to leave.
-    private(set) var needsRestamp = false
+    private var needsRestamp = false
+    /// The inner task of the current transfer, once created.
+    private var transfer: (any TransferHandle)?
+    /// The interceptor or per-task reaction running for the task, once started.
+    private var work: Task<Void, Never>?
+    private var waiting: WaitPhase
 
     /// - Parameters:
+    ///   - task: The first attempt, as the interceptors will see it.
     ///   - interceptorCount: The length of the interceptor chain.
+    ///   - skipping: Interceptors this task skips (its ``URLTaskPolicy``).
     ///   - reactors: What the machine needs to know of each reactor.
     ///   - validation: The answers the caller accepts (``ResponseValidation``); `nil`, any.
-    ///   - skipping: Interceptors this task skips (its ``URLTaskPolicy``).
-    init(interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [], validation: ResponseValidation? = nil) {
+    ///   - now: When the task was created: its first wait counts from here.
+    init(
+        task: URLTask, interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [],
+        validation: ResponseValidation? = nil, now: DispatchTime = .now()
+    ) {
+        self.task = task
+        self.base = task.request
+        self.body = task.body
         self.interceptorCount = interceptorCount
         self.skippedInterceptors = skipping
         self.validation = validation
         self.reactors = reactors
         self.reactions = Array(repeating: 0, count: reactors.count)
         self.requeuedBy = Array(repeating: false, count: reactors.count)
+        self.waiting = WaitPhase(started: now)
     }
 
-    /// Whether reactor `reactor` already sent this task again after a successful run: if its
-    /// new headers meet the same reaction, the caller gets that answer (see ``ReactionResult/deliver``).
-    func wasRequeued(by reactor: Int) -> Bool {
-        requeuedBy[reactor]
-    }
+    // MARK: Queries
 
     /// Whether a transport error now would be the task's outcome (no head has arrived).
     var isAwaitingResponseHead: Bool {
@@ -199,109 +156,216 @@ struct TaskStateMachine {
         return false
     }
 
-    mutating func start() -> Action {
-        guard case .created = state else { return .none }
-        state = .gated(gate: nil)
-        return .checkGates
+    // MARK: Events: on the way to the network
+
+    /// The pipeline starts the task. `replayableBody` replaces a stream body that a reactor may
+    /// need to send again (read once, before this event).
+    /// Ignored if the caller cancelled first (the cancel and the start race from the session's
+    /// work queue to another thread).
+    mutating func start(replayableBody: URLTaskBody? = nil) -> ProceedAction {
+        switch state {
+        case .created:
+            if let replayableBody {
+                body = replayableBody
+                task.body = replayableBody
+            }
+            state = .gated(gate: nil)
+            return .checkGates
+        case .completed:
+            return .none
+        default:
+            preconditionFailure("a task starts once")
+        }
     }
 
     /// The gates were checked and the task waits at reactor `reactor`'s gate.
-    mutating func waitingAtGate(reactor: Int) -> Action {
-        guard case .gated = state else { return .none }
+    /// Ignored unless the task is still at the gates: the run may have ended and its
+    /// ``gateOpened()`` moved the task on between the check and this event.
+    mutating func waitingAtGate(reactor: Int) {
+        guard case .gated = state else { return }
         state = .gated(gate: reactor)
-        return .none
     }
 
     /// No gate holds the task (any more).
-    mutating func gateOpened() -> Action {
+    /// Ignored unless the task is at the gates: two checks may both find them open (a run's end
+    /// and the task's own check after ``admissionGated(reactor:)``), and the first moved it on;
+    /// or the run's end found the task still awaiting admission.
+    mutating func gateOpened() -> ProceedAction {
         guard case .gated = state else { return .none }
         return advance(to: 0)
     }
 
-    mutating func interceptorReturned(index: Int, command: InterceptCommand, interceptor: URLTaskError.Component) -> Action {
-        guard case .intercepting(let current) = state, current == index else { return .none }
+    /// Interceptor `index` returned `command` for `snapshot` (the task as it changed it), having
+    /// decided under its batch's flush count `flushes`.
+    /// Ignored if the task ended while the interceptor ran (a cancel, a timeout, an abort).
+    mutating func interceptorReturned(
+        index: Int, command: InterceptCommand, snapshot: URLTask, flushes: Int, interceptor: URLTaskError.Component
+    ) -> ProceedAction {
+        guard expectInterceptor(index) else { return .none }
+        task = snapshot
+        work = nil
         switch command {
         case .execute:
             return advance(to: index + 1)
         case .hold(let maximumWait):
-            state = .held(index: index)
-            return .hold(index: index, maximumWait: maximumWait)
+            holds += 1
+            state = .held(index: index, generation: holds)
+            return .hold(index: index, maximumWait: maximumWait, generation: holds, flushesSeen: flushes)
         case .release:
             // The batch and this task continue together, at `index + 1`.
-            state = .held(index: index)
+            holds += 1
+            state = .held(index: index, generation: holds)
             return .releaseBatch(index: index)
         case .fail(let error):
-            state = .completed
-            return .fail(Self.interceptorFailure(error, by: interceptor))
+            return complete(.fail(Self.interceptorFailure(error, by: interceptor)))
         case .respond(let response, let body):
-            state = .completed
-            return .respond(response, body)
+            return complete(.respond(response, body))
         }
     }
 
-    mutating func interceptorThrew(index: Int, error: any Error, interceptor: URLTaskError.Component) -> Action {
-        guard case .intercepting(let current) = state, current == index else { return .none }
-        state = .completed
-        if let error = error as? URLTaskError { return .fail(error) }
-        return .fail(Self.interceptorFailure(error, by: interceptor))
-    }
-
-    /// What the caller gets when `interceptor` fails its task with `error`: a `URLError` as
-    /// itself (an offline check's `.notConnectedToInternet` must reach `catch let error as
-    /// URLError` as a plain session's would), naming the interceptor in its user info
-    /// (``URLTaskError/componentUserInfoKey``); anything else wrapped in a ``URLTaskError``.
-    static func interceptorFailure(_ error: any Error, by interceptor: URLTaskError.Component) -> any Error {
-        guard let urlError = error as? URLError else { return URLTaskError.interceptorFailed(interceptor, underlying: error) }
-        var info = urlError.userInfo
-        info[URLTaskError.componentUserInfoKey] = interceptor.name
-        return URLError(urlError.code, userInfo: info)
+    /// Interceptor `index` threw `error`. Ignored as ``interceptorReturned(index:command:snapshot:flushes:interceptor:)`` is.
+    mutating func interceptorThrew(index: Int, error: any Error, interceptor: URLTaskError.Component) -> ProceedAction {
+        guard expectInterceptor(index) else { return .none }
+        work = nil
+        if let error = error as? URLTaskError { return complete(.fail(error)) }
+        return complete(.fail(Self.interceptorFailure(error, by: interceptor)))
     }
 
     /// The batch of interceptor `index` was released.
-    mutating func released(index: Int) -> Action {
-        guard case .held(let current) = state, current == index else { return .none }
-        return advance(to: index + 1)
+    /// Ignored if the task ended meanwhile (released by the batch just before it was taken out).
+    mutating func released(index: Int) -> ProceedAction {
+        switch state {
+        case .held(let current, _):
+            precondition(current == index, "released by a batch the task is not held in")
+            return advance(to: index + 1)
+        case .completed:
+            return .none
+        default:
+            preconditionFailure("a batch released a task it does not hold")
+        }
     }
 
-    /// Admission lets the task go (it holds a connection slot if it needs one): send it.
-    /// Returns `.none` if it no longer needs one (cancelled meanwhile).
-    mutating func connectionGranted() -> Action {
-        guard case .awaitingConnection = state else { return .none }
-        state = .sending
-        needsRestamp = false
-        return .send(attempt: attempt)
+    /// Admission lets the task go (it holds a connection slot if it needs one).
+    mutating func connectionGranted() -> SendAction {
+        switch state {
+        case .awaitingConnection:
+            if let problem = HeaderValidation.firstProblem(in: task.request) {
+                state = .completed
+                return .refuse(annotated(problem))
+            }
+            if bodySent, case .stream = task.body {
+                state = .completed
+                return .refuse(
+                    annotated(
+                        URLTaskError.bodyNotReplayable(reason: "a stream body larger than maximumReplayableBodySize was already sent once"))
+                )
+            }
+            state = .sending
+            needsRestamp = false
+            bodySent = true
+            task.attempt = attempt
+            // Sent: nothing it waited for can time it out any more.
+            waiting.generation += 1
+            waiting.armed = true
+            return .send(request: task.request, body: task.body, attempt: attempt)
+        case .completed:
+            return .giveSlotBack
+        default:
+            preconditionFailure("admission let go a task that was not waiting for it")
+        }
+    }
+
+    /// The transfer could not be started (the session was invalidated meanwhile).
+    /// Ignored if the task ended meanwhile (a cancel).
+    mutating func failSending(_ error: any Error) -> Completion? {
+        switch state {
+        case .sending:
+            state = .completed
+            return failing(error)
+        case .completed:
+            return nil
+        default:
+            preconditionFailure("a transfer that never started reported that it could not")
+        }
+    }
+
+    /// The inner task of attempt `attempt`'s transfer exists (its first callbacks may have come
+    /// already). A task that ended while it was created has it stopped; one that has already
+    /// moved on (the transfer ended at once) or an older attempt's has nothing to keep.
+    mutating func transferStarted(_ handle: any TransferHandle, attempt: Int) -> TransferStartedAction {
+        switch state {
+        case .completed:
+            return .cancel(handle)
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
+            if attempt == self.attempt { transfer = handle }
+            return .none
+        default:
+            return .none
+        }
+    }
+
+    /// The interceptor or per-task reaction running for the task exists as a Swift task. One
+    /// that decided before this event is over already; one for a task that ended meanwhile is
+    /// cancelled.
+    mutating func workStarted(_ started: Task<Void, Never>) -> WorkStartedAction {
+        switch state {
+        case .completed: return .cancel(started)
+        case .intercepting, .reacting: work = started
+        default: break
+        }
+        return .none
     }
 
     /// Admission found its headers decided before a holding reactor's run that has ended since
     /// (it waited in a batch or for a connection meanwhile): run the interceptors again instead
     /// of sending a request known to be stale.
-    mutating func headersStale() -> Action {
-        guard case .awaitingConnection = state else { return .none }
-        state = .gated(gate: nil)
-        return .checkGates
+    /// Ignored if the task ended meanwhile.
+    mutating func headersStale() -> ProceedAction {
+        switch state {
+        case .awaitingConnection:
+            task = task.startingOver(attempt: attempt, request: base, body: body)
+            state = .gated(gate: nil)
+            return .checkGates
+        case .completed:
+            return .none
+        default:
+            preconditionFailure("admission sent back a task that was not waiting for it")
+        }
     }
 
     /// Admission found a holding reactor's run going: the task waits at its gate, then runs the
-    /// interceptors again.
-    mutating func admissionGated(reactor: Int) -> Action {
-        guard case .awaitingConnection = state else { return .none }
-        state = .gated(gate: reactor)
-        return .none
+    /// interceptors again. Ignored if the task ended meanwhile.
+    mutating func admissionGated(reactor: Int) {
+        switch state {
+        case .awaitingConnection:
+            task = task.startingOver(attempt: attempt, request: base, body: body)
+            state = .gated(gate: reactor)
+        case .completed:
+            return
+        default:
+            preconditionFailure("admission gated a task that was not waiting for it")
+        }
     }
 
-    /// The request could not be sent (an invalid header, a body that cannot be replayed, the
-    /// session invalidated).
-    mutating func failSending(_ error: any Error) -> Action {
-        guard case .sending = state else { return .none }
-        state = .completed
-        return .fail(error)
-    }
+    // MARK: Events: the transfer
 
     /// The response head arrived. `reactor` is the first reactor that wants it, if any;
     /// `challenge` says it is a 401 whose authentication challenge the caller's side answers.
     /// An interim (1xx) head leaves the task `sending`: only the final head counts.
-    mutating func transportReceived(response: URLResponse, reactor: Int?, challenge: Bool = false) -> Action {
-        guard case .sending = state else { return .none }
+    /// Ignored after the task ended (the transfer still runs until it is stopped) and while a
+    /// followed redirect drops the rest of its transfer.
+    mutating func transportReceived(response: URLResponse, reactor: Int?, challenge: Bool = false) -> HeadAction {
+        switch state {
+        case .sending:
+            break
+        case .completed, .redirecting:
+            return .none
+        case .receiving, .collecting, .challenged, .rejecting:
+            assertionFailure("a second final response head")
+            return .none
+        default:
+            preconditionFailure("a response head for a task with no transfer")
+        }
         if Self.isInterim(response) { return .none }
         if let reactor, let http = response as? HTTPURLResponse {
             // Kept whole when it may reach the caller: never a truncated body without an error.
@@ -318,13 +382,15 @@ struct TaskStateMachine {
             return .none
         }
         state = .receiving
-        return .forwardResponse(response)
+        return .forward(response)
     }
 
-    mutating func transportReceived(data: Data) -> Action {
+    /// A chunk of the body arrived. Ignored after the task ended and while a followed redirect
+    /// drops the rest of its transfer.
+    mutating func transportReceived(data: Data) -> DataAction {
         switch state {
         case .receiving:
-            return .forwardData(data)
+            return .forward(data)
         case .collecting(let reactor, let response, var body, let whole):
             state = .completed  // keep `body` uniquely referenced while appending
             if whole {
@@ -333,196 +399,247 @@ struct TaskStateMachine {
                 body.append(data.prefix(Self.reactionBodyLimit - body.count))
             }
             state = .collecting(reactor: reactor, response: response, body: body, whole: whole)
-            return .none
         case .challenged(let response, var body):
             state = .completed  // keep `body` uniquely referenced while appending
             body.append(data)
             state = .challenged(response: response, body: body)
-            return .none
         case .rejecting(let response, let reason, var body):
             guard body.count < ResponseValidation.bodyPrefixLimit else { return .none }
             state = .completed  // keep `body` uniquely referenced while appending
             body.append(data.prefix(ResponseValidation.bodyPrefixLimit - body.count))
             state = .rejecting(response: response, reason: reason, body: body)
-            return .none
+        case .completed, .redirecting:
+            break
+        case .sending:
+            assertionFailure("body bytes before the response head")
         default:
-            return .none
+            preconditionFailure("body bytes for a task with no transfer")
         }
+        return .none
     }
 
     /// The transfer met a redirect. Past the limit the task will fail (`tooMany`) when the
-    /// transfer ends; otherwise the caller's delegate is asked (``redirectAnswered(_:refused:)``).
-    mutating func redirectReceived(tooMany: @autoclosure () -> any Error) -> Action {
-        guard case .sending = state else { return .none }
+    /// transfer ends; otherwise the caller's side is asked (``redirectAnswered(_:refused:)``).
+    /// Declined after the task ended.
+    mutating func redirectReceived(tooMany: @autoclosure () -> any Error) -> RedirectAction {
+        switch state {
+        case .sending:
+            break
+        case .completed:
+            return .decline
+        default:
+            assertionFailure("a redirect after the response head")
+            return .decline
+        }
         redirects += 1
         if redirects > Self.maximumRedirects {
             state = .redirecting(to: nil, failure: tooMany())
-            return .none
+            return .decline
         }
-        return .consultRedirect
+        return .consult(current: base)
     }
 
     /// The caller's side answered a redirect: follow it with `request` (through the pipeline,
     /// once the transfer has ended) or, with `nil`, deliver the redirect response itself.
     /// `refused` is the error for a request the pipeline will not send (a scheme other than http
     /// or https): the task fails with it when the transfer ends.
-    mutating func redirectAnswered(_ request: URLRequest?, refused: (any Error)? = nil) -> Action {
-        guard case .sending = state, let request else { return .none }
+    /// Ignored once the transfer has ended (its timeout may fire while the caller decides) or
+    /// the task ended.
+    mutating func redirectAnswered(_ request: URLRequest?, refused: (any Error)? = nil) {
+        guard case .sending = state, let request else { return }
         state = refused.map { .redirecting(to: nil, failure: $0) } ?? .redirecting(to: request, failure: nil)
-        return .none
     }
 
-    /// The caller's side answered an authentication challenge.
-    mutating func challengeAnswered(_ answer: ChallengeAnswer) -> Action {
-        guard case .consultingChallenge(_, let body) = state else { return .none }
-        switch answer {
-        case .resend(let request):
-            attempt += 1
-            state = .gated(gate: nil)
-            return .restart(from: request)
-        case .deliver(let response):
-            state = .completed
-            return judged(response, body)
-        case .fail(let error):
-            state = .completed
-            return .fail(error)
-        }
-    }
-
-    /// The transport finished. `reactor` is the first reactor that wants a transport error.
-    mutating func transportCompleted(error: (any Error)?, reactor: Int?) -> Action {
+    /// The transfer finished. `reactor` is the first reactor that wants a transport error;
+    /// `now` starts the wait for a reaction or a restart.
+    /// For a task that ended before its transfer did, only the slot goes back.
+    mutating func transportCompleted(error: (any Error)?, reactor: Int?, now: DispatchTime = .now()) -> TransferEndAction {
+        transfer = nil
         switch state {
         case .sending:
             if let error, let reactor {
-                return beginReaction(reactor: reactor, outcome: .failure(error), body: Data())
+                return beginReaction(reactor: reactor, outcome: .failure(error), body: Data(), now: now)
             }
             state = .completed
-            if let error { return .fail(error) }
-            return .finish
+            return .complete(error.map(failing) ?? .finish)
         case .receiving:
             state = .completed
-            if let error { return .fail(error) }
-            return .finish
+            return .complete(error.map(failing) ?? .finish)
         case .collecting(let reactor, let response, let body, _):
             if let error {
                 // The body of the response to react to was cut: react to the failure.
-                return beginReaction(reactor: reactor, outcome: .failure(error), body: Data())
+                return beginReaction(reactor: reactor, outcome: .failure(error), body: Data(), now: now)
             }
-            return beginReaction(reactor: reactor, outcome: .response(response), body: body)
+            return beginReaction(reactor: reactor, outcome: .response(response), body: body, now: now)
         case .redirecting(let request?, _):
             // Whatever became of the rest of the redirect response, the redirect is followed.
-            attempt += 1
-            state = .gated(gate: nil)
-            return .restart(from: request)
+            restart(from: request, now: now)
+            return .restart
         case .redirecting(nil, let failure):
             state = .completed
-            return .fail(failure ?? URLError(.httpTooManyRedirects))
+            return .complete(failing(failure ?? URLError(.httpTooManyRedirects)))
         case .challenged(let response, let body):
             if let error {
                 state = .completed
-                return .fail(error)
+                return .complete(failing(error))
             }
             state = .consultingChallenge(response: response, body: body)
-            return .consultChallenge(response)
+            return .consultChallenge(response: response, previousFailures: challengeFailures, request: base)
         case .rejecting(let response, let reason, let body):
             // Whatever became of the rest of the body, the answer was not acceptable.
             state = .completed
-            return .fail(URLTaskError.responseRejected(response, body: body, reason: reason))
-        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge, .completed:
+            return .complete(failing(URLTaskError.responseRejected(response, body: body, reason: reason)))
+        case .completed:
             return .none
+        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:
+            preconditionFailure("a transfer ended for a task that had none")
         }
     }
 
-    mutating func reactionFinished(reactor: Int, result: ReactionResult) -> Action {
-        guard case .reacting(let current, let outcome, let body) = state, current == reactor else { return .none }
-        switch result {
-        case .requeue(let reintercept):
-            attempt += 1
-            requeuedBy[reactor] = true
-            if reintercept {
-                state = .gated(gate: nil)
-                return .checkGates
+    // MARK: Events: reactions and challenges
+
+    /// Reactor `reactor` decided about the task (its shared run ended, or it decided at once).
+    /// Ignored if the task ended while it waited (a cancel, a timeout, an abort). A requeue
+    /// returns `.checkGates` or `.acquireConnection`.
+    mutating func reactionFinished(reactor: Int, result: ReactionResult) -> ProceedAction {
+        switch state {
+        case .reacting(let current, let outcome, let received):
+            precondition(current == reactor, "a reaction ended for a reactor the task does not wait on")
+            work = nil
+            switch result {
+            case .requeue(let reintercept):
+                attempt += 1
+                requeuedBy[reactor] = true
+                if reintercept {
+                    task = task.startingOver(attempt: attempt, request: base, body: body)
+                    state = .gated(gate: nil)
+                    return .checkGates
+                }
+                needsRestamp = true
+                state = .awaitingConnection
+                return .acquireConnection(request: task.request, restamp: true)
+            case .deliver:
+                switch outcome {
+                case .response(let response): return complete(judged(response, received))
+                case .failure(let error): return complete(failing(error))
+                }
+            case .fail(let error):
+                return complete(failing(error))
             }
-            needsRestamp = true
-            state = .awaitingConnection
-            return .acquireConnection
-        case .deliver:
-            state = .completed
-            switch outcome {
-            case .response(let response): return judged(response, body)
-            case .failure(let error): return .fail(error)
-            }
-        case .fail(let error):
-            state = .completed
-            return .fail(error)
+        case .completed:
+            return .none
+        default:
+            preconditionFailure("a reaction ended for a task that was not waiting for one")
         }
     }
+
+    /// The caller's side answered an authentication challenge; `now` starts the wait of a resend.
+    /// Ignored if the task ended while the caller's side decided.
+    mutating func challengeAnswered(_ answer: ChallengeAnswer, now: DispatchTime = .now()) -> ProceedAction {
+        switch state {
+        case .consultingChallenge(_, let body):
+            switch answer {
+            case .resend(let request):
+                challengeFailures += 1
+                restart(from: request, now: now)
+                return .checkGates
+            case .deliver(let response):
+                return complete(judged(response, body))
+            case .fail(let error):
+                return complete(.fail(error))
+            }
+        case .completed:
+            return .none
+        default:
+            preconditionFailure("a challenge answered for a task that asked none")
+        }
+    }
+
+    // MARK: Events: the end, decided from outside
 
     /// The caller cancelled (`stopLoading`). The session reports the error itself.
-    mutating func cancel() -> Action {
+    mutating func cancel() -> CancelAction {
         let previous = state
+        state = .completed
         switch previous {
         case .completed:
             return .none
-        case .created, .intercepting, .gated(gate: nil):
-            state = .completed
-            return .abandon
-        case .gated(let gate?):
-            state = .completed
-            return .leaveReactor(reactor: gate)
-        case .held(let index):
-            state = .completed
+        case .created, .gated, .intercepting, .consultingChallenge, .reacting:
+            return .abandon(work)
+        case .held(let index, _):
             return .leaveBatch(index: index)
         case .awaitingConnection:
-            state = .completed
-            return .leaveConnectionQueue
+            return .leaveSlotQueue
         case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
-            state = .completed
-            return .cancelTransport
-        case .consultingChallenge:
-            state = .completed
-            return .abandon
-        case .reacting(let reactor, _, _):
-            state = .completed
-            return .leaveReactor(reactor: reactor)
+            return .stopTransfer(transfer)
         }
     }
 
-    /// The manager fails the task before it was sent (hold timeout, invalidation, a failed
-    /// run it was gated on); a task already on the network finishes on its own.
-    mutating func fail(_ error: any Error) -> Action {
+    /// The manager fails the task before it was sent (invalidation, a failed run it was gated
+    /// on, a slot wait past the request's timeout). Ignored for a task that ended or went on
+    /// to the network meanwhile: it finishes on its own.
+    mutating func fail(_ error: any Error) -> FailAction {
         switch state {
         case .created, .gated, .intercepting, .held, .awaitingConnection:
-            state = .completed
-            return .fail(error)
+            return failEnding(error)
         case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
             return .none
         }
     }
 
-    /// A whole answer about to reach the caller (a reactor or the caller's side delivers it),
-    /// as the caller accepts it (``ResponseValidation``): given, or failed.
-    private func judged(_ response: URLResponse, _ body: Data) -> Action {
-        if let http = response as? HTTPURLResponse, let reason = validation?.rejection(of: http) {
-            return .fail(URLTaskError.responseRejected(http, body: body, reason: reason))
-        }
-        return .respond(response, body)
+    /// The hold timer of generation `generation` in interceptor `index`'s batch fired: a task
+    /// still held there fails with `error`. Ignored if it was released meanwhile.
+    mutating func holdExpired(index: Int, generation: Int, error: any Error) -> FailAction {
+        guard case .held(let current, let held) = state, current == index, held == generation else { return .none }
+        return failEnding(error)
     }
 
     /// The manager ends the task whatever it is doing (``URLTaskManager/failTasks(with:where:)``,
     /// a sign-out): one not sent yet fails as with ``fail(_:)``, one on the network has its
     /// transfer stopped, one waiting for a reactor or the caller's side fails at once.
-    mutating func abort(_ error: any Error) -> Action {
+    mutating func abort(_ error: any Error) -> FailAction {
+        if case .completed = state { return .none }
+        return failEnding(error)
+    }
+
+    /// The task starts to wait inside the pipeline (a gate, an interceptor that suspends, a
+    /// batch, the slot queue, a reaction). The first wait of a stretch sets one timer for the
+    /// request's `timeoutInterval` from the stretch's start: every wait of the stretch counts,
+    /// as a plain session counts every second without progress.
+    mutating func waitBegins() -> WaitTimer? {
+        guard !waiting.armed, !isCompleted else { return nil }
+        waiting.armed = true
+        let interval = task.request.timeoutInterval
+        guard interval > 0, interval.isFinite else { return nil }
+        return WaitTimer(generation: waiting.generation, deadline: waiting.started + interval)
+    }
+
+    /// The request's timeout passed while the task still waited in stretch `generation` (at a
+    /// gate, in an interceptor, a batch, the slot queue, or for a reactor's work): it fails with
+    /// `error` (`URLError.timedOut`), as a plain session's request that went that long without
+    /// progress does. Ignored for a task sent meanwhile, one that began another stretch, and
+    /// one whose challenge the caller's side is deciding (not a wait on the pipeline).
+    mutating func waitExpired(generation: Int, error: any Error) -> FailAction {
+        guard waiting.generation == generation else { return .none }
         switch state {
-        case .completed:
+        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting:
+            return failEnding(error)
+        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
             return .none
-        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:
-            state = .completed
-            return .fail(error)
-        case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
-            state = .completed
-            return .abortTransfer(error)
         }
+    }
+
+    // MARK: Helpers
+
+    /// What the caller gets when `interceptor` fails its task with `error`: a `URLError` as
+    /// itself (an offline check's `.notConnectedToInternet` must reach `catch let error as
+    /// URLError` as a plain session's would), naming the interceptor in its user info
+    /// (``URLTaskError/componentUserInfoKey``); anything else wrapped in a ``URLTaskError``.
+    static func interceptorFailure(_ error: any Error, by interceptor: URLTaskError.Component) -> any Error {
+        guard let urlError = error as? URLError else { return URLTaskError.interceptorFailed(interceptor, underlying: error) }
+        var info = urlError.userInfo
+        info[URLTaskError.componentUserInfoKey] = interceptor.name
+        return URLError(urlError.code, userInfo: info)
     }
 
     /// Whether `response` is an interim head (`100 Continue`, `103 Early Hints`): the inner
@@ -533,39 +650,99 @@ struct TaskStateMachine {
         return (100..<200).contains(status) && status != 101
     }
 
-    /// The task waited inside the pipeline (at a gate, in an interceptor, a batch, the slot
-    /// queue, or for a reactor's work) for as long as its request's `timeoutInterval` allows
-    /// without being sent: it fails with `error` (`URLError.timedOut`), as a plain session's
-    /// request that went that long without progress does. A task on the network, or one whose
-    /// challenge the caller's side is deciding, is not waiting on the pipeline.
-    mutating func waitTimedOut(_ error: any Error) -> Action {
+    /// Whether interceptor `index`'s answer is expected now; `false` if the task ended meanwhile.
+    private func expectInterceptor(_ index: Int) -> Bool {
         switch state {
-        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting:
-            state = .completed
-            return .fail(error)
-        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
-            return .none
+        case .intercepting(let current):
+            precondition(current == index, "interceptor \(index) answered while \(current) runs")
+            return true
+        case .completed:
+            return false
+        default:
+            preconditionFailure("an interceptor answered for a task it was not running on")
         }
     }
 
-    private mutating func beginReaction(reactor: Int, outcome: URLTaskOutcome, body: Data) -> Action {
+    /// The manager's own errors name the request they happened to (without its query).
+    private func failing(_ error: any Error) -> Completion {
+        .fail(annotated(error))
+    }
+
+    private func annotated(_ error: any Error) -> any Error {
+        (error as? URLTaskError)?.about(task.request, attempt: task.attempt) ?? error
+    }
+
+    private mutating func complete(_ completion: Completion) -> ProceedAction {
+        state = .completed
+        if case .fail(let error) = completion { return .complete(failing(error)) }
+        return .complete(completion)
+    }
+
+    /// Ends the task with `error` from wherever it is: what it must leave or stop.
+    private mutating func failEnding(_ error: any Error) -> FailAction {
+        var held: Int?
+        if case .held(let index, _) = state { held = index }
+        let running = work
+        let onNetwork = transfer
+        state = .completed
+        return .fail(annotated(error), heldIn: held, work: running, transfer: onNetwork)
+    }
+
+    /// A whole answer about to reach the caller (a reactor or the caller's side delivers it),
+    /// as the caller accepts it (``ResponseValidation``): given, or failed.
+    private func judged(_ response: URLResponse, _ body: Data) -> Completion {
+        if let http = response as? HTTPURLResponse, let reason = validation?.rejection(of: http) {
+            return .fail(URLTaskError.responseRejected(http, body: body, reason: reason))
+        }
+        return .respond(response, body)
+    }
+
+    /// Starts the task again from `request` (a followed redirect, a challenge answered with a
+    /// credential): a body on the request replaces the one held; a request with the same method
+    /// (a 307, a challenge answered) sends the held body again; a new method, none.
+    private mutating func restart(from request: URLRequest, now: DispatchTime) {
+        let carried = URLTaskBody(request: request)
+        if !carried.isNone {
+            body = carried
+            bodySent = false
+        } else if request.httpMethod != base.httpMethod {
+            body = .none
+            bodySent = false
+        }
+        base = request
+        base.httpBody = nil
+        base.httpBodyStream = nil
+        attempt += 1
+        beginStretch(now)
+        task = task.startingOver(attempt: attempt, request: base, body: body)
+        state = .gated(gate: nil)
+    }
+
+    /// A new stretch of waits starts now; a timer set for the previous one no longer fires.
+    private mutating func beginStretch(_ now: DispatchTime) {
+        waiting = WaitPhase(generation: waiting.generation + 1, started: now)
+    }
+
+    private mutating func beginReaction(reactor: Int, outcome: URLTaskOutcome, body: Data, now: DispatchTime) -> TransferEndAction {
         reactions[reactor] += 1
         if reactions[reactor] > reactors[reactor].maximumReactions {
             state = .completed
-            return .fail(URLTaskError.tooManyAttempts(reactors[reactor].component, attempts: attempt))
+            return .complete(failing(URLTaskError.tooManyAttempts(reactors[reactor].component, attempts: attempt)))
         }
+        // The transfer has ended: waiting for the reaction starts a new stretch without progress.
+        beginStretch(now)
         state = .reacting(reactor: reactor, outcome: outcome, body: body)
-        return .react(reactor: reactor, outcome: outcome, body: body)
+        return .react(reactor: reactor, outcome: outcome, body: body, task: task, requeued: requeuedBy[reactor])
     }
 
-    private mutating func advance(to index: Int) -> Action {
+    private mutating func advance(to index: Int) -> ProceedAction {
         var index = index
         while skippedInterceptors.contains(index) { index += 1 }
         if index < interceptorCount {
             state = .intercepting(index: index)
-            return .runInterceptor(index: index)
+            return .runInterceptor(index: index, task: task)
         }
         state = .awaitingConnection
-        return .acquireConnection
+        return .acquireConnection(request: task.request, restamp: needsRestamp)
     }
 }

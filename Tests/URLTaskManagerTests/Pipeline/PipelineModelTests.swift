@@ -5,15 +5,18 @@ import FoundationNetworking
 import XCTest
 @testable import URLTaskManager
 
-/// Drives the real machines of one manager, ``AdmissionStateMachine`` (reactor runs, gates,
-/// credential stamps, per-host slots) and one ``TaskStateMachine`` per task, through random
-/// interleavings, performing each action the way `TaskRun` and `AdmissionStorage` do.
+/// Drives the real storages of one pipeline through random interleavings: ``TaskStorage`` with
+/// its ``TaskStateMachine`` for each task, ``AdmissionStorage`` (reactor runs, gates, credential
+/// stamps, per-host slots) and one ``BatchStorage`` per interceptor. Only the I/O is simulated
+/// (``SimulatedPipeline``): the interceptors' and reactors' code, the transport, the caller's
+/// delegate, threads and timers.
 ///
-/// Each lock-protected step is one schedulable item; the steps one thread performs in a row
-/// stay in order (an item may carry its thread's next steps), while steps of different
-/// threads interleave in any order. Several reactors, exemptions, resources that refuse every
-/// token, runs that fail, cancels and slot timeouts are all drawn from the seed, which every
-/// failure prints.
+/// Every hop to another thread, every transport callback, every interceptor's or reactor's
+/// answer and every timer is one schedulable item; the seed draws which runs next. A timer fires
+/// early at random, or when nothing else can happen (time passes). Redirects, authentication
+/// challenges, holds, releases and flushes, several reactors with exemptions, resources that
+/// refuse every token, runs that fail, cancels, aborts and wait timeouts are all drawn from the
+/// seed, which every failure prints (a crash prints it too, see ``CrashReport``).
 final class PipelineModelTests: XCTestCase {
     struct Boom: Error {}
 
@@ -23,6 +26,9 @@ final class PipelineModelTests: XCTestCase {
         var reintercept = true
         var maximumReactions = 2
         var loopGuard: URLTaskReactorConfiguration.LoopGuard?
+        var sharing: URLTaskReactorConfiguration.Sharing = .singleFlight
+        /// Whether it also takes transport errors (a retry).
+        var takesTransportErrors = false
     }
 
     struct Scenario {
@@ -37,358 +43,529 @@ final class PipelineModelTests: XCTestCase {
         var persistentTenths = 2
         /// Chance (in 10) that a run fails.
         var failureTenths = 4
+        /// Whether the first interceptor batches (holds, releases; flushes happen).
+        var batching = false
+        /// Whether transfers meet redirects.
+        var redirects = false
+        /// Whether the caller's side answers authentication challenges.
+        var challenges = false
+        /// Whether the caller accepts only 2xx answers (``ResponseValidation``).
+        var validation = false
     }
 
-    enum Response: CustomStringConvertible {
-        case ok, unauthorized, transportError
-        var description: String { self == .ok ? "200" : self == .unauthorized ? "401" : "error" }
+    // MARK: The simulated world
+
+    /// One schedulable step.
+    struct Item {
+        var label: String
+        var work: () -> Void
     }
 
-    /// One step; `then` are the steps the same thread performs next, in order.
-    indirect enum Item: CustomStringConvertible {
-        case start(Int)
-        case cancel(Int)
-        /// The manager ends the task wherever it is (a sign-out: `failTasks`).
-        case abort(Int)
-        /// The task waited inside the pipeline past its request's timeout.
-        case waitTimedOut(Int)
-        case decide(Int)
-        case waitAtGate(Int, reactor: Int)
-        case openGate(Int)
-        case interceptorReturns(Int, index: Int)
-        case admit(Int)
-        case admitted(Int, AdmissionStateMachine.SendAction)
-        case admissionGated(Int, reactor: Int)
-        case transfer(Int)
-        case head(Int, Response)
-        case complete(Int, Response)
-        case transferEnded(Int)
-        case need(Int, reactor: Int)
-        case runEnds(reactor: Int, run: Int)
-        case reactionFinished(Int, reactor: Int, ReactorStorage.Outcome)
-        case failUnsent(Int)
-        case slotTimeout(Int, generation: Int)
-        case finished(Int)
-        case then(Item, [Item])
-
-        var description: String {
-            switch self {
-            case .start(let t): "start(\(t))"
-            case .cancel(let t): "cancel(\(t))"
-            case .abort(let t): "abort(\(t))"
-            case .waitTimedOut(let t): "waitTimedOut(\(t))"
-            case .decide(let t): "decide(\(t))"
-            case .waitAtGate(let t, let r): "waitAtGate(\(t), r\(r))"
-            case .openGate(let t): "openGate(\(t))"
-            case .interceptorReturns(let t, let i): "interceptorReturns(\(t), \(i))"
-            case .admit(let t): "admit(\(t))"
-            case .admitted(let t, let a): "admitted(\(t), \(a))"
-            case .admissionGated(let t, let r): "admissionGated(\(t), r\(r))"
-            case .transfer(let t): "transfer(\(t))"
-            case .head(let t, let r): "head(\(t), \(r))"
-            case .complete(let t, let r): "complete(\(t), \(r))"
-            case .transferEnded(let t): "transferEnded(\(t))"
-            case .need(let t, let r): "need(\(t), r\(r))"
-            case .runEnds(let r, let run): "runEnds(r\(r), run \(run))"
-            case .reactionFinished(let t, let r, let o): "reactionFinished(\(t), r\(r), \(o))"
-            case .failUnsent(let t): "failUnsent(\(t))"
-            case .slotTimeout(let t, let g): "slotTimeout(\(t), \(g))"
-            case .finished(let t): "finished(\(t))"
-            case .then(let first, let rest): ([first] + rest).map(\.description).joined(separator: " ; ")
-            }
-        }
-    }
-
-    struct Model {
-        let scenario: Scenario
-        var rng: SplitMix64
-        var machines: [TaskStateMachine]
-        var admission: AdmissionStateMachine
-        var exempt: [[Bool]]
-        var persistent: [Bool]
-        var completions: [Int]
-        /// Covered tasks admitted with a slot and not yet given it back.
-        var holding: Set<Int> = []
-        var runsStartedBy: [[Int]]
-        var pending: [Item] = []
-        var clock = ContinuousClock.now
-        var trace: [String] = []
+    /// What one task's caller saw.
+    struct CallerView {
+        var responses = 0
+        var chunks = 0
+        var terminals = 0
+        var cancelled = false
+        var ended = 0
+        var challengesAnswered = 0
         var violations: [String] = []
+    }
+
+    /// The I/O around the real storages, and the scheduler of the model. The model runs every
+    /// item on the test's thread; the lock keeps the state it shares with the storages' calls
+    /// consistent all the same (and is never held while a storage runs).
+    final class SimulatedPipeline: TaskEnvironment, PipelineRuntime, @unchecked Sendable {  // mutable state is guarded by `lock`.
+        let scenario: Scenario
+        private let lock = NSLock()
+        private var rng: SplitMix64
+        private var pending: [Item] = []
+        private var timers: [Item] = []
+        private var trace: [String] = []
+        private var callers: [CallerView]
+        private var persistent: [Bool]
+        /// Per task and reactor: runs of single-flight reactors it started.
+        private var runsStarted: [[Int]]
+        private var violations: [String] = []
+
+        let interceptorComponents: [URLTaskError.Component]
+        let interceptorTypeNames: [String]
+        let reactors: [ReactorStorage]
+        let options: URLTaskManager.Options
+        let additionalHeaders = SimulatedPipeline.noHeaders
+        let events = EventHub<URLTaskEvent>()
+        var admission: AdmissionStorage { admissionStorage! }
+        var batches: [BatchStorage] { batchStorages }
+        let credentialStorage: URLCredentialStorage? = nil
+        let abandonsTransfers = false
+        var runtime: any PipelineRuntime { self }
+        private var admissionStorage: AdmissionStorage?
+        private var batchStorages: [BatchStorage] = []
+
+        static let noHeaders = AdditionalHeaders.split(URLSessionConfiguration.ephemeral).0
 
         init(scenario: Scenario, seed: UInt64) {
             self.scenario = scenario
-            rng = SplitMix64(state: seed)
-            let traits = scenario.reactors.enumerated().map { index, spec in
-                TaskStateMachine.ReactorTraits(
-                    component: .reactorNamed("R\(index)"), maximumReactions: spec.maximumReactions, delivers: !spec.requeue)
-            }
-            machines = (0..<scenario.tasks).map { _ in TaskStateMachine(interceptorCount: scenario.interceptors, reactors: traits) }
-            admission = AdmissionStateMachine(
-                reactors: scenario.reactors.map { ($0.loopGuard, $0.holdsNewTasks) },
-                slotsPerHost: scenario.connectionLimit
-            )
-            exempt = []
-            persistent = []
-            completions = Array(repeating: 0, count: scenario.tasks)
-            runsStartedBy = Array(repeating: Array(repeating: 0, count: scenario.reactors.count), count: scenario.tasks)
-            for task in 0..<scenario.tasks {
-                exempt.append(scenario.reactors.indices.map { _ in Int.random(in: 0..<10, using: &rng) < scenario.exemptTenths })
+            var rng = SplitMix64(state: seed)
+            interceptorComponents = (0..<scenario.interceptors).map { .init(kind: .interceptor, index: $0, name: "I\($0)") }
+            interceptorTypeNames = interceptorComponents.map(\.name)
+            options = URLTaskManager.Options(responseValidation: scenario.validation ? .successfulStatusCodes : nil)
+            callers = Array(repeating: CallerView(), count: scenario.tasks)
+            runsStarted = Array(repeating: Array(repeating: 0, count: scenario.reactors.count), count: scenario.tasks)
+            var exemptions: [[Bool]] = []
+            var persistent: [Bool] = []
+            for _ in 0..<scenario.tasks {
+                var row: [Bool] = []
+                for _ in scenario.reactors.indices { row.append(Int.random(in: 0..<10, using: &rng) < scenario.exemptTenths) }
+                exemptions.append(row)
                 persistent.append(Int.random(in: 0..<10, using: &rng) < scenario.persistentTenths)
-                admission.register(Self.id(task), exemptedBy: exempt[task])
-                pending.append(.start(task))
-                if Int.random(in: 0..<10, using: &rng) < 2 { pending.append(.cancel(task)) }
-                if Int.random(in: 0..<20, using: &rng) == 0 { pending.append(.abort(task)) }
-                if Int.random(in: 0..<20, using: &rng) == 0 { pending.append(.waitTimedOut(task)) }
             }
+            self.rng = rng
+            self.persistent = persistent
+            reactors = scenario.reactors.enumerated().map { index, spec in
+                ReactorStorage(
+                    reactor: ModelReactor(index: index, spec: spec, exempt: exemptions.map { $0[index] }),
+                    component: .init(kind: .reactor, index: index, name: "R\(index)"))
+            }
+            admissionStorage = AdmissionStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
+            batchStorages = (0..<scenario.interceptors).map { BatchStorage(interceptorIndex: $0, runtime: self) }
         }
 
-        static func id(_ task: Int) -> URLTask.ID { URLTask.ID(rawValue: UInt64(task)) }
+        // MARK: Scheduling
 
-        mutating func violate(_ message: String) { violations.append(message) }
+        func schedule(_ label: String, _ work: @escaping () -> Void) {
+            lock.withLock { pending.append(Item(label: label, work: work)) }
+        }
 
-        /// Runs until nothing is pending; returns false if a step limit was hit.
-        mutating func run(stepLimit: Int = 20_000) -> Bool {
+        func draw(_ range: Range<Int>) -> Int {
+            lock.withLock { Int.random(in: range, using: &rng) }
+        }
+
+        /// Runs until nothing is pending and no timer is left; false if the step limit was hit.
+        func run(stepLimit: Int = 50_000) -> Bool {
             var steps = 0
-            while !pending.isEmpty, violations.isEmpty {
+            while true {
+                let next: Item? = lock.withLock {
+                    guard violations.isEmpty else { return nil }
+                    if !timers.isEmpty, pending.isEmpty || Int.random(in: 0..<40, using: &rng) == 0 {
+                        return timers.remove(at: Int.random(in: 0..<timers.count, using: &rng))
+                    }
+                    guard !pending.isEmpty else { return nil }
+                    return pending.remove(at: Int.random(in: 0..<pending.count, using: &rng))
+                }
+                guard let next else { return true }
                 steps += 1
                 if steps > stepLimit { return false }
-                let item = pending.remove(at: Int.random(in: 0..<pending.count, using: &rng))
-                switch item {
-                case .then(let first, let rest):
-                    trace.append(first.description)
-                    step(first)
-                    if let next = rest.first { pending.append(rest.count == 1 ? next : .then(next, Array(rest.dropFirst()))) }
-                default:
-                    trace.append(item.description)
-                    step(item)
-                }
-                clock = clock.advanced(by: .milliseconds(1))
+                lock.withLock { trace.append(next.label) }
+                next.work()
             }
             return true
         }
 
-        /// The checks that hold once nothing can happen any more.
-        mutating func checkQuiescence() {
-            for task in 0..<scenario.tasks where completions[task] != 1 {
-                violate("task \(task) completed \(completions[task]) times; nothing is left that could complete it")
-            }
-            if admission.reactors.contains(where: \.isRunning) { violate("a run is still going at the end") }
-            if admission.busyHosts != 0 || !holding.isEmpty { violate("a connection slot was never given back") }
-            if admission.taskCount != 0 { violate("admission still knows \(admission.taskCount) tasks") }
+        // MARK: PipelineRuntime
+
+        var now: DispatchTime { .now() }
+
+        func async(_ work: @escaping @Sendable () -> Void) {
+            schedule("hop", work)
         }
 
-        /// Checks a decision to let task `t` go, made under admission's lock.
-        mutating func checkAdmitted(_ t: Int) {
-            for reactor in scenario.reactors.indices where admission.covers(Self.id(t), reactor: reactor) {
-                let stamp = admission.stamp(of: Self.id(t), reactor: reactor)?.version ?? -1
-                if stamp < admission.reactors[reactor].version {
-                    violate("task \(t) let go with headers from before run version \(admission.reactors[reactor].version) of r\(reactor)")
-                }
-            }
-            if scenario.reactors.indices.contains(where: { admission.covers(Self.id(t), reactor: $0) }),
-                let limit = scenario.connectionLimit
-            {
-                holding.insert(t)
-                if holding.count > limit { violate("\(holding.count) requests in flight, limit \(limit)") }
-            }
+        func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) {
+            lock.withLock { timers.append(Item(label: "timer", work: work)) }
         }
 
-        mutating func checkJudgedOnlyByCovering(_ t: Int, reactor: Int, _ what: String) {
-            if exempt[t][reactor] { violate("task \(t) \(what) by r\(reactor), which exempts it") }
+        func react(
+            _ reactor: ReactorStorage, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
+            finished: @escaping @Sendable (ReactorStorage.Outcome) -> Void
+        ) -> Task<Void, Never>? {
+            let t = Int(task.id.rawValue)
+            if reactor.configuration.sharing == .singleFlight {
+                let runs: Int = lock.withLock {
+                    runsStarted[t][reactor.index] += 1
+                    return runsStarted[t][reactor.index]
+                }
+                if runs > 1 { violate("task \(t) started \(runs) runs of R\(reactor.index)") }
+            }
+            schedule("R\(reactor.index) work ends (task \(t))") { [self] in
+                let succeeded = draw(0..<10) >= scenario.failureTenths
+                finished(succeeded ? .succeeded : .failed(URLTaskError.reactorFailed(reactor.component, underlying: Boom())))
+            }
+            return nil
         }
 
-        mutating func step(_ item: Item) {
-            let id = Self.id
-            switch item {
-            case .start(let t):
-                perform(t, machines[t].start())
-            case .cancel(let t):
-                perform(t, machines[t].cancel())
-            case .abort(let t):
-                perform(t, machines[t].abort(Boom()))
-            case .waitTimedOut(let t):
-                perform(t, machines[t].waitTimedOut(Boom()))
-            case .decide(let t):
-                switch admission.headersWillBeDecided(id(t)) {
-                case .waitAtGate(let reactor):
-                    checkJudgedOnlyByCovering(t, reactor: reactor, "gated")
-                    pending.append(.waitAtGate(t, reactor: reactor))
-                case .proceed:
-                    pending.append(.openGate(t))
-                }
-            case .waitAtGate(let t, let reactor):
-                perform(t, machines[t].waitingAtGate(reactor: reactor))
-            case .openGate(let t):
-                perform(t, machines[t].gateOpened())
-            case .interceptorReturns(let t, let index):
-                perform(t, machines[t].interceptorReturned(index: index, command: .execute, interceptor: .named("I")))
-            case .admit(let t):
-                let action = admission.wantsToSend(id(t), host: "h", restamp: machines[t].needsRestamp)
-                if action == .send { checkAdmitted(t) }
-                pending.append(.admitted(t, action))
-            case .admitted(let t, let decision):
-                switch decision {
-                case .send:
-                    if case .send = machines[t].connectionGranted() {
-                        pending.append(.transfer(t))
-                    } else {
-                        pending.append(.transferEnded(t))
-                    }
-                case .waitForSlot(let generation):
-                    if Int.random(in: 0..<10, using: &rng) < 2 { pending.append(.slotTimeout(t, generation: generation)) }
-                case .waitAtGate(let reactor):
-                    checkJudgedOnlyByCovering(t, reactor: reactor, "gated at admission")
-                    pending.append(.then(.admissionGated(t, reactor: reactor), [.decide(t)]))
-                case .reintercept:
-                    perform(t, machines[t].headersStale())
-                case .fail(let reactor):
-                    checkJudgedOnlyByCovering(t, reactor: reactor, "failed")
-                    pending.append(.failUnsent(t))
-                }
-            case .admissionGated(let t, let reactor):
-                perform(t, machines[t].admissionGated(reactor: reactor))
-            case .transfer(let t):
-                let response: Response = persistent[t] ? .unauthorized : [.ok, .unauthorized, .transportError].randomElement(using: &rng)!
-                pending.append(response == .transportError ? .complete(t, response) : .head(t, response))
-            case .head(let t, let response):
-                let status = response == .ok ? 200 : 401
-                let http = HTTPURLResponse(
-                    url: URL(string: "http://127.0.0.1/")!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: nil)!
-                // TaskRun.chooseReactor: the first reactor that does not exempt the task wants a 401.
-                let reactor = status == 401 ? scenario.reactors.indices.first { !exempt[t][$0] } : nil
-                perform(t, machines[t].transportReceived(response: http, reactor: reactor))
-                pending.append(.complete(t, response))
-            case .complete(let t, let response):
-                let action = machines[t].transportCompleted(error: response == .transportError ? URLError(.timedOut) : nil, reactor: nil)
-                // TaskRun.transportDidComplete: a reaction starts (or joins) before the slot is given back.
-                if case .react(let reactor, _, _) = action {
-                    pending.append(.need(t, reactor: reactor))
+        // MARK: TaskEnvironment
+
+        func intercept(
+            _ index: Int, _ task: URLTask, decided: @escaping @Sendable (Result<InterceptCommand, any Error>, URLTask, Int) -> Void
+        ) -> Task<Void, Never>? {
+            let t = Int(task.id.rawValue)
+            let answer = { [self] in
+                let flushes = batches[index].snapshot.flushes
+                var changed = task
+                changed.request.setValue("attempt \(task.attempt)", forHTTPHeaderField: "Authorization")
+                let roll = draw(0..<100)
+                let command: InterceptCommand
+                if scenario.batching, index == 0, roll < 30 {
+                    command = roll < 5 ? .hold(for: .seconds(1)) : .hold(for: nil)
+                } else if scenario.batching, index == 0, roll < 45 {
+                    command = .release
+                } else if roll < 47 {
+                    return decided(.failure(Boom()), changed, flushes)
+                } else if roll < 49 {
+                    command = .fail(URLError(.notConnectedToInternet))
+                } else if roll < 51 {
+                    command = .respond(Self.response(203, t), body: Data("local".utf8))
                 } else {
-                    pending.append(.transferEnded(t))
-                    perform(t, action)
+                    command = .execute
                 }
-            case .transferEnded(let t):
-                holding.remove(t)
-                handOver(admission.transferEnded(id(t)))
-            case .need(let t, let reactor):
-                // TaskRun.react: the run starts (or is joined) and the slot is handed over in one
-                // transition; an outcome decided at once is delivered after.
-                checkJudgedOnlyByCovering(t, reactor: reactor, "reacted to")
-                var immediate: ReactorStorage.Outcome?
-                let (need, handedOver) = admission.transferEndedNeedingReaction(
-                    id(t), reactor: reactor, alreadyRequeued: machines[t].wasRequeued(by: reactor), now: clock)
-                holding.remove(t)
-                handOver(handedOver)
-                switch need {
-                case .startRun(let run):
-                    runsStartedBy[t][reactor] += 1
-                    if runsStartedBy[t][reactor] > 1 { violate("task \(t) started \(runsStartedBy[t][reactor]) runs of r\(reactor)") }
-                    pending.append(.runEnds(reactor: reactor, run: run))
-                case .wait:
-                    break
-                case .requeueNow:
-                    immediate = .succeeded
-                case .failNow, .refuseLoop:
-                    immediate = .failed(Boom())
-                case .deliverNow:
-                    immediate = .declined
-                }
-                if let immediate { pending.append(.reactionFinished(t, reactor: reactor, immediate)) }
-            case .runEnds(let reactor, let run):
-                let succeeded = Int.random(in: 0..<10, using: &rng) >= scenario.failureTenths
-                guard let end = admission.runFinished(reactor: reactor, run: run, succeeded: succeeded) else {
-                    return violate("run \(run) of r\(reactor) ended but admission did not know it")
-                }
-                for waiter in end.waiters.map({ Int($0.rawValue) }) {
-                    pending.append(.reactionFinished(waiter, reactor: reactor, succeeded ? .succeeded : .failed(Boom())))
-                }
-                for gated in end.gated.map({ Int($0.rawValue) }) {
-                    pending.append(succeeded ? .decide(gated) : .failUnsent(gated))
-                }
-            case .reactionFinished(let t, let reactor, let outcome):
-                let spec = scenario.reactors[reactor]
-                let result: TaskStateMachine.ReactionResult
-                switch outcome {
-                case .succeeded: result = spec.requeue ? .requeue(reintercept: spec.reintercept) : .deliver
-                case .failed(let error): result = .fail(error)
-                case .declined: result = .deliver
-                }
-                perform(t, machines[t].reactionFinished(reactor: reactor, result: result))
-            case .failUnsent(let t):
-                perform(t, machines[t].fail(Boom()))
-            case .slotTimeout(let t, let generation):
-                if admission.slotWaitExpired(id(t), generation: generation) { pending.append(.failUnsent(t)) }
-            case .finished(let t):
-                holding.remove(t)
-                handOver(admission.finished(id(t)))
-            case .then:
-                preconditionFailure("unwrapped by run()")
+                decided(.success(command), changed, flushes)
+            }
+            // Half decide without suspending (inline, no Swift task), half in a task of their own.
+            if draw(0..<2) == 0 {
+                answer()
+                return nil
+            }
+            schedule("I\(index) decides (task \(t))", answer)
+            return Task {}
+        }
+
+        func startTransfer(
+            _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents,
+            started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
+        ) {
+            let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? -1
+            if draw(0..<50) == 0 {
+                return schedule("transfer refused (task \(t))") { started(.failure(URLTaskError.managerInvalidated)) }
+            }
+            let transfer = SimulatedTransfer(task: t, request: request, events: events, world: self)
+            transfer.script(persistent: lock.withLock { persistent[t] })
+            schedule("transfer started (task \(t))") { started(.success(transfer)) }
+            transfer.next()
+        }
+
+        func stopTransfer(_ transfer: any TransferHandle) {
+            (transfer as! SimulatedTransfer).stop()
+        }
+
+        func taskEnded(_ task: TaskStorage) {
+            lock.withLock { callers[Int(task.id.rawValue)].ended += 1 }
+            admission.finished(task)
+        }
+
+        // MARK: Checks
+
+        func violate(_ message: String) { lock.withLock { violations.append(message) } }
+
+        var firstViolation: String? { lock.withLock { violations.first } }
+
+        /// How often each kind of step ran (its label without the task), for the verbose summary.
+        func stepCounts() -> [String: Int] {
+            lock.withLock {
+                Dictionary(
+                    trace.map { $0.replacingOccurrences(of: #" ?\(?(task )?\d+\)?"#, with: "", options: .regularExpression) }.map {
+                        ($0, 1)
+                    }, uniquingKeysWith: +)
             }
         }
 
-        /// `AdmissionStorage.tell`: each task decided on another's event hears of it on its own thread.
-        mutating func handOver(_ decided: [(URLTask.ID, AdmissionStateMachine.SendAction)]) {
-            for (next, action) in decided {
-                let n = Int(next.rawValue)
-                if action == .send { checkAdmitted(n) }
-                pending.append(.admitted(n, action))
+        /// The last `count` steps run.
+        func lastSteps(_ count: Int) -> String { lock.withLock { trace.suffix(count).joined(separator: " → ") } }
+
+        func markCancelled(_ t: Int) { lock.withLock { callers[t].cancelled = true } }
+
+        /// Counts a challenge answered for task `t`: how many so far.
+        func challengeAnswered(_ t: Int) -> Int {
+            lock.withLock {
+                callers[t].challengesAnswered += 1
+                return callers[t].challengesAnswered
             }
         }
 
-        /// What `TaskRun.perform` does with each action.
-        mutating func perform(_ t: Int, _ action: TaskStateMachine.Action) {
-            switch action {
-            case .none, .forwardResponse, .forwardData:
-                break
-            case .checkGates:
-                pending.append(.decide(t))
-            case .runInterceptor(let index):
-                pending.append(.interceptorReturns(t, index: index))
-            case .acquireConnection:
-                pending.append(.admit(t))
-            case .send:
-                pending.append(.transfer(t))
-            case .react(let reactor, _, _):
-                pending.append(.need(t, reactor: reactor))
-            case .finish, .respond, .fail, .cancelTransport, .abandon, .abortTransfer, .leaveConnectionQueue, .leaveReactor:
-                completions[t] += 1
-                if completions[t] > 1 { violate("task \(t) completed twice") }
-                pending.append(.finished(t))
-            case .hold, .releaseBatch, .leaveBatch:
-                violate("task \(t): no interceptor in this model holds")
-            case .consultRedirect, .consultChallenge, .restart:
-                violate("task \(t): no redirect or challenge in this model")
+        func caller(_ t: Int, _ event: String) {
+            lock.withLock { record(t, event) }
+        }
+
+        /// Must be called with `lock` held.
+        private func record(_ t: Int, _ event: String) {
+            var view = callers[t]
+            if view.terminals > 0 { view.violations.append("\(event) after the task completed") }
+            switch event {
+            case "response":
+                if view.responses > 0 { view.violations.append("a second response") }
+                view.responses += 1
+            case "data":
+                if view.responses == 0 { view.violations.append("data before a response") }
+                view.chunks += 1
+            case "finish":
+                if view.responses == 0 { view.violations.append("finished without a response") }
+                view.terminals += 1
+            default:
+                view.terminals += 1
             }
+            callers[t] = view
+        }
+
+        /// The checks that hold once nothing can happen any more.
+        func outcomeCounts() -> [String: Int] {
+            lock.withLock {
+                var counts: [String: Int] = [:]
+                for view in callers {
+                    let outcome = view.terminals == 0 ? "cancelled" : view.responses > 0 ? "answered" : "failed"
+                    counts["outcome: \(outcome)", default: 0] += 1
+                }
+                return counts
+            }
+        }
+
+        func checkQuiescence() {
+            for (t, view) in lock.withLock({ callers }).enumerated() {
+                for violation in view.violations { violate("task \(t): \(violation)") }
+                if view.ended != 1 { violate("task \(t) ended \(view.ended) times") }
+                if view.terminals > 1 { violate("task \(t) completed \(view.terminals) times") }
+                if view.terminals == 0, !view.cancelled { violate("task \(t) never completed, and its caller did not cancel it") }
+            }
+            if admission.runsGoing != 0 { violate("a run is still going at the end") }
+            if admission.busyHosts != 0 { violate("a connection slot was never given back") }
+            if admission.waitingForSlot != 0 { violate("a task still waits for a slot") }
+            if admission.taskCount != 0 { violate("admission still knows \(admission.taskCount) tasks") }
+            for batch in batches where batch.count != 0 { violate("batch \(batch.interceptorIndex) still holds \(batch.count) tasks") }
+        }
+
+        static func response(_ status: Int, _ task: Int, headers: [String: String] = [:]) -> HTTPURLResponse {
+            HTTPURLResponse(
+                url: URL(string: "http://127.0.0.1/t\(task)")!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)!
         }
     }
 
-    /// Runs `seeds` interleavings of `scenario`; returns the first failure's description.
-    func explore(_ scenario: Scenario, seeds: Range<UInt64>) -> String? {
-        for seed in seeds {
-            var model = Model(scenario: scenario, seed: seed)
-            if !model.run() { return "seed \(seed): did not settle" }
-            if model.violations.isEmpty { model.checkQuiescence() }
-            if let violation = model.violations.first {
-                return "seed \(seed): \(violation)\n  trace: \(model.trace.suffix(50).joined(separator: " → "))"
+    /// A reactor of the model: it wants a 401 without a challenge (and transport errors, if
+    /// its spec says so); its work is simulated by ``SimulatedPipeline/react(_:to:body:of:finished:)``.
+    struct ModelReactor: URLTaskReactor {
+        let index: Int
+        let spec: ReactorSpec
+        let exempt: [Bool]
+
+        var configuration: URLTaskReactorConfiguration {
+            let exempt = exempt
+            return URLTaskReactorConfiguration(
+                sharing: spec.sharing, requeue: spec.requeue, reintercept: spec.reintercept, holdsNewTasks: spec.holdsNewTasks,
+                maximumReactionsPerTask: spec.maximumReactions, loopGuard: spec.loopGuard,
+                exempts: { request in
+                    let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? 0
+                    return exempt[t]
+                })
+        }
+
+        func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+            switch outcome {
+            case .response(let response):
+                response.statusCode == 401 && response.value(forHTTPHeaderField: "WWW-Authenticate") == nil
+            case .failure:
+                spec.takesTransportErrors
             }
         }
-        return nil
+
+        func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
+            preconditionFailure("the model simulates the work")
+        }
     }
 
-    /// Seeds per scenario: 2,000 by default (12,000 in all), `MODEL_SEEDS` to explore more.
-    static let seedsPerScenario = UInt64(ProcessInfo.processInfo.environment["MODEL_SEEDS"] ?? "") ?? 2_000
+    /// A transfer of the simulated transport: its callbacks, in order, one schedulable item each.
+    final class SimulatedTransfer: TransferHandle, @unchecked Sendable {  // guarded by the model's single thread and `lock`.
+        enum Event {
+            case head(HTTPURLResponse)
+            case data
+            case complete((any Error)?)
+            /// A redirect: the transfer waits for the decision, then delivers the 3xx and ends.
+            case redirect
+        }
 
-    func testRandomInterleavingsKeepEveryAdmissionInvariant() {
+        let task: Int
+        let request: URLRequest
+        let events: any TransportEvents
+        unowned let world: SimulatedPipeline
+        private let lock = NSLock()
+        private var script: [Event] = []
+        private var stopped = false
+        private var completed = false
+        private var waitingForDecision = false
+
+        init(task: Int, request: URLRequest, events: any TransportEvents, world: SimulatedPipeline) {
+            self.task = task
+            self.request = request
+            self.events = events
+            self.world = world
+        }
+
+        func script(persistent: Bool) {
+            let t = task
+            let scenario = world.scenario
+            var choices: [() -> [Event]] = [
+                { [.head(SimulatedPipeline.response(200, t)), .data, .data, .complete(nil)] },
+                { [.head(SimulatedPipeline.response(401, t)), .data, .complete(nil)] },
+                { [.complete(URLError(.networkConnectionLost))] },
+                { [.head(SimulatedPipeline.response(200, t)), .data, .complete(URLError(.networkConnectionLost))] },
+            ]
+            if scenario.redirects { choices.append { [.redirect] } }
+            if scenario.challenges {
+                choices.append {
+                    [.head(SimulatedPipeline.response(401, t, headers: ["WWW-Authenticate": "Basic realm=\"m\""])), .data, .complete(nil)]
+                }
+            }
+            if scenario.validation { choices.append { [.head(SimulatedPipeline.response(503, t)), .data, .complete(nil)] } }
+            script = persistent ? choices[1]() : choices[world.draw(0..<choices.count)]()
+            if world.draw(0..<10) == 0 { script.insert(.head(SimulatedPipeline.response(100, t)), at: 0) }
+        }
+
+        /// Schedules the next callback, unless the transfer waits for a redirect decision or ended.
+        func next() {
+            let go: Bool = lock.withLock { !completed && !waitingForDecision }
+            guard go else { return }
+            world.schedule("transport event (task \(task))") { [self] in deliver() }
+        }
+
+        private func deliver() {
+            let event: Event? = lock.withLock {
+                if completed { return nil }
+                if stopped || script.isEmpty { return .complete(URLError(.cancelled)) }
+                return script.removeFirst()
+            }
+            switch event {
+            case nil:
+                return
+            case .head(let response):
+                events.transportDidReceive(response: response)
+            case .data:
+                events.transportDidReceive(data: Data("chunk".utf8))
+            case .complete(let error):
+                lock.withLock { completed = true }
+                events.transportDidComplete(error: error)
+                return
+            case .redirect:
+                lock.withLock { waitingForDecision = true }
+                var target = request
+                target.url = URL(string: "http://127.0.0.1/t\(task)/moved")
+                events.transportWillRedirect(SimulatedPipeline.response(302, task, headers: ["Location": "/moved"]), to: target) {
+                    [self] decision in
+                    XCTAssertNil(decision, "the pipeline follows redirects itself")
+                    world.schedule("redirect decided (task \(task))") { [self] in
+                        lock.withLock {
+                            waitingForDecision = false
+                            script = [.head(SimulatedPipeline.response(302, task)), .complete(nil)]
+                        }
+                        next()
+                    }
+                }
+                return
+            }
+            next()
+        }
+
+        /// The pipeline stopped the transfer: it ends with `cancelled` as its next callback.
+        func stop() {
+            let wake: Bool = lock.withLock {
+                guard !completed, !stopped else { return false }
+                stopped = true
+                if waitingForDecision {
+                    waitingForDecision = false
+                    return true
+                }
+                return false
+            }
+            if wake { next() }
+        }
+    }
+
+    /// The caller's side of one task: records what it is told, answers redirects and
+    /// challenges as a delegate would, from an item of its own.
+    struct ModelSink: TaskSink {
+        let task: Int
+        unowned let world: SimulatedPipeline
+
+        func receive(response: URLResponse) { world.caller(task, "response") }
+        func receive(data: Data) { world.caller(task, "data") }
+        func finish() { world.caller(task, "finish") }
+        func fail(_ error: any Error) { world.caller(task, "fail") }
+
+        func redirect(_ response: HTTPURLResponse, to request: URLRequest, answer: @escaping @Sendable (URLRequest?) -> Void) {
+            world.schedule("caller answers redirect (task \(task))") { [world] in
+                answer(world.draw(0..<4) == 0 ? nil : request)
+            }
+        }
+
+        func challenge(
+            _ challenge: URLAuthenticationChallenge,
+            answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+        ) {
+            let t = task
+            world.schedule("caller answers challenge (task \(t))") { [world] in
+                switch world.challengeAnswered(t) > 2 ? 1 : world.draw(0..<3) {
+                case 0: answer(.useCredential, URLCredential(user: "u", password: "p", persistence: .none))
+                case 1: answer(.performDefaultHandling, nil)
+                default: answer(.cancelAuthenticationChallenge, nil)
+                }
+            }
+        }
+
+        var answersChallenges: Bool { world.scenario.challenges }
+    }
+
+    // MARK: Exploring
+
+    /// Builds the tasks of `scenario` and the caller's actions, runs them, and returns the
+    /// first violation (or `nil`).
+    static func explore(_ scenario: Scenario, seed: UInt64, counts: inout [String: Int]) -> String? {
+        let world = SimulatedPipeline(scenario: scenario, seed: seed)
+        for t in 0..<scenario.tasks {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1/t\(t)")!)
+            request.setValue(String(t), forHTTPHeaderField: "X-Model-Task")
+            let storage = TaskStorage(
+                id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: ModelSink(task: t, world: world),
+                environment: world)
+            world.admission.register(storage, request: request)
+            world.schedule("start(\(t))") { storage.start() }
+            if world.draw(0..<10) < 2 {
+                world.schedule("cancel(\(t))") {
+                    world.markCancelled(t)
+                    storage.cancel()
+                }
+            }
+            if world.draw(0..<20) == 0 {
+                world.schedule("abort(\(t))") { storage.abort(with: Boom(), if: { _ in true }) }
+            }
+        }
+        if scenario.batching {
+            for _ in 0..<world.draw(0..<3) { world.schedule("flush") { world.batches[0].flush() } }
+        }
+        CrashReport.seed(seed, scenario: scenario)
+        let settled = world.run()
+        if !settled { return "seed \(seed): did not settle\n  trace: \(world.lastSteps(40))" }
+        if world.firstViolation == nil { world.checkQuiescence() }
+        counts.merge(world.stepCounts(), uniquingKeysWith: +)
+        counts.merge(world.outcomeCounts(), uniquingKeysWith: +)
+        guard let violation = world.firstViolation else { return nil }
+        return "seed \(seed): \(violation)\n  trace: \(world.lastSteps(60))"
+    }
+
+    /// Seeds per scenario: 1,500 by default (12,000 in all), `MODEL_SEEDS` to explore more,
+    /// `MODEL_SEED` to replay one.
+    static let seedsPerScenario = UInt64(ProcessInfo.processInfo.environment["MODEL_SEEDS"] ?? "") ?? 1_500
+
+    static let scenarios: [(String, Scenario)] = {
         let refresh = ReactorSpec()
-        let scenarios: [(String, Scenario)] = [
+        return [
             ("one refreshing reactor", Scenario(tasks: 5, interceptors: 1, reactors: [refresh])),
             (
                 "two backends, each exempting the other's tasks",
                 Scenario(tasks: 6, interceptors: 1, reactors: [refresh, refresh], exemptTenths: 5)
             ),
             (
-                "resend without the interceptors",
-                Scenario(tasks: 5, interceptors: 0, reactors: [ReactorSpec(reintercept: false, maximumReactions: 3)])
+                "resend without the interceptors, a per-task retry of transport errors",
+                Scenario(
+                    tasks: 5, interceptors: 0,
+                    reactors: [
+                        ReactorSpec(reintercept: false, maximumReactions: 3),
+                        ReactorSpec(holdsNewTasks: false, reintercept: false, sharing: .perTask, takesTransportErrors: true),
+                    ])
             ),
             (
                 "a holding reactor and a delivering one",
@@ -405,12 +582,71 @@ final class PipelineModelTests: XCTestCase {
                 "no slots, every resource refuses",
                 Scenario(tasks: 4, interceptors: 1, reactors: [refresh, refresh], connectionLimit: nil, persistentTenths: 10)
             ),
+            (
+                "a batching interceptor, holds, releases and flushes",
+                Scenario(tasks: 6, interceptors: 2, reactors: [refresh], batching: true)
+            ),
+            (
+                "redirects, challenges and rejected answers",
+                Scenario(tasks: 5, interceptors: 1, reactors: [refresh], redirects: true, challenges: true, validation: true)
+            ),
         ]
-        print("PipelineModelTests: \(Self.seedsPerScenario) seeds × \(scenarios.count) scenarios")
-        for (name, scenario) in scenarios {
-            if let failure = explore(scenario, seeds: 0..<Self.seedsPerScenario) {
-                XCTFail("\(name): \(failure)")
+    }()
+
+    func testRandomInterleavingsOfTheRealStoragesKeepEveryTaskExactlyOnce() {
+        var counts: [String: Int] = [:]
+        if let replay = ProcessInfo.processInfo.environment["MODEL_SEED"].flatMap(UInt64.init) {
+            for (name, scenario) in Self.scenarios {
+                if let failure = Self.explore(scenario, seed: replay, counts: &counts) { XCTFail("\(name): \(failure)") }
+            }
+            return
+        }
+        CrashReport.install()
+        defer { CrashReport.uninstall() }
+        print("PipelineModelTests: \(Self.seedsPerScenario) seeds × \(Self.scenarios.count) scenarios")
+        for (name, scenario) in Self.scenarios {
+            for seed in 0..<Self.seedsPerScenario {
+                if let failure = Self.explore(scenario, seed: seed, counts: &counts) {
+                    XCTFail("\(name): \(failure)")
+                    break
+                }
             }
         }
+        if ProcessInfo.processInfo.environment["URLTASKMANAGER_VERBOSE"] == "1" {
+            for (step, count) in counts.sorted(by: { $0.key < $1.key }) { print("MODEL| \(step): \(count)") }
+        }
+    }
+}
+
+/// Prints the seed being explored if the process dies of a failed precondition (the machines
+/// stop the program on an event no interleaving can bring), so that the crash can be replayed
+/// with `MODEL_SEED`.
+enum CrashReport {
+    nonisolated(unsafe) private static var buffer = UnsafeMutablePointer<CChar>.allocate(capacity: 256)
+    nonisolated(unsafe) private static var length = 0
+
+    static func seed(_ seed: UInt64, scenario: PipelineModelTests.Scenario) {
+        let line = "\nPipelineModelTests crashed exploring seed \(seed) (replay: MODEL_SEED=\(seed))\n"
+        let bytes = Array(line.utf8.prefix(255))
+        for (index, byte) in bytes.enumerated() { buffer[index] = CChar(bitPattern: byte) }
+        length = bytes.count
+    }
+
+    nonisolated(unsafe) private static var previous: [Int32: sighandler_t?] = [:]
+
+    /// Until ``uninstall()``, a trap prints the seed, then ends the process as it would have.
+    static func install() {
+        for signalNumber in [SIGILL, SIGTRAP] {
+            previous[signalNumber] = signal(signalNumber) { received in
+                _ = write(2, CrashReport.buffer, CrashReport.length)
+                signal(received, SIG_DFL)
+                raise(received)
+            }
+        }
+    }
+
+    static func uninstall() {
+        for (signalNumber, handler) in previous { signal(signalNumber, handler) }
+        previous = [:]
     }
 }

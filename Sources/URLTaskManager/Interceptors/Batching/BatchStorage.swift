@@ -4,11 +4,14 @@ import Foundation
 final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are guarded by `lock`.
     private let lock = NSLock()
     private var machine = BatchStateMachine()
-    private var members: [URLTask.ID: TaskRun] = [:]
+    private var members: [URLTask.ID: TaskStorage] = [:]
     let interceptorIndex: Int
+    /// Where its timers run.
+    private let runtime: any PipelineRuntime
 
-    init(interceptorIndex: Int) {
+    init(interceptorIndex: Int, runtime: any PipelineRuntime) {
         self.interceptorIndex = interceptorIndex
+        self.runtime = runtime
     }
 
     var count: Int { lock.withLock { machine.count } }
@@ -17,7 +20,7 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
     var snapshot: (count: Int, flushes: Int) { lock.withLock { (machine.count, machine.flushes) } }
 
     /// - Parameter flushesSeen: The flush count of the ``snapshot`` the task's interceptor decided on.
-    func hold(_ run: TaskRun, maximumWait: Duration?, flushesSeen: Int? = nil) {
+    func hold(_ run: TaskStorage, maximumWait: Duration?, flushesSeen: Int? = nil) {
         let deadline = maximumWait.map { ContinuousClock.now.advanced(by: $0) }
         let action = lock.withLock {
             let action = machine.hold(run.id, deadline: deadline, flushesSeen: flushesSeen)
@@ -29,7 +32,7 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
             break
         case .armTimer(let deadline, let generation):
             let delay = ContinuousClock.now.duration(to: deadline)
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay.dispatchInterval) { [weak self] in
+            runtime.at(runtime.now + delay.dispatchInterval) { [weak self] in
                 self?.timerFired(generation: generation)
             }
         case .releaseNow:
@@ -38,8 +41,8 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
     }
 
     /// Releases every held task (and `extra`, the task that asked for the release, last).
-    func release(with extra: TaskRun? = nil) {
-        let runs: [TaskRun] = lock.withLock {
+    func release(with extra: TaskStorage? = nil) {
+        let runs: [TaskStorage] = lock.withLock {
             if let extra { members[extra.id] = extra; _ = machine.hold(extra.id, deadline: nil) }
             return takeAll(machine.releaseAll())
         }
@@ -52,14 +55,14 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
         for run in runs { run.batchReleased(index: interceptorIndex) }
     }
 
-    func remove(_ run: TaskRun) {
+    func remove(_ run: TaskStorage) {
         lock.withLock {
             if machine.remove(run.id) { members[run.id] = nil }
         }
     }
 
     /// Empties the batch without releasing it (the manager is going away).
-    func removeAll() -> [TaskRun] {
+    func removeAll() -> [TaskStorage] {
         lock.withLock { takeAll(machine.releaseAll()) }
     }
 
@@ -68,7 +71,7 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
         for run in runs { run.batchReleased(index: interceptorIndex) }
     }
 
-    private func takeAll(_ ids: [URLTask.ID]) -> [TaskRun] {
+    private func takeAll(_ ids: [URLTask.ID]) -> [TaskStorage] {
         ids.compactMap { members.removeValue(forKey: $0) }
     }
 }

@@ -1,0 +1,97 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What a task's storage (``TaskStorage``) needs from the pipeline that runs it: the chain's
+/// components, the shared storages (admission, the batches), and every piece of I/O (the
+/// interceptors' code, the transport, threads and timers).
+///
+/// ``Pipeline`` is the real one. The randomized model (`PipelineModelTests`) implements it with
+/// the real admission and batch storages and simulated I/O, so that it drives the real task
+/// storage and its machine, not a copy of their glue.
+protocol TaskEnvironment: AnyObject, Sendable {
+    /// Threads, timers and the reactors' work.
+    var runtime: any PipelineRuntime { get }
+    /// Who each interceptor is in errors and events.
+    var interceptorComponents: [URLTaskError.Component] { get }
+    /// Each interceptor's type's name, as a ``URLTaskPolicy`` names the ones a request skips.
+    var interceptorTypeNames: [String] { get }
+    var reactors: [ReactorStorage] { get }
+    var options: URLTaskManager.Options { get }
+    /// The configuration's `httpAdditionalHeaders`, put on each caller's request.
+    var additionalHeaders: AdditionalHeaders { get }
+    var events: EventHub<URLTaskEvent> { get }
+    var admission: AdmissionStorage { get }
+    var batches: [BatchStorage] { get }
+    /// Where an authentication challenge's proposed credential is looked up.
+    var credentialStorage: URLCredentialStorage? { get }
+    /// Whether transfers on the wire are abandoned, not stopped one by one (the session was
+    /// invalidated and cancelled).
+    var abandonsTransfers: Bool { get }
+
+    /// Runs interceptor `index` on `task`, then calls `decided` once with its outcome, the task
+    /// as it changed it, and the batch's flush count it decided under. Returns the Swift task it
+    /// runs in, or `nil` if it decided before returning (without suspending).
+    func intercept(
+        _ index: Int, _ task: URLTask,
+        decided: @escaping @Sendable (Result<InterceptCommand, any Error>, URLTask, Int) -> Void
+    ) -> Task<Void, Never>?
+
+    /// Creates and starts the transfer of `request`, then calls `started` with its inner task,
+    /// or the error the task fails with (the session was invalidated).
+    func startTransfer(
+        _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents,
+        started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
+    )
+
+    /// Stops a transfer (the caller cancelled, or the manager aborted the task).
+    func stopTransfer(_ transfer: any TransferHandle)
+
+    /// The task has completed: it leaves admission and the pipeline counts it out.
+    func taskEnded(_ task: TaskStorage)
+}
+
+/// The inner task of a transfer, as a task's machine keeps it: something to stop.
+protocol TransferHandle: AnyObject, Sendable {}
+
+extension URLSessionTask: TransferHandle {}
+
+/// Where the pipeline's storages run what is not theirs to run under a caller's thread: hops to
+/// another thread, timers, and the reactors' work. ``LiveRuntime`` uses Dispatch and Swift
+/// tasks; the randomized model queues each piece and runs them in the order its seed draws.
+protocol PipelineRuntime: Sendable {
+    /// The time timers and waits count from.
+    var now: DispatchTime { get }
+    /// Runs `work` soon on another thread (the caller may be the session's work queue, or a
+    /// transport callback).
+    func async(_ work: @escaping @Sendable () -> Void)
+    /// Runs `work` at `deadline` (a timer: it must check that its reason still holds).
+    func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void)
+    /// Runs `reactor`'s work once on `outcome`, then calls `finished` with how it went.
+    /// Returns the Swift task it runs in.
+    func react(
+        _ reactor: ReactorStorage, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
+        finished: @escaping @Sendable (ReactorStorage.Outcome) -> Void
+    ) -> Task<Void, Never>?
+}
+
+/// The runtime of a real pipeline: Dispatch's global queue and Swift tasks.
+struct LiveRuntime: PipelineRuntime {
+    var now: DispatchTime { .now() }
+
+    func async(_ work: @escaping @Sendable () -> Void) {
+        DispatchQueue.global().async(execute: work)
+    }
+
+    func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) {
+        DispatchQueue.global().asyncAfter(deadline: deadline, execute: work)
+    }
+
+    func react(
+        _ reactor: ReactorStorage, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
+        finished: @escaping @Sendable (ReactorStorage.Outcome) -> Void
+    ) -> Task<Void, Never>? {
+        Task { finished(await reactor.runWork(outcome: outcome, body: body, task: task)) }
+    }
+}

@@ -1,0 +1,459 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// One task's ``TaskStateMachine`` under a lock, and the I/O its actions name.
+///
+/// Every event is one lock section: take the lock, call the machine's event, release, perform
+/// the returned action. The machine holds everything the task carries; this class keeps only
+/// who the task is and whom it talks to (its ``TaskEnvironment``, its sink, its observer). No
+/// interceptor, reactor, transport call or client callback ever runs under the lock.
+final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendable {  // `machine` is guarded by `lock`.
+    let id: URLTask.ID
+    /// The URL the caller asked for, which the errors a plain session would give name.
+    let callerURL: URL?
+    /// What the caller changed for this request alone (read from it, and removed, at creation).
+    private let policy: URLTaskPolicy?
+    private let lock = NSLock()
+    private var machine: TaskStateMachine
+    private let sink: any TaskSink
+    private let environment: any TaskEnvironment
+    /// Records and emits this task's events; `nil` when nobody listened as it started.
+    private let observer: TaskObserver?
+
+    init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
+        self.id = id
+        self.callerURL = request.url
+        let (request, policy) = URLTaskPolicy.take(from: request)
+        self.policy = policy
+        // The configuration's additional headers belong to the caller's request, not to every
+        // request the inner session sends (a cross-origin redirect must not carry them).
+        var bare = environment.additionalHeaders.applied(to: request)
+        bare.httpBody = nil
+        bare.httpBodyStream = nil
+        var task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
+        task.policy = policy
+        self.sink = sink
+        self.environment = environment
+        self.observer = environment.events.isListening ? TaskObserver(id: id, request: request, hub: environment.events) : nil
+        let components = environment.interceptorComponents
+        let typeNames = environment.interceptorTypeNames
+        self.machine = TaskStateMachine(
+            task: task,
+            interceptorCount: components.count,
+            skipping: Set(components.indices.filter { policy?.skips(components[$0], typeName: typeNames[$0]) == true }),
+            reactors: environment.reactors.map {
+                TaskStateMachine.ReactorTraits(
+                    component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue
+                )
+            },
+            validation: policy?.responseValidation ?? environment.options.responseValidation,
+            now: environment.runtime.now
+        )
+    }
+
+    // MARK: Events
+
+    func start() {
+        var replayable: URLTaskBody?
+        if case .stream(let stream) = lock.withLock({ machine.body }), !environment.reactors.isEmpty {
+            // A reactor may send the task again, and a stream can be read only once.
+            switch ReplayableBody.prepare(stream, limit: environment.options.maximumReplayableBodySize) {
+            case .success(let body): replayable = body
+            case .failure(let error): return failUnsent(error)
+            }
+        }
+        proceed(lock.withLock { machine.start(replayableBody: replayable) })
+    }
+
+    /// The caller cancelled (`stopLoading`, on the session's work queue). The transition is made
+    /// at once, so nothing that happens next (a connection slot granted, a batch released) can
+    /// still send the task; the action is performed elsewhere, because stopping an inner task
+    /// syncs onto that very work queue.
+    func cancel() {
+        let action = lock.withLock { machine.cancel() }
+        if case .none = action { return }
+        environment.runtime.async { self.perform(action) }
+    }
+
+    func batchReleased(index: Int) {
+        observer?.released(by: environment.interceptorComponents[index])
+        proceed(lock.withLock { machine.released(index: index) })
+    }
+
+    /// A reactor whose gate held this task finished successfully: check the gates again.
+    func gateOpened() {
+        decideHeaders()
+    }
+
+    /// Ends the task with `error`, wherever it is, if `matches` says so of it as it stands
+    /// (``URLTaskManager/failTasks(with:where:)``). `matches` is the caller's code: it runs on a
+    /// snapshot, outside the lock.
+    func abort(with error: any Error, if matches: (URLTask) -> Bool) {
+        guard matches(lock.withLock({ machine.task })) else { return }
+        let action = lock.withLock { machine.abort(error) }
+        // Off the caller's thread: stopping a transfer syncs onto URLSession's work queue.
+        environment.runtime.async { self.perform(action) }
+    }
+
+    /// Fails the task if it has not been sent yet (invalidation, a failed run it was gated on,
+    /// a slot wait longer than the request's timeout).
+    func failUnsent(_ error: any Error) {
+        perform(lock.withLock { machine.fail(error) })
+    }
+
+    /// What admission decided for this task, now or on another task's event (a slot handed
+    /// over). `failure` is the error of a `.fail` decision.
+    func admitted(_ decision: AdmissionStateMachine.SendAction, failure: (any Error)?) {
+        switch decision {
+        case .send:
+            // Headers older than a covering reactor's own credential version (a token renewed
+            // before it expired by another request): give the slot back, intercept again.
+            if environment.admission.headersAreOutdated(self, task: lock.withLock({ machine.task })) {
+                environment.admission.transferEnded(self)
+                return admitted(.reintercept, failure: nil)
+            }
+            perform(lock.withLock { machine.connectionGranted() })
+        case .waitForSlot(let generation):
+            if let observer { observer.waiting(for: .connectionSlot(host: Self.host(of: lock.withLock { machine.task.request }))) }
+            armSlotTimeout(generation: generation)
+            waitBegins()
+        case .waitAtGate(let reactor):
+            observer?.waiting(for: .reactorGate(reactor: environment.reactors[reactor].name))
+            waitBegins()
+            lock.withLock { machine.admissionGated(reactor: reactor) }
+            // The run may have ended before the line above; its `gateOpened` then found the
+            // task still awaiting admission and was ignored. Now that the task is gated, decide again.
+            decideHeaders()
+        case .reintercept:
+            proceed(lock.withLock { machine.headersStale() })
+        case .fail:
+            failUnsent(failure ?? URLTaskError.managerInvalidated)
+        }
+    }
+
+    func reactionFinished(reactor index: Int, outcome: ReactorStorage.Outcome) {
+        let configuration = environment.reactors[index].configuration
+        let result: TaskStateMachine.ReactionResult
+        switch outcome {
+        case .succeeded:
+            result = configuration.requeue ? .requeue(reintercept: configuration.reintercept) : .deliver
+        case .failed(let error):
+            result = .fail(error)
+        case .declined:
+            result = .deliver
+        }
+        let (action, attempt) = lock.withLock { (machine.reactionFinished(reactor: index, result: result), machine.attempt) }
+        if let observer {
+            observer.reactionEnded()
+            switch action {
+            case .checkGates, .acquireConnection: observer.requeued(attempt: attempt)
+            default: break
+            }
+        }
+        proceed(action)
+    }
+
+    func transportDidReceive(response: URLResponse) {
+        // An interim head (100, 103) is not the answer: the caller, the redirect decision and
+        // the reactors see only the final one.
+        if TaskStateMachine.isInterim(response) { return }
+        let http = response as? HTTPURLResponse
+        let reactor = http.flatMap { chooseReactor(for: .response($0)) }
+        let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
+        observer?.responseHead(response)
+        let action = lock.withLock { machine.transportReceived(response: response, reactor: reactor, challenge: challenge) }
+        if case .forward(let response) = action { sink.receive(response: response) }
+    }
+
+    /// The transfer met a redirect; the inner session waits for `decide`, which is always told
+    /// not to follow: the pipeline follows a redirect itself, through the interceptors.
+    func transportWillRedirect(_ response: HTTPURLResponse, to newRequest: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void) {
+        let action = lock.withLock {
+            let url = machine.task.request.url
+            return machine.redirectReceived(tooMany: URLError.tooManyRedirects(url: url))
+        }
+        guard case .consult(let current) = action else { return decide(nil) }
+        let proposed = Redirect.request(following: response, to: newRequest, from: current)
+        sink.redirect(response, to: proposed) { [self] answer in
+            // Asked first, as a plain session asks it; a request that leaves HTTP then fails.
+            let refused = answer.flatMap { Redirect.refusal(of: $0.url, redirectedFrom: response) }
+            if let answer, refused == nil { observer?.redirected(response, to: answer.url) }
+            lock.withLock { machine.redirectAnswered(answer, refused: refused) }
+            decide(nil)
+        }
+    }
+
+    func transportDidReceive(data: Data) {
+        observer?.received(data.count)
+        if case .forward(let data) = lock.withLock({ machine.transportReceived(data: data) }) { sink.receive(data: data) }
+    }
+
+    func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        sink.sentBody(totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend)
+    }
+
+    func transportDidComplete(error: (any Error)?) {
+        // Which reactor wants a transport error is the reactors' code: asked outside the lock,
+        // and only when the error would be the task's outcome.
+        let awaitingHead = lock.withLock { machine.isAwaitingResponseHead }
+        let reactor = awaitingHead ? error.flatMap { chooseReactor(for: .failure($0)) } : nil
+        let now = environment.runtime.now
+        let action = lock.withLock { machine.transportCompleted(error: error, reactor: reactor, now: now) }
+        observer?.transferEnded()
+        if case .react(let index, let outcome, let body, let task, let requeued) = action {
+            return react(index, outcome: outcome, body: body, task: task, requeued: requeued)
+        }
+        // Free the slot before the caller hears of the end, so it never sees it taken.
+        environment.admission.transferEnded(self)
+        switch action {
+        case .none, .react:
+            break
+        case .complete(let completion):
+            complete(completion)
+        case .consultChallenge(let response, let failures, let request):
+            consultChallenge(response, previousFailures: failures, request: request)
+        case .restart:
+            decideHeaders()
+        }
+    }
+
+    // MARK: Actions
+
+    private func proceed(_ action: TaskStateMachine.ProceedAction) {
+        switch action {
+        case .none:
+            return
+        case .checkGates:
+            decideHeaders()
+        case .runInterceptor(let index, let task):
+            runInterceptor(index, on: task)
+        case .hold(let index, let maximumWait, let generation, let flushes):
+            observer?.held(by: environment.interceptorComponents[index])
+            waitBegins()
+            let batch = environment.batches[index]
+            batch.hold(self, maximumWait: maximumWait, flushesSeen: flushes)
+            // A cancel that raced with the hold found nothing to leave.
+            if lock.withLock({ machine.isCompleted }) { batch.remove(self) }
+            armHoldTimeout(index: index, generation: generation)
+        case .releaseBatch(let index):
+            environment.batches[index].release(with: self)
+        case .acquireConnection(let request, let restamp):
+            // The slot key matters only where slots are kept.
+            let admission = environment.admission
+            let host = admission.slotsPerHost == nil ? "" : Self.host(of: request)
+            let (decision, failure) = admission.wantsToSend(self, host: host, restamp: restamp)
+            admitted(decision, failure: failure)
+        case .complete(let completion):
+            complete(completion)
+        }
+    }
+
+    private func perform(_ action: TaskStateMachine.SendAction) {
+        switch action {
+        case .send(let request, let body, let attempt):
+            send(request, body: body, attempt: attempt)
+        case .refuse(let error):
+            environment.admission.transferEnded(self)
+            complete(.fail(error))
+        case .giveSlotBack:
+            // Cancelled meanwhile: the slot goes to the next task.
+            environment.admission.transferEnded(self)
+        }
+    }
+
+    private func perform(_ action: TaskStateMachine.CancelAction) {
+        switch action {
+        case .none:
+            return
+        case .stopTransfer(let transfer):
+            // A caller's own cancel stops the transfer; the session's invalidation abandons it
+            // (see `Pipeline.abandonsTransfers`). One not created yet is stopped as it is (`transferStarted`).
+            if let transfer, !environment.abandonsTransfers { environment.stopTransfer(transfer) }
+        case .leaveSlotQueue:
+            break  // admission takes it out of the queue as it ends
+        case .leaveBatch(let index):
+            environment.batches[index].remove(self)
+        case .abandon(let work):
+            // Admission takes it off a reactor's gate or run as it ends.
+            work?.cancel()
+        }
+        observer?.completed(error: URLError(.cancelled))
+        environment.taskEnded(self)
+    }
+
+    private func perform(_ action: TaskStateMachine.FailAction) {
+        guard case .fail(let error, let heldIn, let work, let transfer) = action else { return }
+        if let heldIn { environment.batches[heldIn].remove(self) }
+        work?.cancel()
+        if let transfer { environment.stopTransfer(transfer) }
+        complete(.fail(error))
+    }
+
+    /// Tells the caller, then lets the task go.
+    private func complete(_ completion: TaskStateMachine.Completion) {
+        switch completion {
+        case .finish:
+            observer?.completed()
+            sink.finish()
+        case .respond(let response, let data):
+            observer?.completed(response: response)
+            sink.receive(response: response)
+            if !data.isEmpty { sink.receive(data: data) }
+            sink.finish()
+        case .fail(let error):
+            observer?.completed(error: error)
+            sink.fail(error)
+        }
+        environment.taskEnded(self)
+    }
+
+    /// Asks the caller's side about the challenge of `response` (a 401): a credential sends the
+    /// request again through the pipeline; anything else gives the caller the 401 (without its
+    /// challenge header, which would make the caller's session answer it again) or cancels.
+    private func consultChallenge(_ response: HTTPURLResponse, previousFailures: Int, request: URLRequest) {
+        let challenge = AuthenticationChallenge.make(
+            for: response, previousFailureCount: previousFailures, storage: environment.credentialStorage)
+        sink.challenge(challenge) { [self] disposition, credential in
+            let answer = AuthenticationChallenge.answer(
+                disposition, credential: credential, to: challenge, response: response, request: request)
+            let now = environment.runtime.now
+            proceed(lock.withLock { machine.challengeAnswered(answer, now: now) })
+        }
+    }
+
+    /// Waits at a running reactor's gate, or records the credential stamps and goes on to the
+    /// interceptors. Stamped before the interceptors run, not at send: an interceptor (or a
+    /// batch hold) may apply a token, then a run may start and end before the task is sent.
+    private func decideHeaders() {
+        switch environment.admission.headersWillBeDecided(self) {
+        case .waitAtGate(let reactor):
+            observer?.waiting(for: .reactorGate(reactor: environment.reactors[reactor].name))
+            waitBegins()
+            lock.withLock { machine.waitingAtGate(reactor: reactor) }
+        case .proceed:
+            proceed(lock.withLock { machine.gateOpened() })
+        }
+    }
+
+    private func runInterceptor(_ index: Int, on task: URLTask) {
+        let work = environment.intercept(index, task) { [self] outcome, snapshot, flushes in
+            let interceptor = environment.interceptorComponents[index]
+            observer?.intercepted(interceptor, outcome)
+            proceed(
+                lock.withLock {
+                    switch outcome {
+                    case .success(let command):
+                        return machine.interceptorReturned(
+                            index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor)
+                    case .failure(let error):
+                        return machine.interceptorThrew(index: index, error: error, interceptor: interceptor)
+                    }
+                })
+        }
+        // An interceptor that decided without suspending has already moved the task on.
+        guard let work else { return }
+        // It may wait (for a credential, a lock, another service): that counts toward the timeout.
+        waitBegins()
+        if case .cancel(let work) = lock.withLock({ machine.workStarted(work) }) { work.cancel() }
+    }
+
+    private func armHoldTimeout(index: Int, generation: Int) {
+        let limit = policy?.maximumHoldSeconds.map { Duration.milliseconds(Int64($0 * 1_000)) } ?? environment.options.maximumHoldTime
+        let interceptor = environment.interceptorComponents[index]
+        let runtime = environment.runtime
+        runtime.at(runtime.now + limit.dispatchInterval) { [weak self] in
+            guard let self else { return }
+            let error = URLTaskError.holdTimedOut(interceptor, after: limit)
+            perform(lock.withLock { machine.holdExpired(index: index, generation: generation, error: error) })
+        }
+    }
+
+    private func chooseReactor(for outcome: URLTaskOutcome) -> Int? {
+        guard !environment.reactors.isEmpty else { return nil }
+        let snapshot = lock.withLock { machine.task }
+        for reactor in environment.reactors where !reactor.configuration.exempts(snapshot.originalRequest) {
+            if let policy, policy.skips(reactor.component, typeName: reactor.typeName) { continue }
+            if reactor.reactor.shouldReact(to: outcome, of: snapshot) { return reactor.index }
+        }
+        return nil
+    }
+
+    /// Hands the task's outcome to reactor `index`, and gives its connection slot back.
+    private func react(_ index: Int, outcome: URLTaskOutcome, body: Data, task: URLTask, requeued: Bool) {
+        waitBegins()
+        let reactor = environment.reactors[index]
+        observer?.reactionStarting()
+        switch reactor.configuration.sharing {
+        case .singleFlight:
+            // The run starts (or is joined) and the slot is handed over in one transition.
+            let (immediate, run) = environment.admission.transferEnded(
+                self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: task)
+            observer?.reacted(by: reactor.name, run: run)
+            if let immediate { reactionFinished(reactor: index, outcome: immediate) }
+        case .perTask:
+            observer?.reacted(by: reactor.name, run: nil)
+            environment.admission.transferEnded(self)
+            let work = environment.runtime.react(reactor, to: outcome, body: body, of: task) { [self] result in
+                reactionFinished(reactor: index, outcome: result)
+            }
+            if let work, case .cancel(let work) = lock.withLock({ machine.workStarted(work) }) { work.cancel() }
+        }
+    }
+
+    /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
+    static func host(of request: URLRequest) -> String {
+        OAuth2Origin.poolKey(of: request.url)
+    }
+
+    /// Bounds a wait for a connection slot by the request's timeout, as URLSession's own queue
+    /// does: the task then fails with `URLError.timedOut`.
+    private func armSlotTimeout(generation: Int) {
+        let (interval, url) = lock.withLock { (machine.task.request.timeoutInterval, machine.task.request.url) }
+        guard interval > 0, interval.isFinite else { return }
+        let runtime = environment.runtime
+        runtime.at(runtime.now + interval) { [weak self] in
+            guard let self, environment.admission.slotWaitExpired(self, generation: generation) else { return }
+            failUnsent(URLError.timedOut(url: url))
+        }
+    }
+
+    /// The task starts to wait inside the pipeline; the first wait of a stretch sets the timer
+    /// (``TaskStateMachine/waitBegins()``).
+    private func waitBegins() {
+        guard let timer = lock.withLock({ machine.waitBegins() }) else { return }
+        environment.runtime.at(timer.deadline) { [weak self] in
+            guard let self else { return }
+            perform(
+                lock.withLock {
+                    let url = machine.task.request.url
+                    return machine.waitExpired(generation: timer.generation, error: URLError.timedOut(url: url))
+                })
+        }
+    }
+
+    private func send(_ request: URLRequest, body: URLTaskBody, attempt: Int) {
+        if let observer {
+            // Before the transfer starts: its response may arrive before the next line runs.
+            let snapshot = lock.withLock { machine.task }
+            observer.sent(
+                attempt: attempt, credentialVersions: environment.admission.credentialVersions(of: self, task: snapshot), body: body)
+        }
+        // The bytes sent decide the framing, never a header that disagrees with them.
+        environment.startTransfer(BodyFraming.framed(request, body: body), body: body, callerURL: callerURL, events: self) {
+            [self] started in
+            switch started {
+            case .success(let transfer):
+                if case .cancel(let transfer) = lock.withLock({ machine.transferStarted(transfer, attempt: attempt) }) {
+                    // A cancel that raced with the send found no inner task to stop.
+                    environment.stopTransfer(transfer)
+                }
+            case .failure(let error):
+                // The session was invalidated meanwhile.
+                environment.admission.transferEnded(self)
+                if let completion = lock.withLock({ machine.failSending(error) }) { complete(completion) }
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Plants one bug at a time in TaskStateMachine and checks that the randomized model
+# (PipelineModelTests) catches each. Works on a scratch copy of the package, never on the
+# working tree. Usage: scripts/mutation-check.sh [seeds-per-scenario, default 400]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+export SEEDS="${1:-400}"
+export SCRATCH="${MUTATION_SCRATCH:-/tmp/urltaskmanager-mutants}"
+mkdir -p "$SCRATCH/src"
+# A copy of the package without its builds; unchanged files keep their times, so the scratch
+# build stays incremental from one run to the next.
+(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | (cd "$SCRATCH/src" && tar -xpf -)
+exec python3 - <<'PY'
+import os, re, subprocess, sys
+
+scratch, seeds = os.environ["SCRATCH"], os.environ["SEEDS"]
+path = os.path.join(scratch, "src", "Sources/URLTaskManager/Pipeline/TaskStateMachine.swift")
+original = open(path).read()
+
+# (what the bug does, the machine's text, the mutant's text)
+mutations = [
+    ("a cancelled held task stays in its batch",
+     "            return .leaveBatch(index: index)\n",
+     "            return .abandon(work)\n"),
+    ("a transfer that ends after its task did completes the task again",
+     "        case .completed:\n            return .none\n        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:",
+     "        case .completed:\n            return .complete(.finish)\n        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:"),
+    ("a requeue forgets that the reactor already sent the task again",
+     "                requeuedBy[reactor] = true\n",
+     "                requeuedBy[reactor] = false\n"),
+    ("an interceptor's late answer is taken after the task ended",
+     "        case .completed:\n            return false\n",
+     "        case .completed:\n            state = .intercepting(index: index)\n            return true\n"),
+    ("the body of a followed redirect reaches the caller",
+     "        case .completed, .redirecting:\n            break\n",
+     "        case .redirecting:\n            return .forward(data)\n        case .completed:\n            break\n"),
+]
+
+caught = 0
+try:
+    for name, old, new in mutations:
+        if original.count(old) != 1:
+            sys.exit(f"the text of '{name}' is not in the machine exactly once")
+        open(path, "w").write(original.replace(old, new))
+        build = subprocess.run(["swift", "build", "--build-tests", "--build-path", f"{scratch}/.build"],
+                               cwd=f"{scratch}/src", capture_output=True, text=True)
+        if build.returncode != 0:
+            sys.exit(f"the mutant '{name}' does not build:\n{build.stdout[-3000:]}{build.stderr[-3000:]}")
+        test = subprocess.run(["swift", "test", "--skip-build", "--build-path", f"{scratch}/.build",
+                               "--filter", "PipelineModelTests"], cwd=f"{scratch}/src",
+                              capture_output=True, text=True, env={**os.environ, "MODEL_SEEDS": seeds})
+        output = test.stdout + test.stderr
+        if test.returncode == 0:
+            print(f"SURVIVED: {name}")
+            continue
+        caught += 1
+        found = re.search(r"seed \d+: [^\n]{0,110}|crashed exploring seed \d+|Fatal error: [^\n]{0,90}", output)
+        print(f"caught: {name} ({found.group(0) if found else 'the test failed'})")
+finally:
+    open(path, "w").write(original)
+print(f"{caught} of {len(mutations)} mutants caught with {seeds} seeds per scenario")
+sys.exit(0 if caught == len(mutations) else 1)
+PY
