@@ -30,7 +30,7 @@ mutations = [
      "                requeuedBy[reactor] = false\n"),
     ("an interceptor's late answer is taken after the task ended",
      "        case .completed:\n            return false\n",
-     "        case .completed:\n            state = .intercepting(index: index)\n            return true\n"),
+     "        case .completed:\n            return true\n"),
     ("the body of a followed redirect reaches the caller",
      "        case .completed, .redirecting:\n            break\n",
      "        case .redirecting:\n            return .forward(data)\n        case .completed:\n            break\n"),

@@ -94,9 +94,12 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
     /// headers are older than the current ones (``URLTaskReactor/credentialVersion(of:)``): a
     /// change the engine did not make itself (a sign-in, a token renewed before it expired).
     /// Asked just before the task leaves, outside the lock: the version is the reactor's.
-    func headersAreOutdated(_ run: TaskStorage, task: URLTask) -> Bool {
+    /// `task` is read only when some reactor covers the task.
+    func headersAreOutdated(_ run: TaskStorage, task: () -> URLTask) -> Bool {
         guard holdsNewTasks else { return false }  // no reactor covers any task
         let covering = lock.withLock { machine.covering(run.id) }
+        guard !covering.isEmpty else { return false }
+        let task = task()
         return covering.contains { reactors[$0].reactor.headersAreOutdated(task) }
     }
 

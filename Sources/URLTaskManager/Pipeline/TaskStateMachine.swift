@@ -116,6 +116,9 @@ struct TaskStateMachine {
     private var needsRestamp = false
     /// The inner task of the current transfer, once created.
     private var transfer: (any TransferHandle)?
+    /// The attempt whose transfer ended last: a transfer that ended on its own is not stopped
+    /// when its inner task is recorded late (``transferStarted(_:attempt:)``).
+    private var lastEndedTransfer = 0
     /// The interceptor or per-task reaction running for the task, once started.
     private var work: Task<Void, Never>?
     private var waiting: WaitPhase
@@ -290,12 +293,14 @@ struct TaskStateMachine {
     }
 
     /// The inner task of attempt `attempt`'s transfer exists (its first callbacks may have come
-    /// already). A task that ended while it was created has it stopped; one that has already
-    /// moved on (the transfer ended at once) or an older attempt's has nothing to keep.
+    /// already). A task that ended while it was created has it stopped, unless the transfer
+    /// ended on its own (stopping a finished inner task races with corelibs' own end of it); a
+    /// task that has already moved on (the transfer ended at once) or an older attempt's has
+    /// nothing to keep.
     mutating func transferStarted(_ handle: any TransferHandle, attempt: Int) -> TransferStartedAction {
         switch state {
         case .completed:
-            return .cancel(handle)
+            return lastEndedTransfer == attempt ? .none : .cancel(handle)
         case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
             if attempt == self.attempt { transfer = handle }
             return .none
@@ -455,6 +460,7 @@ struct TaskStateMachine {
     /// For a task that ended before its transfer did, only the slot goes back.
     mutating func transportCompleted(error: (any Error)?, reactor: Int?, now: DispatchTime = .now()) -> TransferEndAction {
         transfer = nil
+        lastEndedTransfer = attempt
         switch state {
         case .sending:
             if let error, let reactor {

@@ -8,7 +8,10 @@ import FoundationNetworking
 /// Every event is one lock section: take the lock, call the machine's event, release, perform
 /// the returned action. The machine holds everything the task carries; this class keeps only
 /// who the task is and whom it talks to (its ``TaskEnvironment``, its sink, its observer). No
-/// interceptor, reactor, transport call or client callback ever runs under the lock.
+/// interceptor, reactor, transport call or client callback ever runs under the lock: where an
+/// event needs the answer of such code first (which reactor wants a response, whether a
+/// reactor finds the headers outdated, whether `failTasks`'s predicate matches), that code runs
+/// on a snapshot of the task taken just before, and the event is sent with its answer.
 final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendable {  // `machine` is guarded by `lock`.
     let id: URLTask.ID
     /// The URL the caller asked for, which the errors a plain session would give name.
@@ -57,7 +60,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
 
     func start() {
         var replayable: URLTaskBody?
-        if case .stream(let stream) = lock.withLock({ machine.body }), !environment.reactors.isEmpty {
+        if !environment.reactors.isEmpty, case .stream(let stream) = lock.withLock({ machine.body }) {
             // A reactor may send the task again, and a stream can be read only once.
             switch ReplayableBody.prepare(stream, limit: environment.options.maximumReplayableBodySize) {
             case .success(let body): replayable = body
@@ -110,7 +113,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         case .send:
             // Headers older than a covering reactor's own credential version (a token renewed
             // before it expired by another request): give the slot back, intercept again.
-            if environment.admission.headersAreOutdated(self, task: lock.withLock({ machine.task })) {
+            if environment.admission.headersAreOutdated(self, task: { lock.withLock { machine.task } }) {
                 environment.admission.transferEnded(self)
                 return admitted(.reintercept, failure: nil)
             }
@@ -197,8 +200,10 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     func transportDidComplete(error: (any Error)?) {
         // Which reactor wants a transport error is the reactors' code: asked outside the lock,
         // and only when the error would be the task's outcome.
-        let awaitingHead = lock.withLock { machine.isAwaitingResponseHead }
-        let reactor = awaitingHead ? error.flatMap { chooseReactor(for: .failure($0)) } : nil
+        var reactor: Int?
+        if let error, !environment.reactors.isEmpty, lock.withLock({ machine.isAwaitingResponseHead }) {
+            reactor = chooseReactor(for: .failure(error))
+        }
         let now = environment.runtime.now
         let action = lock.withLock { machine.transportCompleted(error: error, reactor: reactor, now: now) }
         observer?.transferEnded()
@@ -445,7 +450,9 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             [self] started in
             switch started {
             case .success(let transfer):
-                if case .cancel(let transfer) = lock.withLock({ machine.transferStarted(transfer, attempt: attempt) }) {
+                if case .cancel(let transfer) = lock.withLock({ machine.transferStarted(transfer, attempt: attempt) }),
+                    !environment.abandonsTransfers
+                {
                     // A cancel that raced with the send found no inner task to stop.
                     environment.stopTransfer(transfer)
                 }

@@ -450,7 +450,7 @@ final class PipelineModelTests: XCTestCase {
                     world.schedule("redirect decided (task \(task))") { [self] in
                         lock.withLock {
                             waitingForDecision = false
-                            script = [.head(SimulatedPipeline.response(302, task)), .complete(nil)]
+                            script = [.head(SimulatedPipeline.response(302, task)), .data, .complete(nil)]
                         }
                         next()
                     }

@@ -434,6 +434,11 @@ final class TaskStateMachineTests: XCTestCase {
         _ = racing.abort(Boom())
         XCTAssertEqual(
             Step(racing.transferStarted(Transfer(), attempt: 1)), .cancelTransport, "a transfer created after the abort is stopped")
+        var quick = Self.receiving()
+        _ = quick.transportCompleted(error: nil, reactor: nil)
+        XCTAssertEqual(
+            Step(quick.transferStarted(Transfer(), attempt: 1)), .none, "a transfer that ended on its own is not stopped when recorded late"
+        )
         var reacting = Self.reacting()
         XCTAssertEqual(Step(reacting.abort(Boom())), .fail("Boom()"))
         XCTAssertEqual(Step(reacting.abort(Boom())), .none)
