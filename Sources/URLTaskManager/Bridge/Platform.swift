@@ -245,9 +245,21 @@ enum Platform {
             let behaviour = behaviours.value(forKey: taskIdentifier)
         else { return nil }
         guard let payload = Mirror(reflecting: behaviour).children.first?.value else { return (.stream, nil) }
-        let delegate = Mirror(reflecting: payload).children.dropFirst().first.flatMap { Reflection.unwrapOptional($0.value) }
-        return (.buffer, delegate as? any URLSessionTaskDelegate)
+        // A cast to the payload's tuple type, not a second `Mirror`: reflecting a payload that
+        // holds a closure looks the closure's type up by its mangled name every time.
+        // corelibs 6 declares the completions `@Sendable`; the plain types are for older ones.
+        if let pair = payload as? (SendableDataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+        if let pair = payload as? (SendableDownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+        if let pair = payload as? (DataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+        if let pair = payload as? (DownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+        return (.buffer, nil)
     }
+
+    /// corelibs' `_TaskRegistry.DataTaskCompletion` and `DownloadTaskCompletion`.
+    private typealias DataCompletion = (Data?, URLResponse?, (any Error)?) -> Void
+    private typealias DownloadCompletion = (URL?, URLResponse?, (any Error)?) -> Void
+    private typealias SendableDataCompletion = @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    private typealias SendableDownloadCompletion = @Sendable (URL?, URLResponse?, (any Error)?) -> Void
 
     /// Maps corelibs' internal `URLSessionTask._Body` (`none`, `data(DispatchData)`,
     /// `file(URL)`, `stream(InputStream)`).
