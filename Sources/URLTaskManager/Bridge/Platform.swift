@@ -65,16 +65,16 @@ enum Platform {
     ) -> OuterTaskFacts {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
-        let field = Reflection.child(task, "session")
+        let field = taskSession.map { $0.read(from: task) } ?? Reflection.child(task, "session")
         // A cast sees through the field's Optional; only another kind of session needs the Mirror.
         let managed = field as? ManagedURLSession
-        let session = managed ?? Reflection.unwrapOptional(field)
+        let session = managed ?? Reflection.unwrapOptional(field) as? URLSession
         // A manager's session found its work queue and task registry once, when it was made.
         let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
-        let registry = managed?.foundTaskRegistry ?? session.flatMap { Reflection.child($0, "taskRegistry") }
+        let registry = managed?.registryReader ?? session.flatMap(TaskRegistryReader.init(session:))
         // The registry says how the task reports (delegate or completion handler) and holds the
         // delegate an async API was given; without one, everything is buffered.
-        let behaviour = registry.flatMap { registeredBehaviour(registry: $0, taskIdentifier: task.taskIdentifier) }
+        let behaviour = registry.flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier)) }
         let delivery = behaviour?.delivery ?? .buffer
         var body = URLTaskBody(request: request)
         var missing = false
@@ -232,27 +232,33 @@ enum Platform {
     }()
 
     #if canImport(FoundationNetworking)
-    /// Reads `session.taskRegistry.behaviours[taskIdentifier]`: `callDelegate`, the one case
-    /// without a payload, streams; the completion-handler cases buffer, and those of the async
-    /// APIs (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate
-    /// the caller gave, second in their payload.
+    /// The task's session (`URLSessionTask.session`), found once for every kind of task.
+    private static let taskSession = StoredField(named: "session", in: URLSessionTask.self)
+
+    /// What an entry of the task registry says: `callDelegate`, the one case without a payload,
+    /// streams; the completion-handler cases buffer, and those of the async APIs
+    /// (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate the
+    /// caller gave, second in their payload.
     private static func registeredBehaviour(
-        registry: Any, taskIdentifier: Int
+        _ entry: TaskRegistryReader.Entry
     ) -> (delivery: BodyDelivery, taskDelegate: (any URLSessionTaskDelegate)?)? {
-        // One key is looked up in place: `as? [Int: Any]` would convert every live task's entry,
-        // O(live tasks) for every task started.
-        guard let behaviours = Reflection.child(registry, "behaviours") as? any IntKeyedDictionary,
-            let behaviour = behaviours.value(forKey: taskIdentifier)
-        else { return nil }
-        guard let payload = Mirror(reflecting: behaviour).children.first?.value else { return (.stream, nil) }
-        // A cast to the payload's tuple type, not a second `Mirror`: reflecting a payload that
-        // holds a closure looks the closure's type up by its mangled name every time.
-        // corelibs 6 declares the completions `@Sendable`; the plain types are for older ones.
-        if let pair = payload as? (SendableDataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-        if let pair = payload as? (SendableDownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-        if let pair = payload as? (DataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-        if let pair = payload as? (DownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-        return (.buffer, nil)
+        switch entry {
+        case .absent:
+            return nil
+        case .found(let behaviour):
+            return (behaviour.delivery, behaviour.taskDelegate)
+        case .unreadable(let behaviour):
+            // A toolchain whose enum no longer matches ``RegisteredBehaviour``: read it by name.
+            guard let payload = Mirror(reflecting: behaviour).children.first?.value else { return (.stream, nil) }
+            // A cast to the payload's tuple type, not a second `Mirror`: reflecting a payload
+            // that holds a closure looks the closure's type up by its mangled name every time.
+            // corelibs 6 declares the completions `@Sendable`; the plain types are for older ones.
+            if let pair = payload as? (SendableDataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+            if let pair = payload as? (SendableDownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+            if let pair = payload as? (DataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+            if let pair = payload as? (DownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+            return (.buffer, nil)
+        }
     }
 
     /// corelibs' `_TaskRegistry.DataTaskCompletion` and `DownloadTaskCompletion`.
@@ -297,15 +303,15 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
     /// corelibs' work queue of this session, found once: `Platform.facts` reads it for every task.
     /// (Named apart from corelibs' own `workQueue`, which the reflection below looks for.)
     private(set) var foundWorkQueue: DispatchQueue?
-    /// corelibs' task registry of this session (a class, never replaced), found once; its
-    /// contents are read only on the work queue.
-    private(set) var foundTaskRegistry: Any?
+    /// The reader of corelibs' task registry of this session (a class, never replaced), found
+    /// once; its contents are read only on the work queue.
+    private(set) var registryReader: TaskRegistryReader?
 
     init(configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline) {
         self.pipeline = pipeline
         super.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
         foundWorkQueue = Reflection.child(self, "workQueue") as? DispatchQueue
-        foundTaskRegistry = Reflection.child(self, "taskRegistry")
+        registryReader = TaskRegistryReader(session: self)
     }
 
     deinit {
@@ -350,77 +356,3 @@ final class PipelineOwner: NSObject {
     }
 }
 #endif
-
-#if canImport(FoundationNetworking)
-/// A dictionary keyed by `Int` whose value type is internal to corelibs, read one key at a time.
-private protocol IntKeyedDictionary {
-    func value(forKey key: Int) -> Any?
-}
-
-extension Dictionary: IntKeyedDictionary where Key == Int {
-    fileprivate func value(forKey key: Int) -> Any? { self[key] }
-}
-#endif
-
-/// Minimal `Mirror` helpers for reading a stored property by name through a class hierarchy.
-enum Reflection {
-    /// The stored property `label` of `value`, looked for in its class and then its superclasses.
-    ///
-    /// The first read of a label on a type walks the fields by name; later reads go straight to
-    /// the remembered field (a `Mirror` builds each child it visits, with a type-metadata lookup
-    /// by mangled name, which made this walk a tenth of the bridge's CPU time per task).
-    static func child(_ value: Any, _ label: String) -> Any? {
-        let key = FieldPlaces.Key(type: ObjectIdentifier(type(of: value)), label: label)
-        if let place = FieldPlaces.shared.place(for: key) {
-            var mirror: Mirror? = Mirror(reflecting: value)
-            for _ in 0..<place.depth { mirror = mirror?.superclassMirror }
-            if let children = mirror?.children, place.offset < children.count {
-                let child = children[children.index(children.startIndex, offsetBy: place.offset)]
-                if child.label == label { return child.value }
-            }
-        }
-        var mirror: Mirror? = Mirror(reflecting: value)
-        var depth = 0
-        while let current = mirror {
-            for (offset, child) in current.children.enumerated() where child.label == label {
-                FieldPlaces.shared.remember(FieldPlaces.Place(depth: depth, offset: offset), for: key)
-                return child.value
-            }
-            mirror = current.superclassMirror
-            depth += 1
-        }
-        return nil
-    }
-
-    static func unwrapOptional(_ value: Any?) -> Any? {
-        guard let value else { return nil }
-        let mirror = Mirror(reflecting: value)
-        guard mirror.displayStyle == .optional else { return value }
-        return mirror.children.first.map { unwrapOptional($0.value) } ?? nil
-    }
-}
-
-/// Where ``Reflection/child(_:_:)`` found a field of a type: which superclass level, which child.
-private final class FieldPlaces: @unchecked Sendable {  // `places` is guarded by `lock`.
-    struct Key: Hashable {
-        let type: ObjectIdentifier
-        let label: String
-    }
-
-    struct Place {
-        let depth: Int
-        let offset: Int
-    }
-
-    static let shared = FieldPlaces()
-    private let lock = NSLock()
-    private var places: [Key: Place] = [:]
-
-    func place(for key: Key) -> Place? {
-        lock.withLock { places[key] }
-    }
-
-    func remember(_ place: Place, for key: Key) {
-        lock.withLock { places[key] = place }
-    }
-}

@@ -189,7 +189,7 @@ final class PlatformPinTests: XCTestCase {
         defer { session.invalidateAndCancel() }
         let managed = try XCTUnwrap(session as? ManagedURLSession)
         XCTAssertNotNil(managed.foundWorkQueue, "the session's workQueue is no longer found")
-        XCTAssertNotNil(managed.foundTaskRegistry, "the session's taskRegistry is no longer found")
+        XCTAssertNotNil(managed.registryReader, "the session's taskRegistry is no longer found")
         let inner: URLSession = managed.pipeline.transport.session
         let innerQueue = try XCTUnwrap(Reflection.child(inner, "workQueue") as? DispatchQueue)
         let libcurlQueue = try XCTUnwrap(Platform.libcurlQueue(of: inner), "the inner session's multi handle queue is no longer found")
@@ -197,6 +197,60 @@ final class PlatformPinTests: XCTestCase {
         XCTAssertTrue(innerQueue.sync { Platform.isOnSessionWorkQueue })
         XCTAssertTrue(libcurlQueue.sync { Platform.isOnSessionWorkQueue }, "libcurl's queue no longer targets the work queue")
         XCTAssertFalse(Platform.isOnSessionWorkQueue)
+    }
+
+    /// Every case of corelibs' task registry entry reads the same through
+    /// ``RegisteredBehaviour`` (corelibs' enum declared again, read without a `Mirror`) as
+    /// through a `Mirror`, delegate of the async APIs included. Real tasks of each kind on a
+    /// plain session, two of them held in flight by the server.
+    func testRegisteredBehaviourReadsEveryCaseOfTheRegistry() async throws {
+        let server = try LoopbackServer()
+        let gate = Gate()
+        defer {
+            gate.open()
+            server.shutdown()
+        }
+        server.route("/held") { _ in
+            _ = gate.wait(timeout: .seconds(10))
+            return .text("released")
+        }
+        let sessionDelegate = RecordingDelegate()
+        let session = pinSession(delegate: sessionDelegate) { $0.protocolClasses = [] }
+        let held = server.url("/held")
+        let delegated = session.dataTask(with: held)
+        let data = session.dataTask(with: held) { _, _, _ in }
+        let download = session.downloadTask(with: held) { _, _, _ in }
+        let taskDelegate = RecordingDelegate()
+        let asyncData = Task { try await session.data(from: held, delegate: taskDelegate) }
+        let asyncDownload = Task { try await session.download(from: held, delegate: taskDelegate) }
+        _ = try await server.waitForRequests(path: "/held", count: 2)
+        let all = await withCheckedContinuation { continuation in session.getAllTasks { continuation.resume(returning: $0) } }
+        let known = Set([delegated, data, download].map(\.taskIdentifier))
+        let started = all.filter { !known.contains($0.taskIdentifier) }.sorted { $0.taskIdentifier < $1.taskIdentifier }
+        XCTAssertEqual(started.count, 2, "the two async tasks")
+
+        let expected: [(URLSessionTask, String, BodyDelivery, Bool)] = [
+            (delegated, "callDelegate", .stream, false), (data, "dataCompletionHandler", .buffer, false),
+            (download, "downloadCompletionHandler", .buffer, false),
+            (started[0], "dataCompletionHandlerWithTaskDelegate", .buffer, true),
+            (started[1], "downloadCompletionHandlerWithTaskDelegate", .buffer, true),
+        ]
+        let reader = try XCTUnwrap(TaskRegistryReader(session: session), "the session's task registry is no longer found")
+        let workQueue = try XCTUnwrap(Reflection.child(session, "workQueue") as? DispatchQueue)
+        for (task, name, delivery, hasTaskDelegate) in expected {
+            let entry = workQueue.sync { reader.entry(for: task.taskIdentifier) }
+            guard case .found(let behaviour) = entry else { return XCTFail("\(name): read as \(entry), not as RegisteredBehaviour") }
+            let read = String("\(behaviour)".prefix { $0 != "(" })
+            XCTAssertEqual(read, name, "RegisteredBehaviour's cases no longer match corelibs' order")
+            XCTAssertEqual(behaviour.delivery, delivery, name)
+            XCTAssertEqual(behaviour.taskDelegate === taskDelegate, hasTaskDelegate, "\(name): the async API's delegate")
+        }
+        XCTAssertTrue(workQueue.sync { if case .absent = reader.entry(for: -1) { true } else { false } })
+
+        gate.open()
+        _ = try await asyncData.value
+        _ = try await asyncDownload.value
+        for task in [delegated, data, download] { task.cancel() }
     }
 
     func testReflectionRecoversUploadBodies() async throws {
