@@ -37,10 +37,9 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
 
     // MARK: Task events
 
-    func register(_ run: TaskStorage, request: URLRequest) {
-        let exempted = reactors.map { $0.configuration.exempts(request) }
+    func register(_ run: TaskStorage) {
         lock.withLock {
-            machine.register(run.id, exemptedBy: exempted)
+            machine.register(run.id, exemptedBy: run.exemptedBy)
             runs[run.id] = run
         }
     }

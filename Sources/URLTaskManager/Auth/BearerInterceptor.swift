@@ -29,6 +29,8 @@ public struct BearerInterceptor: URLTaskInterceptor {
     /// interceptor cannot know that reactor's index.
     static let refreshComponent = URLTaskError.Component(kind: .reactor, index: nil, name: String(describing: OAuth2RefreshReactor.self))
 
+    private static let authorization = HeaderName("Authorization")
+
     /// Applies `authenticator`'s token to requests for its origins.
     public init(authenticator: OAuth2Authenticator) {
         self.authenticator = authenticator
@@ -47,7 +49,7 @@ public struct BearerInterceptor: URLTaskInterceptor {
 
     private func apply(_ current: (credential: OAuth2Credential, version: Int)?, to task: inout URLTask) -> InterceptCommand {
         guard let current else { return .execute }
-        task.request.setValue("Bearer \(current.credential.accessToken)", forHTTPHeaderField: "Authorization")
+        task.request.replaceHeader(Self.authorization, with: "Bearer \(current.credential.accessToken)")
         var applied = task.attemptValues[AppliedCredentialVersions.self] ?? [:]
         applied[ObjectIdentifier(authenticator)] = current.version
         task.attemptValues[AppliedCredentialVersions.self] = applied

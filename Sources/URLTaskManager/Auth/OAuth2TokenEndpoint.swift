@@ -46,7 +46,12 @@ import FoundationNetworking
 /// ``BearerInterceptor`` skips it, so it still works, but there is no reason to.)
 public struct OAuth2TokenEndpoint: Sendable {
     /// The token endpoint URL.
-    public var url: URL
+    public var url: URL {
+        didSet { address = (OAuth2Origin(url), url.path) }
+    }
+    /// The origin and path of ``url``, which ``matches(_:)`` compares every request with (twice
+    /// per request a manager sends): worked out once rather than parsed from the URL each time.
+    private var address: (origin: OAuth2Origin?, path: String)
     /// Sent as `client_id`, if set.
     public var clientID: String?
     /// The client's secret, if it has one (confidential clients only: an app binary keeps no
@@ -107,6 +112,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         session: URLSession = OAuth2TokenEndpoint.defaultSession
     ) {
         self.url = url
+        self.address = (OAuth2Origin(url), url.path)
         self.clientID = clientID
         self.clientSecret = clientSecret
         self.clientAuthentication = clientAuthentication
@@ -230,8 +236,8 @@ public struct OAuth2TokenEndpoint: Sendable {
 
     /// Whether `request` is addressed to this endpoint (same origin and path).
     public func matches(_ request: URLRequest) -> Bool {
-        guard let target = request.url, let origin = OAuth2Origin(target) else { return false }
-        return origin == OAuth2Origin(url) && target.path == url.path
+        guard let target = request.url, let origin = address.origin, OAuth2Origin(target) == origin else { return false }
+        return target.path == address.path
     }
 
     /// Reads a token response (RFC 6749 §5.1).

@@ -36,21 +36,21 @@ public struct HeaderInterceptor: URLTaskInterceptor {
         case keepExisting
     }
 
-    private let fields: [(name: String, value: Value)]
+    private let fields: [(name: HeaderName, value: Value)]
     private let conflict: Conflict
     /// No value is computed: the interceptor decides without suspending.
     private let fixedOnly: Bool
 
     /// Headers to set, in order.
     public init(_ fields: KeyValuePairs<String, Value>, conflict: Conflict = .replace) {
-        self.fields = fields.map { ($0.key, $0.value) }
+        self.fields = fields.map { (HeaderName($0.key), $0.value) }
         self.conflict = conflict
         self.fixedOnly = self.fields.allSatisfy { if case .fixed = $0.value { true } else { false } }
     }
 
     /// Fixed headers from a dictionary.
     public init(_ headers: [String: String], conflict: Conflict = .replace) {
-        self.fields = headers.sorted { $0.key < $1.key }.map { ($0.key, .fixed($0.value)) }
+        self.fields = headers.sorted { $0.key < $1.key }.map { (HeaderName($0.key), .fixed($0.value)) }
         self.conflict = conflict
         self.fixedOnly = true
     }
@@ -70,17 +70,17 @@ public struct HeaderInterceptor: URLTaskInterceptor {
 
     /// Whether `name` is a valid header name that this interceptor sets on `task` (thrown
     /// otherwise); `false` when the caller's own value is kept.
-    private func applies(_ name: String, to task: URLTask) throws -> Bool {
-        if let problem = HeaderValidation.problem(name: name) { throw problem }
-        return !(conflict == .keepExisting && task.request.value(forHTTPHeaderField: name) != nil)
+    private func applies(_ name: HeaderName, to task: URLTask) throws -> Bool {
+        if let problem = HeaderValidation.problem(name: name.spelled) { throw problem }
+        return !(conflict == .keepExisting && task.request.value(forHTTPHeaderField: name.spelled) != nil)
     }
 
     /// Sets `name` to `value` (nothing for `nil`) unless the caller's value is kept; refuses a
     /// value with CR or LF.
-    private func set(_ name: String, _ value: String?, on task: inout URLTask) throws {
+    private func set(_ name: HeaderName, _ value: String?, on task: inout URLTask) throws {
         guard try applies(name, to: task), let value else { return }
-        if let problem = HeaderValidation.problem(name: name, value: value) { throw problem }
-        task.request.setValue(value, forHTTPHeaderField: name)
+        if let problem = HeaderValidation.problem(name: name.spelled, value: value) { throw problem }
+        task.request.replaceHeader(name, with: value)
     }
 }
 

@@ -80,7 +80,7 @@ final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is 
         }
         let run = TaskStorage(id: .next(), request: request, body: body, sink: sink, environment: self)
         // Before anything can cancel it: the end of a task is always one admission knows.
-        self.admission.register(run, request: request)
+        self.admission.register(run)
         // The work queue must not block, and creating the inner task syncs onto it.
         DispatchQueue.global().async { run.start() }
         return run

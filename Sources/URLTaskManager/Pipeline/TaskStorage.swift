@@ -24,6 +24,9 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     private let environment: any TaskEnvironment
     /// Records and emits this task's events; `nil` when nobody listened as it started.
     private let observer: TaskObserver?
+    /// Which reactors exempt this task (``URLTaskReactorConfiguration/exempts``), by index:
+    /// asked once, of the caller's request, for admission's gates and for every outcome.
+    let exemptedBy: [Bool]
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
         self.id = id
@@ -33,8 +36,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // The configuration's additional headers belong to the caller's request, not to every
         // request the inner session sends (a cross-origin redirect must not carry them).
         var bare = environment.additionalHeaders.applied(to: request)
-        bare.httpBody = nil
-        bare.httpBodyStream = nil
+        // Written only when set: the first write copies the whole request (the bridge's
+        // `URLProtocol` holds it too), about 7,000 instructions on corelibs.
+        if bare.httpBody != nil { bare.httpBody = nil }
+        if bare.httpBodyStream != nil { bare.httpBodyStream = nil }
+        self.exemptedBy = environment.reactors.map { $0.configuration.exempts(bare) }
         var task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
         task.policy = policy
         self.sink = sink
@@ -378,7 +384,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     private func chooseReactor(for outcome: URLTaskOutcome) -> Int? {
         guard !environment.reactors.isEmpty else { return nil }
         let snapshot = lock.withLock { machine.task }
-        for reactor in environment.reactors where !reactor.configuration.exempts(snapshot.originalRequest) {
+        for reactor in environment.reactors where !exemptedBy[reactor.index] {
             if let policy, policy.skips(reactor.component, typeName: reactor.typeName) { continue }
             if reactor.reactor.shouldReact(to: outcome, of: snapshot) { return reactor.index }
         }

@@ -158,6 +158,10 @@ public struct URLTaskReactorConfiguration: Sendable {
     public var loopGuard: LoopGuard?
     /// Requests this reactor neither holds nor reacts to: the requests its own work sends
     /// through the manager's session (a token endpoint).
+    ///
+    /// Asked once per task, as the task starts, of the caller's request (with the session's
+    /// additional headers, before any interceptor), and the answer holds for the task's whole
+    /// life, resends included.
     public var exempts: @Sendable (URLRequest) -> Bool
 
     /// Creates a configuration; the defaults are those of ``default``.

@@ -146,6 +146,22 @@ final class OAuth2FlowTests: XCTestCase {
         XCTAssertEqual(api.tokenRequestCount, 0)
     }
 
+    /// A token that would split the request (a CR/LF from a broken token endpoint or store) is
+    /// never sent: the task fails with `invalidHeader` naming `Authorization`, and the value is
+    /// not in the error. (corelibs' own `setValue` would have dropped the header silently and
+    /// sent the request unauthenticated.)
+    func testATokenWithCRLFFailsTheTaskAndNothingIsSent() async throws {
+        let api = try OAuthServer(access: "valid")
+        let manager = pair(authenticator(api, api.credential(access: "x\r\nX-Injected: 1")))
+        let result = await Kit.fetch(manager.session, api.apiURL())
+        guard let failure = result.taskError, failure.code == .invalidHeader else {
+            return XCTFail("expected URLTaskError.invalidHeader, got \(result)")
+        }
+        XCTAssertEqual(failure.headerName, "Authorization")
+        XCTAssertFalse("\(failure)".contains("Injected"), "\(failure)")
+        XCTAssertEqual(api.server.requests(path: "/api/profile").count, 0, "nothing may reach the server")
+    }
+
     func testOriginsMatchSchemeHostAndPortExactly() {
         let auth = OAuth2Authenticator(origins: [URL(string: "https://api.example.com")!], refresh: { $0 })
         XCTAssertTrue(auth.authorizes(URL(string: "https://api.example.com/v1/me")!))

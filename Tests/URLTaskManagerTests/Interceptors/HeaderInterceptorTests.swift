@@ -71,6 +71,32 @@ final class HeaderInterceptorTests: OKServerTestCase {
         XCTAssertEqual(keptCalls.count, 1, "a kept header's computed value is not even computed")
     }
 
+    /// The interceptors set headers without `setValue` (``HeaderName``, `replaceHeader`): a
+    /// caller's value under any spelling is replaced, never sent beside the new one, and the name
+    /// goes out as `setValue` would have stored it.
+    func testReplacingAHeaderRemovesEverySpellingOfIt() async throws {
+        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["x-replace": "interceptor", "X-Request-ID": "id"])])
+        defer { manager.invalidateAndCancel() }
+        var request = URLRequest(url: server.url("/spelling"))
+        request.allHTTPHeaderFields = ["X-REPLACE": "caller", "x-request-id": "caller"]
+        let result = await fetched(manager.session, request)
+        XCTAssertEqual(result.status, 200, "\(result)")
+        let seen = try XCTUnwrap(server.requests(path: "/spelling").first)
+        XCTAssertEqual(seen.headers.values(for: "X-Replace"), ["interceptor"], "\(seen.headers)")
+        XCTAssertEqual(seen.headers.values(for: "X-Request-ID"), ["id"], "\(seen.headers)")
+    }
+
+    /// ``HeaderName/stored`` is the key `setValue(_:forHTTPHeaderField:)` stores a name under.
+    func testHeaderNameIsStoredAsSetValueStoresIt() {
+        for name in ["Authorization", "x-request-id", "X-Request-ID", "ETag", "www-authenticate", "X-B3-TraceId", "traceparent", "a.b_c"] {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1/")!)
+            request.setValue("v", forHTTPHeaderField: name)
+            var replaced = URLRequest(url: URL(string: "http://127.0.0.1/")!)
+            replaced.replaceHeader(HeaderName(name), with: "v")
+            XCTAssertEqual(replaced.allHTTPHeaderFields, request.allHTTPHeaderFields, name)
+        }
+    }
+
     func testLaterInterceptorsSeeEarlierChanges() async throws {
         let manager = URLTaskManager(interceptors: [
             HeaderInterceptor(["X-Order": "first", "X-Last": "first"]),

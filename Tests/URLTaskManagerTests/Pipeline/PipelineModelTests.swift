@@ -521,7 +521,7 @@ final class PipelineModelTests: XCTestCase {
             let storage = TaskStorage(
                 id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: ModelSink(task: t, world: world),
                 environment: world)
-            world.admission.register(storage, request: request)
+            world.admission.register(storage)
             world.schedule("start(\(t))") { storage.start() }
             if world.draw(0..<10) < 2 {
                 world.schedule("cancel(\(t))") {
