@@ -76,7 +76,8 @@ public final class URLTaskManager: Sendable {
     /// someone listens. So call it before starting the work you want to see, and read the
     /// stream in a task; calling it inside that task subscribes only when the task first runs,
     /// which may be after your next request started. A reader that falls behind never slows a
-    /// task down: its stream keeps the newest `limit` events and drops the oldest.
+    /// task down: its stream keeps the newest `limit` events and drops the oldest. Events arrive
+    /// in order, in batches, at most ``Options/eventBatchWindow`` (20 ms) after they happened.
     ///
     /// ```swift
     /// let events = manager.events()  // subscribed from here on

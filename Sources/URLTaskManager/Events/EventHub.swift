@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -11,10 +12,21 @@ import FoundationNetworking
 /// is `nil`). Events go to each subscriber's `AsyncStream`, which keeps the newest ones when
 /// its reader falls behind: a slow listener loses the oldest events, never blocks a task.
 /// Every stream ends when ``finish()`` is called or the hub is released.
-final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers` and `nextKey` are guarded by `lock`.
+///
+/// A hub made with a `batchWindow` yields its events in batches, at most that long after they
+/// were emitted, in order (see ``EventBatchStateMachine``); one without yields each at once.
+final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, `nextKey` and `batch` are guarded by `lock`.
     private let lock = NSLock()
     private var subscribers: [Int: AsyncStream<Event>.Continuation] = [:]
     private var nextKey = 0
+    private let batchWindow: Duration?
+    private var batch = EventBatchStateMachine<Event>()
+    /// Where batches are yielded: one at a time, so they reach the streams in order.
+    private let flushQueue = DispatchQueue(label: "URLTaskManager.EventHub")
+
+    init(batchWindow: Duration? = nil) {
+        self.batchWindow = batchWindow
+    }
 
     var isListening: Bool {
         lock.withLock { !subscribers.isEmpty }
@@ -35,20 +47,44 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers` a
     }
 
     func emit(_ event: Event) {
-        let current = lock.withLock { Array(subscribers.values) }
-        for continuation in current { continuation.yield(event) }
+        guard let batchWindow else {
+            let current = lock.withLock { Array(subscribers.values) }
+            for continuation in current { continuation.yield(event) }
+            return
+        }
+        switch lock.withLock({ batch.emitted(event) }) {
+        case .scheduleFlush:
+            flushQueue.asyncAfter(deadline: .now() + batchWindow.dispatchInterval) { [self] in
+                let (events, current) = lock.withLock { (batch.flushDue(), Array(subscribers.values)) }
+                for continuation in current {
+                    for event in events { continuation.yield(event) }
+                }
+            }
+        case .none:
+            break
+        }
     }
 
-    /// Ends every subscriber's stream (the session is gone).
+    /// Ends every subscriber's stream (the session is gone), after the events still pending.
+    ///
+    /// With batches, the streams end on the flush queue, after a batch being yielded there
+    /// now, so no event is yielded out of order or after its stream ended.
     func finish() {
-        let current = lock.withLock {
+        let (events, current) = lock.withLock {
             defer { subscribers = [:] }
-            return Array(subscribers.values)
+            return (batch.finished(), Array(subscribers.values))
         }
-        for continuation in current { continuation.finish() }
+        let end: @Sendable () -> Void = {
+            for continuation in current {
+                for event in events { continuation.yield(event) }
+                continuation.finish()
+            }
+        }
+        if batchWindow == nil { end() } else { flushQueue.async(execute: end) }
     }
 
     deinit {
+        // A flush still scheduled holds the hub, so nothing is pending here.
         for continuation in subscribers.values { continuation.finish() }
     }
 }

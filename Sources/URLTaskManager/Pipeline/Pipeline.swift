@@ -24,7 +24,7 @@ final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is 
     let admission: AdmissionStorage
     let transport: Transport
     /// Who listens to the tasks' events (``URLTaskManager/events(bufferingNewest:)``).
-    let events = EventHub<URLTaskEvent>()
+    let events: EventHub<URLTaskEvent>
     /// The configuration's `httpAdditionalHeaders`: put on each caller's request by the
     /// pipeline, never merged by the inner session (which would add them to every redirect).
     let additionalHeaders: AdditionalHeaders
@@ -48,6 +48,7 @@ final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is 
         self.batches = interceptors.indices.map { [runtime] in BatchStorage(interceptorIndex: $0, runtime: runtime) }
         self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }
         self.options = options
+        self.events = EventHub(batchWindow: options.eventBatchWindow)
         // Slots only matter while a reactor may hold new tasks: otherwise nothing can make a
         // queued request's headers stale, and URLSession queues them itself.
         let holding = reactors.contains { $0.configuration.holdsNewTasks }

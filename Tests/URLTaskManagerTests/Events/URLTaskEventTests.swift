@@ -73,6 +73,33 @@ final class URLTaskEventTests: XCTestCase {
         XCTAssertEqual(complete, 200, "tasks whose stream missed their created or completed event")
     }
 
+    /// Events handed over in batches (the default window) or one by one (`nil`) reach the
+    /// reader in the order each task's transitions happened: 100 concurrent tasks, each with
+    /// its whole life in order.
+    func testBatchedAndUnbatchedEventsKeepEachTasksOrder() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("GET", "/hello") { _ in .text("hello") }
+        for window in [URLTaskManager.Options.default.eventBatchWindow, nil] {
+            let manager = URLTaskManager(
+                interceptors: [HeaderInterceptor(["X-App": "1"])], options: URLTaskManager.Options(eventBatchWindow: window))
+            defer { manager.invalidateAndCancel() }
+            let collector = Collector(manager.events())
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<100 { group.addTask { _ = try await manager.session.data(from: server.url("/hello?i=\(i)")) } }
+                try await group.waitForAll()
+            }
+            try await collector.waitForCompletions(100)
+            let byTask = Dictionary(grouping: collector.all, by: \.task)
+            XCTAssertEqual(byTask.count, 100)
+            for (task, events) in byTask {
+                XCTAssertEqual(
+                    Self.names(events), ["created", "HeaderInterceptor execute", "sent 1", "head 200", "completed 200"],
+                    "task \(task), window \(String(describing: window))")
+            }
+        }
+    }
+
     func testAPlainRequestsEventsInOrderWithItsTimings() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
