@@ -33,7 +33,7 @@ enum LatencyBenchmark {
         let (server, base) = try ServerProcess.start()
         defer { server.terminate() }
         let url = base.appendingPathComponent("small")
-        let configurations = makeConfigurations(base: base)
+        let configurations = makeConfigurations(base: base, indices: defaultIndices)
         defer { for configuration in configurations { configuration.invalidate() } }
 
         // Warm up: connections, caches, lazy initialisation.
@@ -69,6 +69,10 @@ enum LatencyBenchmark {
         }
     }
 
+    /// The configurations of the default run: all but the streamed forwarding protocol, an
+    /// experiment run with `against ... --configurations 0,1,2,6`.
+    static let defaultIndices = Array(0...5)
+
     /// The configurations compared, plain URLSession first (their indices name them on the
     /// command line of `profile`, `against` and `requests`).
     static let names = [
@@ -78,6 +82,7 @@ enum LatencyBenchmark {
         "manager, 1 HeaderInterceptor",
         "  … with an events reader",
         "manager, OAuth2 bearer + refresh",
+        "forwarding URLProtocol, streamed",
     ]
 
     /// Every configuration, or those at `indices`, in that order.
@@ -100,6 +105,10 @@ enum LatencyBenchmark {
         case 4:
             // The same with someone reading every task's events (the row above has no reader).
             return observedSession()
+        case 6:
+            // The floor with the manager's way of delivering: three delegate events, not one
+            // completion (see StreamingForwardingProtocol).
+            return StreamingForwardingProtocol.makeSession()
         default:
             // A bearer header on every request and a refresh reactor that holds new tasks, so
             // the manager also keeps the per-host queue.
