@@ -12,6 +12,9 @@
 #    uses them together over 127.0.0.1.
 # 2. The same manifest with a path to a folder of another name is refused by SwiftPM, naming the
 #    folder: a path dependency is named after its folder, as the README says.
+# 3. Where this checkout has the release tag the README's `from:` names, the README's own line,
+#    pointed at a bare clone of this checkout instead of GitHub, resolves to that version: the
+#    release can be installed by version. A clone without tags prints SKIP for this step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -24,7 +27,8 @@ work="${1:-.build-installation}"
 case "$work" in /*) ;; *) work="$root/$work" ;; esac
 mkdir -p "$work"
 app="$work/MyApp"
-url_line='.package(url: "https://github.com/OWNER/URLTaskManager.git", from: "0.2.0")'
+version="0.2.0"
+url_line=".package(url: \"https://github.com/OWNER/URLTaskManager.git\", from: \"$version\")"
 
 # A fresh copy of the depending package (its .build is kept between runs, so a rerun is quick).
 mkdir -p "$app"
@@ -33,15 +37,19 @@ cp -R Tests/Installation/Sources Tests/Installation/Tests Tests/Installation/Pac
 ln -sfn "$root" "$work/URLTaskManager"
 ln -sfn "$root" "$work/url-task-manager-clone"
 
-with_path() {  # the manifest with the url dependency replaced by a path
+with_line() {  # the manifest with the README's url dependency replaced by another line
     python3 - "$app/Package.swift" "$url_line" "$1" <<'PY'
 import sys
-path, url_line, folder = sys.argv[1:4]
+path, url_line, replacement = sys.argv[1:4]
 text = open(path, encoding="utf-8").read()
 if text.count(url_line) != 1:
     sys.exit(f"{path}: expected the line {url_line!r} once (it is the README's dependency line)")
-open(path, "w", encoding="utf-8").write(text.replace(url_line, f'.package(path: "../{folder}")'))
+open(path, "w", encoding="utf-8").write(text.replace(url_line, replacement))
 PY
+}
+
+with_path() {  # the manifest with the url dependency replaced by a path
+    with_line ".package(path: \"../$1\")"
 }
 
 echo "== a package that depends on URLTaskManager by path (../URLTaskManager -> $root)"
@@ -63,4 +71,23 @@ if ! grep -q "unknown package 'URLTaskManager'" <<<"$output" || ! grep -q "'url-
 fi
 echo "refused as the README says: $(grep -o "unknown package 'URLTaskManager'.*" <<<"$output" | head -n 1)"
 cp Tests/Installation/Package.swift "$app/Package.swift"
+
+echo "== the README's version requirement (from: \"$version\") against this checkout's tags"
+if git -C "$root" rev-parse -q --verify "refs/tags/$version" >/dev/null; then
+    # Named URLTaskManager.git: a URL dependency is named after the last part of its URL.
+    remote="$work/remote/URLTaskManager.git"
+    rm -rf "$work/remote" "$app/.build/checkouts" "$app/.build/repositories" "$app/Package.resolved"
+    git clone -q --bare "$root" "$remote"
+    with_line ".package(url: \"file://$remote\", from: \"$version\")"
+    dependencies="$(cd "$app" && swift package show-dependencies 2>&1)"
+    cp Tests/Installation/Package.swift "$app/Package.swift"
+    if ! grep -qF "$remote@$version>" <<<"$dependencies"; then
+        echo "error: from: \"$version\" did not resolve to $version:" >&2
+        echo "$dependencies" >&2
+        exit 1
+    fi
+    echo "resolved: $(grep -F "$remote@$version>" <<<"$dependencies" | head -n 1)"
+else
+    echo "SKIP: this checkout has no tag $version (a clone without tags, or before the release)"
+fi
 echo "installation check passed"
