@@ -41,9 +41,10 @@ extension URLTaskManager {
         ///
         /// A reader suspended in `for await` is woken for every element that arrives while it
         /// waits, a thread wake-up per event and five events per request: measured with one
-        /// reader of sequential requests, that cost 0.28 ms of CPU per request, a third of the
-        /// request itself; gathered for 20 ms, 0.07 ms (`swift run -c release Benchmarks`, "with
-        /// an events reader"). Events are for logs and metrics; shorten the window where a reader
+        /// reader of sequential requests, that cost 0.28 ms of CPU per request (one run), a third
+        /// of the request itself; gathered for 20 ms, 0.02 to 0.08 ms (medians of 5 runs, from
+        /// sequential to 1,000 concurrent requests; `swift run -c release Benchmarks`, "with an
+        /// events reader"). Events are for logs and metrics; shorten the window where a reader
         /// must see an event sooner.
         public var eventBatchWindow: Duration?
 

@@ -33,7 +33,7 @@ enum Reflection {
 ///
 /// A subclass lays out its superclass's fields first, at the same offsets, so a field found in
 /// a class can be read from an instance of any of its subclasses.
-struct StoredField: @unchecked Sendable {  // `type` is a metatype, immutable and global.
+struct StoredField: Sendable {
     /// The field's byte offset from the start of an instance.
     let offset: Int
     /// The field's declared type (`Optional<…>` for an optional).

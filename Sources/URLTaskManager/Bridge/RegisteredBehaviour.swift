@@ -74,7 +74,7 @@ enum RegisteredBehaviour {
 
 /// Which cases of ``RegisteredBehaviour`` have been checked against corelibs' own, and whether
 /// one failed (then none is read this way again).
-private final class LayoutCheck: @unchecked Sendable {  // `confirmed` and `failed` are guarded by `lock`.
+private final class LayoutCheck: @unchecked Sendable {  // `confirmed`, `confirmedType` and `failed` are guarded by `lock`.
     static let shared = LayoutCheck()
     private let lock = NSLock()
     private var confirmed: Set<Int> = []
