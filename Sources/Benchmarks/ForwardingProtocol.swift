@@ -13,26 +13,30 @@ import FoundationNetworking
 /// work queue shares, so the client may be answered right there. Not for use outside the
 /// benchmark: it is what the manager costs above when it does nothing.
 final class ForwardingProtocol: URLProtocol {
-    static let inner: URLSession = {
+    static let inner = innerSession(delegate: nil)
+
+    /// An inner session whose delegate callbacks (or completion handlers) run on its work queue.
+    static func innerSession(delegate: (any URLSessionDelegate)?) -> URLSession {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
-        let session = URLSession(configuration: .default, delegate: nil, delegateQueue: queue)
+        let session = URLSession(configuration: .default, delegate: delegate, delegateQueue: queue)
         #if canImport(FoundationNetworking)
-        if let workQueue = workQueue(of: session) {
+        if let workQueue = Mirror(reflecting: session).children.first(where: { $0.label == "workQueue" })?.value as? DispatchQueue {
             queue.underlyingQueue = workQueue
         }
         #endif
         return session
-    }()
-
-    private static func workQueue(of session: URLSession) -> DispatchQueue? {
-        Mirror(reflecting: session).children.first { $0.label == "workQueue" }?.value as? DispatchQueue
     }
 
     /// A session whose every task goes through this protocol.
     static func makeSession() -> URLSession {
+        session(through: ForwardingProtocol.self)
+    }
+
+    /// A session whose every task goes through `protocolClass`.
+    static func session(through protocolClass: URLProtocol.Type) -> URLSession {
         let configuration = URLSessionConfiguration.default
-        configuration.protocolClasses = [ForwardingProtocol.self] + (configuration.protocolClasses ?? [])
+        configuration.protocolClasses = [protocolClass] + (configuration.protocolClasses ?? [])
         return URLSession(configuration: configuration)
     }
 

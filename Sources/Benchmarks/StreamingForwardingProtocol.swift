@@ -52,23 +52,11 @@ final class StreamingForwardingProtocol: URLProtocol {
     }
 
     static let router = Router()
-    static let inner: URLSession = {
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        let session = URLSession(configuration: .default, delegate: router, delegateQueue: queue)
-        #if canImport(FoundationNetworking)
-        if let workQueue = Mirror(reflecting: session).children.first(where: { $0.label == "workQueue" })?.value as? DispatchQueue {
-            queue.underlyingQueue = workQueue
-        }
-        #endif
-        return session
-    }()
+    static let inner = ForwardingProtocol.innerSession(delegate: router)
 
     /// A session whose every task goes through this protocol.
     static func makeSession() -> URLSession {
-        let configuration = URLSessionConfiguration.default
-        configuration.protocolClasses = [StreamingForwardingProtocol.self] + (configuration.protocolClasses ?? [])
-        return URLSession(configuration: configuration)
+        ForwardingProtocol.session(through: StreamingForwardingProtocol.self)
     }
 
     override class func canInit(with request: URLRequest) -> Bool { true }

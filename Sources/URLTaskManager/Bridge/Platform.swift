@@ -65,7 +65,7 @@ enum Platform {
     ) -> OuterTaskFacts {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
-        let field = taskSession.map { $0.read(from: task) } ?? Reflection.child(task, "session")
+        let field = sessionField(of: task)
         // A cast sees through the field's Optional; only another kind of session needs the Mirror.
         let managed = field as? ManagedURLSession
         let session = managed ?? Reflection.unwrapOptional(field) as? URLSession
@@ -157,7 +157,7 @@ enum Platform {
     /// with a plain session.
     static func requestBodyStream(for task: URLSessionTask, completion: @escaping @Sendable (InputStream?) -> Void) {
         #if canImport(FoundationNetworking)
-        let session = Reflection.unwrapOptional(Reflection.child(task, "session")) as? URLSession
+        let session = Reflection.unwrapOptional(sessionField(of: task)) as? URLSession
         #else
         let session: URLSession? = nil
         #endif
@@ -235,6 +235,12 @@ enum Platform {
     /// The task's session (`URLSessionTask.session`), found once for every kind of task.
     private static let taskSession = StoredField(named: "session", in: URLSessionTask.self)
 
+    /// `task`'s `session` field as corelibs declares it (an `Optional` of an internal protocol);
+    /// `nil` where the toolchain hides it.
+    private static func sessionField(of task: URLSessionTask) -> Any? {
+        taskSession?.read(from: task)
+    }
+
     /// What an entry of the task registry says: `callDelegate`, the one case without a payload,
     /// streams; the completion-handler cases buffer, and those of the async APIs
     /// (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate the
@@ -253,19 +259,18 @@ enum Platform {
             // A cast to the payload's tuple type, not a second `Mirror`: reflecting a payload
             // that holds a closure looks the closure's type up by its mangled name every time.
             // corelibs 6 declares the completions `@Sendable`; the plain types are for older ones.
-            if let pair = payload as? (SendableDataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-            if let pair = payload as? (SendableDownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+            if let pair = payload as? (RegisteredBehaviour.DataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
+            if let pair = payload as? (RegisteredBehaviour.DownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
             if let pair = payload as? (DataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
             if let pair = payload as? (DownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
             return (.buffer, nil)
         }
     }
 
-    /// corelibs' `_TaskRegistry.DataTaskCompletion` and `DownloadTaskCompletion`.
+    /// corelibs' `_TaskRegistry.DataTaskCompletion` and `DownloadTaskCompletion` before corelibs 6
+    /// made them `@Sendable` (``RegisteredBehaviour`` declares those of corelibs 6).
     private typealias DataCompletion = (Data?, URLResponse?, (any Error)?) -> Void
     private typealias DownloadCompletion = (URL?, URLResponse?, (any Error)?) -> Void
-    private typealias SendableDataCompletion = @Sendable (Data?, URLResponse?, (any Error)?) -> Void
-    private typealias SendableDownloadCompletion = @Sendable (URL?, URLResponse?, (any Error)?) -> Void
 
     /// Maps corelibs' internal `URLSessionTask._Body` (`none`, `data(DispatchData)`,
     /// `file(URL)`, `stream(InputStream)`).

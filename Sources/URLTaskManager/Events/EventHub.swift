@@ -56,9 +56,7 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
         case .scheduleFlush:
             flushQueue.asyncAfter(deadline: .now() + batchWindow.dispatchInterval) { [self] in
                 let (events, current) = lock.withLock { (batch.flushDue(), Array(subscribers.values)) }
-                for continuation in current {
-                    for event in events { continuation.yield(event) }
-                }
+                Self.yield(events, to: current, thenFinish: false)
             }
         case .none:
             break
@@ -74,13 +72,16 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
             defer { subscribers = [:] }
             return (batch.finished(), Array(subscribers.values))
         }
-        let end: @Sendable () -> Void = {
-            for continuation in current {
-                for event in events { continuation.yield(event) }
-                continuation.finish()
-            }
-        }
+        let end: @Sendable () -> Void = { Self.yield(events, to: current, thenFinish: true) }
         if batchWindow == nil { end() } else { flushQueue.async(execute: end) }
+    }
+
+    /// Yields `events`, in order, to each of `continuations`, and ends their streams if asked.
+    private static func yield(_ events: [Event], to continuations: [AsyncStream<Event>.Continuation], thenFinish: Bool) {
+        for continuation in continuations {
+            for event in events { continuation.yield(event) }
+            if thenFinish { continuation.finish() }
+        }
     }
 
     deinit {

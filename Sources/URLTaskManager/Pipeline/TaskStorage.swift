@@ -36,10 +36,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // The configuration's additional headers belong to the caller's request, not to every
         // request the inner session sends (a cross-origin redirect must not carry them).
         var bare = environment.additionalHeaders.applied(to: request)
-        // Written only when set: the first write copies the whole request (the bridge's
-        // `URLProtocol` holds it too), about 7,000 instructions on corelibs.
-        if bare.httpBody != nil { bare.httpBody = nil }
-        if bare.httpBodyStream != nil { bare.httpBodyStream = nil }
+        bare.removeBody()
         self.exemptedBy = environment.reactors.map { $0.configuration.exempts(bare) }
         var task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
         task.policy = policy

@@ -57,13 +57,11 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     func start(_ request: URLRequest, body: URLTaskBody, events: any TransportEvents) -> URLSessionTask {
         assert(!Platform.isOnSessionWorkQueue, "a task created on the work queue deadlocks")
         var request = request
-        // Each body field is written only when it must change: the first write to a request
-        // shared with the task's record copies the whole request (about 7,000 instructions on
-        // corelibs), and most requests have neither body field set.
+        // Each body field is written only when it must change (see `removeBody()`).
         let task: URLSessionTask
         switch body {
         case .none:
-            clearBody(of: &request)
+            request.removeBody()
             task = session.dataTask(with: request)
         case .data(let data):
             if request.httpBodyStream != nil { request.httpBodyStream = nil }
@@ -74,17 +72,12 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             request.httpBodyStream = stream
             task = session.dataTask(with: request)
         case .file(let url):
-            clearBody(of: &request)
+            request.removeBody()
             task = session.uploadTask(with: request, fromFile: url)
         }
         lock.withLock { routes[task.taskIdentifier] = events }
         task.resume()
         return task
-    }
-
-    private func clearBody(of request: inout URLRequest) {
-        if request.httpBody != nil { request.httpBody = nil }
-        if request.httpBodyStream != nil { request.httpBodyStream = nil }
     }
 
     /// Cancels an inner task (a caller cancelled its own request), from a thread of its own:
