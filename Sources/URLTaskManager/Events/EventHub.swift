@@ -65,15 +65,18 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
 
     /// Ends every subscriber's stream (the session is gone), after the events still pending.
     ///
-    /// With batches, the streams end on the flush queue, after a batch being yielded there
-    /// now, so no event is yielded out of order or after its stream ended.
+    /// With batches, the pending events are yielded and the streams ended on the flush queue,
+    /// after a batch being yielded there now (so no event is yielded out of order or after its
+    /// stream ended), and this waits for it: when it returns, every event is in the streams, as
+    /// without batches, and a reader that starts only then finds the newest of them. (Waiting
+    /// cannot deadlock: the flush queue only yields, and a yield never waits.)
     func finish() {
         let (events, current) = lock.withLock {
             defer { subscribers = [:] }
             return (batch.finished(), Array(subscribers.values))
         }
         let end: @Sendable () -> Void = { Self.yield(events, to: current, thenFinish: true) }
-        if batchWindow == nil { end() } else { flushQueue.async(execute: end) }
+        if batchWindow == nil { end() } else { flushQueue.sync(execute: end) }
     }
 
     /// Yields `events`, in order, to each of `continuations`, and ends their streams if asked.
