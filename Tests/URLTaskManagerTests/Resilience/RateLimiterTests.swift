@@ -44,6 +44,7 @@ final class RateLimiterTests: XCTestCase {
             XCTAssertGreaterThanOrEqual(started.duration(to: request.arrivedAt), .milliseconds(100 * index - 5), "request \(index) early")
         }
         XCTAssertGreaterThanOrEqual(elapsed, .milliseconds(380))
+        try await events.wait("4 released", count: 4) { if case .released = $0 { return true } else { return false } }
         XCTAssertEqual(events.count { if case .released = $0 { return true } else { return false } }, 4)
     }
 

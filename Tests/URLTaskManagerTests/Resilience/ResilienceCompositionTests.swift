@@ -108,6 +108,7 @@ final class ResilienceCompositionTests: XCTestCase {
         XCTAssertEqual(failingResults.prefix(3).map(\.status), [502, 502, 502])
         XCTAssertTrue(failingResults.dropFirst(3).allSatisfy { Kit.underlying($0) is CircuitOpenError })
         XCTAssertEqual(failing.requests.count, 3, "an open circuit sends nothing")
+        try await breakerEvents.wait("7 rejections", count: 7) { if case .rejected = $0 { return true } else { return false } }
         XCTAssertEqual(breakerEvents.count { if case .rejected = $0 { return true } else { return false } }, 7)
     }
 
