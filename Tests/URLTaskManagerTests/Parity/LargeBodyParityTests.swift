@@ -95,12 +95,22 @@ final class LargeBodyParityTests: XCTestCase {
     /// A delegate far slower than loopback (1 ms of work every other chunk): corelibs has no
     /// flow control (and its `suspend()` resends the request: `SuspendResumePinTests`), so a
     /// plain session queues what the delegate has not taken yet; the manager holds no more.
+    ///
+    /// How much a plain session queues depends on how far its delegate falls behind, so its
+    /// figure moves from run to run (+48 to +50 MB usually, +31 MB once in a CI run while the
+    /// manager's was +48). The bound is therefore the larger of plain's growth and one copy of
+    /// the body, plus 16 MB: a bridge that held a second copy (+100 MB) fails it either way. A
+    /// bridge that queues where plain does not is caught by the slow-delegate test above, where
+    /// plain queues little.
     func testFiftyMegabytesAtLoopbackSpeedToAVerySlowDelegate() async throws {
         let (plain, manager) = try await peakGrowth(of: "/50mb", length: Self.fiftyMegabytes, handling: .verySlowConsumer)
         ParityLog.record(
             "50 MB at loopback speed to a very slow delegate, peak RSS growth", plain: "+\(plain.growth) MB",
             manager: "+\(manager.growth) MB")
-        XCTAssertLessThanOrEqual(manager.growth, plain.growth + 16, "the manager queued more than a plain session")
+        let oneCopy = Self.fiftyMegabytes / Self.megabyte
+        XCTAssertLessThanOrEqual(
+            manager.growth, max(plain.growth, oneCopy) + 16,
+            "the manager queued more than a plain session and more than one copy of the body (plain +\(plain.growth) MB)")
     }
 
     /// Streams `path` (`length` bytes of the generated pattern) to a delegate on each side and
