@@ -226,14 +226,18 @@ final class PlatformPinTests: XCTestCase {
         _ = try await server.waitForRequests(path: "/held", count: 2)
         let all = await withCheckedContinuation { continuation in session.getAllTasks { continuation.resume(returning: $0) } }
         let known = Set([delegated, data, download].map(\.taskIdentifier))
-        let started = all.filter { !known.contains($0.taskIdentifier) }.sorted { $0.taskIdentifier < $1.taskIdentifier }
+        // The two async calls run concurrently, so either may have made its task first: tell
+        // them apart by kind, not by identifier.
+        let started = all.filter { !known.contains($0.taskIdentifier) }
         XCTAssertEqual(started.count, 2, "the two async tasks")
+        let startedData = try XCTUnwrap(started.first { !($0 is URLSessionDownloadTask) })
+        let startedDownload = try XCTUnwrap(started.first { $0 is URLSessionDownloadTask })
 
         let expected: [(URLSessionTask, String, BodyDelivery, Bool)] = [
             (delegated, "callDelegate", .stream, false), (data, "dataCompletionHandler", .buffer, false),
             (download, "downloadCompletionHandler", .buffer, false),
-            (started[0], "dataCompletionHandlerWithTaskDelegate", .buffer, true),
-            (started[1], "downloadCompletionHandlerWithTaskDelegate", .buffer, true),
+            (startedData, "dataCompletionHandlerWithTaskDelegate", .buffer, true),
+            (startedDownload, "downloadCompletionHandlerWithTaskDelegate", .buffer, true),
         ]
         let reader = try XCTUnwrap(TaskRegistryReader(session: session), "the session's task registry is no longer found")
         let workQueue = try XCTUnwrap(Reflection.child(session, "workQueue") as? DispatchQueue)
