@@ -69,7 +69,9 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
     /// after a batch being yielded there now (so no event is yielded out of order or after its
     /// stream ended), and this waits for it: when it returns, every event is in the streams, as
     /// without batches, and a reader that starts only then finds the newest of them. (Waiting
-    /// cannot deadlock: the flush queue only yields, and a yield never waits.)
+    /// cannot deadlock: the flush queue only yields, and a yield never waits.) Calling it again
+    /// does nothing: an invalidated and cancelled session ends its streams at once, and again
+    /// when its inner session goes.
     func finish() {
         let (events, current) = lock.withLock {
             defer { subscribers = [:] }

@@ -187,11 +187,17 @@ final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is 
 
     /// The outer session was invalidated and cancelled: held tasks complete with `cancelled`,
     /// never sent, and the inner session's transfers are cancelled.
+    ///
+    /// The streams of events end here, whatever happens to the inner session: a transfer still
+    /// being handed over delays its release (``PipelineLifecycleStateMachine/cancelRequested()``),
+    /// and that transfer's task may already have answered its caller, so a reader starting
+    /// after this call must find every event in its stream, not wait for them.
     func invalidateAndCancel() {
         guard case .cancelHeldTasks(let inner) = lock.withLock({ lifecycle.cancelRequested() }) else { return }
         for batch in batches {
             for run in batch.removeAll() { run.failUnsent(URLError.cancelled(url: run.callerURL)) }
         }
+        events.finish()
         perform(inner)
     }
 

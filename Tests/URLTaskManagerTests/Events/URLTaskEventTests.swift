@@ -199,6 +199,50 @@ final class URLTaskEventTests: XCTestCase {
         XCTAssertEqual(Self.names(kept), ["sent 1", "head 200", "completed 200"], "the newest 3 of 20 events")
     }
 
+    /// `invalidateAndCancel()` ends every stream before it returns, with the events emitted
+    /// until then (batched ones included): a reader that starts afterwards finds them and its
+    /// loop ends at once. The cancellation of a task still on the wire comes after the end and
+    /// is not reported; `finishTasksAndInvalidate()` reports every task's completion.
+    func testInvalidateAndCancelEndsTheStreamsBeforeItReturns() async throws {
+        let server = try LoopbackServer()
+        let gate = Gate()
+        defer {
+            gate.open()
+            server.shutdown()
+        }
+        server.route("GET", "/held") { _ in
+            _ = gate.wait(timeout: .seconds(10))
+            return .text("late")
+        }
+        let manager = URLTaskManager()
+        let stream = manager.events()
+        let held = Task { try await manager.session.data(from: server.url("/held")) }
+        _ = try await server.waitForRequests(path: "/held", count: 1)
+        manager.invalidateAndCancel()
+
+        let drained = await withTaskGroup(of: [String]?.self) { group in
+            group.addTask {
+                var names: [String] = []
+                for await event in stream { names.append(Self.names([event])[0]) }
+                return names
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(10))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        XCTAssertEqual(drained, ["created", "sent 1"], "the stream had not ended when invalidateAndCancel() returned")
+        do {
+            _ = try await held.value
+            XCTFail("the held task was not cancelled")
+        } catch {
+            XCTAssertEqual((error as? URLError)?.code, .cancelled)
+        }
+    }
+
     func testABatchShowsHoldAndReleaseForEachTask() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
