@@ -23,6 +23,14 @@ struct EventBatchStateMachine<Event> {
         case none
     }
 
+    /// What the hub does when it is told to finish.
+    enum FinishAction {
+        /// Yield these events (the ones still pending, in order), then end the streams.
+        case yieldThenEnd([Event])
+        /// The hub finished before: nothing to do.
+        case none
+    }
+
     private var state = State.idle
 
     mutating func emitted(_ event: Event) -> EmitAction {
@@ -52,10 +60,19 @@ struct EventBatchStateMachine<Event> {
         }
     }
 
-    /// The hub finishes: the events still pending, to yield before the streams end.
-    mutating func finished() -> [Event] {
-        defer { state = .finished }
-        if case .gathering(let pending) = state { return pending }
-        return []
+    /// The hub finishes: the events still pending, to yield before the streams end; only the
+    /// first time (a session invalidated and cancelled finishes its hub at once, and again
+    /// when its inner session goes).
+    mutating func finished() -> FinishAction {
+        switch state {
+        case .idle:
+            state = .finished
+            return .yieldThenEnd([])
+        case .gathering(let pending):
+            state = .finished
+            return .yieldThenEnd(pending)
+        case .finished:
+            return .none
+        }
     }
 }

@@ -70,13 +70,14 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
     /// stream ended), and this waits for it: when it returns, every event is in the streams, as
     /// without batches, and a reader that starts only then finds the newest of them. (Waiting
     /// cannot deadlock: the flush queue only yields, and a yield never waits.) Calling it again
-    /// does nothing: an invalidated and cancelled session ends its streams at once, and again
-    /// when its inner session goes.
+    /// does nothing, at once: an invalidated and cancelled session ends its streams as it is
+    /// cancelled, and again when its inner session goes.
     func finish() {
-        let (events, current) = lock.withLock {
+        let (action, current) = lock.withLock {
             defer { subscribers = [:] }
             return (batch.finished(), Array(subscribers.values))
         }
+        guard case .yieldThenEnd(let events) = action else { return }
         let end: @Sendable () -> Void = { Self.yield(events, to: current, thenFinish: true) }
         if batchWindow == nil { end() } else { flushQueue.sync(execute: end) }
     }

@@ -18,11 +18,28 @@ final class EventBatchStateMachineTests: XCTestCase {
         var machine = EventBatchStateMachine<Int>()
         _ = machine.emitted(1)
         _ = machine.emitted(2)
-        XCTAssertEqual(machine.finished(), [1, 2])
+        XCTAssertEqual(action(machine.finished()), "yieldThenEnd [1, 2]")
         XCTAssertEqual(machine.flushDue(), [], "the flush scheduled before finishing finds nothing")
         XCTAssertEqual(action(machine.emitted(3)), "none")
         XCTAssertEqual(machine.flushDue(), [])
-        XCTAssertEqual(machine.finished(), [])
+        XCTAssertEqual(action(machine.finished()), "none", "a second finish does nothing")
+    }
+
+    func testFinishingWithNothingPendingStillEndsTheStreamsOnce() {
+        var machine = EventBatchStateMachine<Int>()
+        XCTAssertEqual(action(machine.finished()), "yieldThenEnd []")
+        XCTAssertEqual(action(machine.finished()), "none")
+        _ = machine.emitted(1)
+        _ = machine.emitted(2)
+        XCTAssertEqual(machine.flushDue(), [], "nothing is gathered after the end")
+        XCTAssertEqual(action(machine.finished()), "none")
+    }
+
+    private func action(_ action: EventBatchStateMachine<Int>.FinishAction) -> String {
+        switch action {
+        case .yieldThenEnd(let events): "yieldThenEnd \(events)"
+        case .none: "none"
+        }
     }
 
     private func action(_ action: EventBatchStateMachine<Int>.EmitAction) -> String {

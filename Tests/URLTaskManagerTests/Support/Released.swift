@@ -3,9 +3,10 @@ import Foundation
 /// Waits until `isReleased()` holds, re-checking it every few milliseconds until `timeout`.
 ///
 /// Deallocation of the library's internal objects (an inner session lets go of its delegate on
-/// its own queue, curl closes its sockets when its handle is freed) has no event a test can
-/// subscribe to; this is the one wait in the suite that re-checks a condition instead of
-/// awaiting an event, and it fails the test at the deadline instead of hanging it.
+/// its own queue, curl closes its sockets when its handle is freed) and the library's internal
+/// counts (tasks held in a batch, events collected by a reader task) have no event a test can
+/// subscribe to; this is the wait in the suite that re-checks a condition instead of awaiting an
+/// event, and it fails the test at the deadline instead of hanging it.
 func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ isReleased: () -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
     while !isReleased() {
