@@ -97,11 +97,11 @@ final class LargeBodyParityTests: XCTestCase {
     /// plain session queues what the delegate has not taken yet; the manager holds no more.
     ///
     /// How much a plain session queues depends on how far its delegate falls behind, so its
-    /// figure moves from run to run (+48 to +50 MB usually, +31 MB once in a CI run while the
-    /// manager's was +48). The bound is therefore the larger of plain's growth and one copy of
-    /// the body, plus 16 MB: a bridge that held a second copy (+100 MB) fails it either way. A
-    /// bridge that queues where plain does not is caught by the slow-delegate test above, where
-    /// plain queues little.
+    /// figure moves from run to run (+48 to +50 MB usually, +31 MB once in a full-suite run
+    /// while the manager's was +48). The bound is therefore the larger of plain's growth and one
+    /// copy of the body, plus 16 MB: a bridge that held a second copy (+100 MB) fails it either
+    /// way. A bridge that queues where plain does not is caught by the slow-delegate test above,
+    /// where plain queues little.
     func testFiftyMegabytesAtLoopbackSpeedToAVerySlowDelegate() async throws {
         let (plain, manager) = try await peakGrowth(of: "/50mb", length: Self.fiftyMegabytes, handling: .verySlowConsumer)
         ParityLog.record(
