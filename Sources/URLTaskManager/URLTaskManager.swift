@@ -73,13 +73,13 @@ public final class URLTaskManager: Sendable {
     /// Each call returns a new stream, subscribed when this method returns; it ends when the
     /// session is invalidated or released, or when the loop reading it stops
     /// (`invalidateAndCancel()` ends it before returning, so the cancellation of a task on the
-    /// network is not reported). A task started
-    /// while no stream is open emits nothing and records nothing: events cost nothing unless
-    /// someone listens. So call it before starting the work you want to see, and read the
-    /// stream in a task; calling it inside that task subscribes only when the task first runs,
-    /// which may be after your next request started. A reader that falls behind never slows a
-    /// task down: its stream keeps the newest `limit` events and drops the oldest. Events arrive
-    /// in order, in batches, at most ``Options/eventBatchWindow`` (20 ms) after they happened.
+    /// network is not reported). A task started while no stream is open emits nothing and
+    /// records nothing: events cost nothing unless someone listens. So call it before starting
+    /// the work you want to see, and read the stream in a task; calling it inside that task
+    /// subscribes only when the task first runs, which may be after your next request started.
+    /// A reader that falls behind never slows a task down: its stream keeps the newest `limit`
+    /// events and drops the oldest. Events arrive in order, in batches, at most
+    /// ``Options/eventBatchWindow`` (20 ms) after they happened.
     ///
     /// ```swift
     /// let events = manager.events()  // subscribed from here on

@@ -220,21 +220,15 @@ final class URLTaskEventTests: XCTestCase {
         _ = try await server.waitForRequests(path: "/held", count: 1)
         manager.invalidateAndCancel()
 
-        let drained = await withTaskGroup(of: [String]?.self) { group in
-            group.addTask {
-                var names: [String] = []
-                for await event in stream { names.append(Self.names([event])[0]) }
-                return names
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(10))
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+        let ended = Latch<[URLTaskEvent]>("the stream's end, which invalidateAndCancel() had already reached")
+        let reader = Task {
+            var kept: [URLTaskEvent] = []
+            for await event in stream { kept.append(event) }
+            ended.fulfill(kept)
         }
-        XCTAssertEqual(drained, ["created", "sent 1"], "the stream had not ended when invalidateAndCancel() returned")
+        defer { reader.cancel() }
+        let kept = try await ended.wait(timeout: .seconds(10))
+        XCTAssertEqual(Self.names(kept), ["created", "sent 1"], "the events emitted before the call, and nothing after")
         do {
             _ = try await held.value
             XCTFail("the held task was not cancelled")
