@@ -34,7 +34,6 @@ enum CoalescingBenchmark {
                 default:
                     let coalescing = CoalescingInterceptor()
                     keep = URLTaskManager(interceptors: [coalescing], configuration: configuration)
-                    coalescing.attach(to: keep!)
                     session = keep!.session
                 }
                 server.resetRecords()

@@ -17,7 +17,6 @@ extension Scenario {
         // DocC coalescing: begin
         let coalescing = CoalescingInterceptor()
         let manager = URLTaskManager(interceptors: [coalescing])
-        coalescing.attach(to: manager)
         // DocC coalescing: end
 
         let started = ContinuousClock.now
@@ -164,7 +163,6 @@ enum ResilientClient {
             // observers first (they never take an outcome), then refresh, hold, retry
             reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()]
         )
-        coalescing.attach(to: manager)
         // README resilience: end
         return manager
     }

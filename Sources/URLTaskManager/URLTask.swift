@@ -47,6 +47,9 @@ public struct URLTask: Sendable, Identifiable {
     /// What the caller changed for this request alone (``URLTaskPolicy``), if anything: the
     /// manager reads it off the request before the first interceptor runs.
     public internal(set) var policy: URLTaskPolicy?
+    /// Annotations to add to the task's events once this attempt is really sent
+    /// (``annotateWhenSent(_:_:)``); an attempt that is intercepted again starts without them.
+    var annotationsWhenSent: [(name: String, value: String)] = []
 
     /// Renamed: values that last one attempt are ``attemptValues``; for values that must survive
     /// a retry or a refresh, use ``taskValues``.

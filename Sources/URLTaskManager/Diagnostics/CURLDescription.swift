@@ -197,7 +197,9 @@ public struct CURLDescriptionInterceptor: URLTaskInterceptor {
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         let snapshot = task
         let options = options
-        task.annotate("curl", CURLDescription(snapshot, options: options).command)
+        // Only a request that goes out is described: one answered locally, failed, intercepted
+        // again after a refresh or sharing another's transfer adds no `curl` line.
+        task.annotateWhenSent("curl", CURLDescription(snapshot, options: options).command)
         return .execute
     }
 }

@@ -231,7 +231,8 @@ public struct TraceContextInterceptor: URLTaskInterceptor {
         }
         TraceContext.setTraceContext(outgoing, on: &task.request)
         task.attemptValues[Sent.self] = outgoing
-        task.annotate("traceparent", outgoing.traceparent)
+        // A span is reported only for a request that goes out (see `annotateWhenSent`).
+        task.annotateWhenSent("traceparent", outgoing.traceparent)
         return .execute
     }
 }

@@ -93,6 +93,18 @@ final class TaskObserver: @unchecked Sendable {
         emit(.sent(attempt: attempt, credentialVersions: credentialVersions))
     }
 
+    /// The task's request was not sent: it listens to the identical request `leader` sent
+    /// (``CoalescingInterceptor``), and its answer is that transfer's.
+    func joinedSharedTransfer(of leader: URLTask.ID, attempt: Int) {
+        let now = ContinuousClock.now
+        lock.withLock {
+            if firstSent == nil { firstSent = now }
+            sentAt = now
+            attempts += 1
+        }
+        emit(.sharedTransfer(of: leader, attempt: attempt))
+    }
+
     func responseHead(_ response: URLResponse) {
         let code = (response as? HTTPURLResponse)?.statusCode ?? 0
         let waited: Duration = lock.withLock {

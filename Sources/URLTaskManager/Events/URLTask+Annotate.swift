@@ -19,6 +19,20 @@ extension URLTask {
     }
 }
 
+extension URLTask {
+    /// Adds a fact about this attempt to the task's events once, and only if, its request is
+    /// really sent: for what describes the request on the wire (a `curl` command, a trace
+    /// span). An attempt that never leaves (it fails, is answered locally, waits at a refresh
+    /// and is intercepted again, or shares an identical request's transfer) adds nothing, so a
+    /// log holds exactly one such line per request sent.
+    ///
+    /// `value` is evaluated only when the task is observed (see ``annotate(_:_:)``).
+    public mutating func annotateWhenSent(_ name: String, _ value: @autoclosure () -> String) {
+        guard TaskObserverDirectory.shared.observer(of: id) != nil else { return }
+        annotationsWhenSent.append((name, value()))
+    }
+}
+
 /// The observers of the tasks being observed now, by task id, so that ``URLTask/annotate(_:_:)``
 /// reaches a task's events from an interceptor, which holds only the task's value.
 ///

@@ -35,6 +35,10 @@ public struct URLTaskEvent: Sendable, CustomStringConvertible {
         /// The request went to the network: the attempt, and per reactor that keeps one, the
         /// credential version its headers were decided under (a number, never a token).
         case sent(attempt: Int, credentialVersions: [String: Int])
+        /// The request was not sent: an identical one, sent by task `of`, was already on its way,
+        /// and this task's answer is that transfer's (``CoalescingInterceptor``). Its response
+        /// head, bytes and completion follow as for a request it sent itself.
+        case sharedTransfer(of: URLTask.ID, attempt: Int)
         /// The response head arrived, this long after the request was sent.
         case responseHead(status: Int, timeToFirstByte: Duration)
         /// A reactor took the outcome; `run` is its shared run the task waits on (`nil` when
@@ -112,6 +116,7 @@ extension URLTaskEvent.Kind: CustomStringConvertible {
         case .sent(let attempt, let versions):
             let stamped = versions.sorted { $0.key < $1.key }.map { " \($0.key) v\($0.value)" }.joined()
             return "sent attempt \(attempt)" + stamped
+        case .sharedTransfer(let leader, let attempt): return "attempt \(attempt) shares the transfer of task \(leader)"
         case .responseHead(let status, let ttfb):
             return "response \(status) after \(ttfb.formatted(.units(allowed: [.milliseconds], fractionalPart: .show(length: 1))))"
         case .reacted(let reactor, let run): return "\(reactor) reacts" + (run.map { " (run \($0))" } ?? "")

@@ -9,7 +9,7 @@ import FoundationNetworking
 /// the bridge calls ``start(request:body:sink:)`` for each outer task, and the session's
 /// invalidation or release ends it. Its life (which tasks are accepted, when the inner session
 /// may be released) is a ``PipelineLifecycleStateMachine``.
-final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is guarded by `lock`; the rest is immutable.
+final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendable {  // `lifecycle` is guarded by `lock`; the rest is immutable.
     let interceptors: [any URLTaskInterceptor]
     /// Who each interceptor is in errors and events: its index, and its type's name.
     let interceptorComponents: [URLTaskError.Component]
@@ -30,6 +30,9 @@ final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is 
     let additionalHeaders: AdditionalHeaders
     /// Dispatch and Swift tasks: the pipeline's threads and timers.
     let runtime: any PipelineRuntime = LiveRuntime()
+    /// The transfers identical requests share, with the manager's ``CoalescingInterceptor``;
+    /// `nil` without one.
+    let sharing: SharedTransfers?
 
     private let lock = NSLock()
     private var lifecycle = PipelineLifecycleStateMachine()
@@ -57,6 +60,7 @@ final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is 
         let (additionalHeaders, transportConfiguration) = AdditionalHeaders.split(configuration)
         self.additionalHeaders = additionalHeaders
         self.transport = Transport(configuration: transportConfiguration)
+        self.sharing = interceptors.lazy.compactMap { $0 as? CoalescingInterceptor }.first?.makeSharedTransfers()
     }
 
     deinit {
@@ -100,13 +104,15 @@ final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is 
     /// session).
     /// - Parameter callerURL: The URL the caller asked for, which a cancellation error names.
     func startTransfer(
-        _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents,
+        _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
         started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
     ) {
         if Platform.isOnSessionWorkQueue {
             // Reached from a transport callback (a slot handed over, a requeue): creating the
             // inner task `sync`s onto the queue this runs on.
-            return runtime.async { self.startTransfer(request, body: body, callerURL: callerURL, events: events, started: started) }
+            return runtime.async {
+                self.startTransfer(request, body: body, callerURL: callerURL, events: events, share: share, started: started)
+            }
         }
         switch lock.withLock({ lifecycle.transferStarting() }) {
         case .run:
@@ -116,14 +122,54 @@ final class Pipeline: TaskEnvironment, @unchecked Sendable {  // `lifecycle` is 
         case .refuseInvalidated:
             return started(.failure(URLTaskError.managerInvalidated))
         }
-        let task = transport.start(request, body: body, events: events)
-        perform(lock.withLock { lifecycle.transferStarted() })
-        started(.success(task))
+        guard let share, let sharing else {
+            let task = transport.start(request, body: body, events: events)
+            perform(lock.withLock { lifecycle.transferStarted() })
+            return started(.success(task))
+        }
+        switch sharing.arrive(share, events: events, starter: self) {
+        case .join(let subscription, let leader):
+            // Nothing is handed to the inner session.
+            perform(lock.withLock { lifecycle.transferStarted() })
+            share.announce(.joins(leader: leader))
+            started(.success(subscription))
+            subscription.goLive()
+        case .lead(let subscription, let fanOut):
+            share.announce(.sends)
+            let task = transport.start(request, body: body, events: fanOut)
+            perform(lock.withLock { lifecycle.transferStarted() })
+            if sharing.started(subscription.transfer, inner: task) { transport.cancel(task) }
+            started(.success(subscription))
+            subscription.goLive()
+        }
     }
 
     func stopTransfer(_ transfer: any TransferHandle) {
+        if let subscription = transfer as? TransferSubscription, let sharing {
+            for transfer in sharing.stop(subscription) { stopTransfer(transfer) }
+            return
+        }
         guard let task = transfer as? URLSessionTask else { preconditionFailure("a transfer of another transport") }
         transport.cancel(task)
+    }
+
+    /// Sends the request of a task that had joined a shared transfer whose answer may not be
+    /// shared with it (its `Vary`), on its own; its events reach it through its subscription.
+    func sendAlone(_ subscription: TransferSubscription) {
+        runtime.async { [self] in
+            switch lock.withLock({ lifecycle.transferStarting() }) {
+            case .run:
+                break
+            case .refuseCancelled:
+                return subscription.transportDidComplete(error: URLError.cancelled(url: subscription.request.url))
+            case .refuseInvalidated:
+                return subscription.transportDidComplete(error: URLTaskError.managerInvalidated)
+            }
+            subscription.announce(.sendsAlone(reason: "the answer varies on a header it does not share"))
+            let task = transport.start(subscription.request, body: .none, events: subscription)
+            perform(lock.withLock { lifecycle.transferStarted() })
+            if !subscription.sentAlone(task) { transport.cancel(task) }
+        }
     }
 
     var credentialStorage: URLCredentialStorage? {

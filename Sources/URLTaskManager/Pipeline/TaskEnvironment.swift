@@ -38,10 +38,15 @@ protocol TaskEnvironment: AnyObject, Sendable {
         decided: @escaping @Sendable (Result<InterceptCommand, any Error>, URLTask, Int) -> Void
     ) -> Task<Void, Never>?
 
+    /// The transfers identical requests share; `nil` when the manager shares none.
+    var sharing: SharedTransfers? { get }
+
     /// Creates and starts the transfer of `request`, then calls `started` with its inner task,
-    /// or the error the task fails with (the session was invalidated).
+    /// or the error the task fails with (the session was invalidated). With `share`, a transfer
+    /// of an identical request already on its way is joined instead (``SharedTransfers``), and
+    /// the task's role is announced through `share` before any of the transfer's events.
     func startTransfer(
-        _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents,
+        _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
         started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
     )
 

@@ -442,14 +442,16 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     }
 
     private func send(_ request: URLRequest, body: URLTaskBody, attempt: Int) {
-        if let observer {
-            // Before the transfer starts: its response may arrive before the next line runs.
-            let snapshot = lock.withLock { machine.task }
-            observer.sent(
-                attempt: attempt, credentialVersions: environment.admission.credentialVersions(of: self, task: snapshot), body: body)
-        }
         // The bytes sent decide the framing, never a header that disagrees with them.
-        environment.startTransfer(BodyFraming.framed(request, body: body), body: body, callerURL: callerURL, events: self) {
+        let framed = BodyFraming.framed(request, body: body)
+        var snapshot: URLTask?
+        if observer != nil || environment.sharing != nil { snapshot = lock.withLock { machine.task } }
+        let share = snapshot.flatMap { sharing(of: framed, body: body, task: $0, attempt: attempt) }
+        if share == nil, let observer, let snapshot {
+            // Before the transfer starts: its response may arrive before the next line runs.
+            announceSent(to: observer, task: snapshot, attempt: attempt, body: body)
+        }
+        environment.startTransfer(framed, body: body, callerURL: callerURL, events: self, share: share) {
             [self] started in
             switch started {
             case .success(let transfer):
@@ -463,6 +465,33 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
                 // The session was invalidated meanwhile.
                 environment.admission.transferEnded(self)
                 if let completion = lock.withLock({ machine.failSending(error) }) { complete(completion) }
+            }
+        }
+    }
+
+    /// The task's `sent` event, then what its interceptors asked to say once it is sent
+    /// (``URLTask/annotateWhenSent(_:_:)``: a `curl` command, a trace span).
+    private func announceSent(to observer: TaskObserver, task: URLTask, attempt: Int, body: URLTaskBody) {
+        observer.sent(attempt: attempt, credentialVersions: environment.admission.credentialVersions(of: self, task: task), body: body)
+        for annotation in task.annotationsWhenSent { observer.annotated(name: annotation.name, value: annotation.value) }
+    }
+
+    /// How this task may share its transfer with identical requests in flight, or `nil`: the
+    /// manager has a ``CoalescingInterceptor`` and the task passed it, has no body, is not a
+    /// part's own exclusive request (``ExclusiveTransfer``), and its method is shared.
+    private func sharing(of request: URLRequest, body: URLTaskBody, task: URLTask, attempt: Int) -> TransferShare? {
+        guard let sharing = environment.sharing, case .none = body, task.attemptValues[CoalescingInterceptor.Passed.self] == true,
+            task.attemptValues[ExclusiveTransfer.self] != true,
+            let key = SharingKey(request, policy: policy, configuration: sharing.configuration)
+        else { return nil }
+        return TransferShare(key: key, task: id, request: request) { [self] role in
+            switch role {
+            case .sends, .sendsAlone:
+                if let observer { announceSent(to: observer, task: task, attempt: attempt, body: body) }
+            case .joins(let leader):
+                // It uses no connection of its own: the slot goes to the next task.
+                environment.admission.transferEnded(self)
+                observer?.joinedSharedTransfer(of: leader, attempt: attempt)
             }
         }
     }

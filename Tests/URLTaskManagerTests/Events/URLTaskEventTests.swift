@@ -43,6 +43,7 @@ final class URLTaskEventTests: XCTestCase {
             case .released: return "released"
             case .waiting: return "waiting"
             case .sent(let attempt, _): return "sent \(attempt)"
+            case .sharedTransfer(_, let attempt): return "shared \(attempt)"
             case .responseHead(let status, _): return "head \(status)"
             case .reacted(let reactor, let run): return "\(reactor) reacts \(run.map(String.init) ?? "-")"
             case .requeued(let attempt): return "requeued \(attempt)"

@@ -229,8 +229,12 @@ final class PipelineModelTests: XCTestCase {
             return Task {}
         }
 
+        /// The model shares no transfer (`SharedTransferStateMachineTests` and the coalescing
+        /// tests over HTTP cover sharing).
+        var sharing: SharedTransfers? { nil }
+
         func startTransfer(
-            _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents,
+            _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
             started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
         ) {
             let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? -1

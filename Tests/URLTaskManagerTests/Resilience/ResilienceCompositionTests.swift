@@ -10,9 +10,10 @@ import LoopbackServer
 final class ResilienceCompositionTests: XCTestCase {
     typealias Kit = ResilienceTestKit
 
-    /// The shared request meets a 401: the refresh reactor requeues it with the new token, the
-    /// callers waiting for it follow, and no request leaves with the stale token after the
-    /// refresh began.
+    /// The shared transfer meets a 401: every caller listening to it reacts as its own task, one
+    /// refresh runs for all, each is sent again with the new token (sharing again with whatever
+    /// identical request is then in flight), and no request leaves with the stale token after
+    /// the refresh began.
     func testCoalescedStormUnderAStaleTokenFollowsTheRefresh() async throws {
         let api = try OAuthServer(access: nil)
         defer { api.shutdown() }
@@ -24,7 +25,6 @@ final class ResilienceCompositionTests: XCTestCase {
         let coalescing = CoalescingInterceptor()
         let manager = URLTaskManager(
             interceptors: [BearerInterceptor(authenticator: auth), coalescing], reactors: [OAuth2RefreshReactor(authenticator: auth)])
-        coalescing.attach(to: manager)
         let events = Kit.Events(coalescing.events())
         let url = api.apiURL()
         // The server holds its answers until all 100 callers wait, so every one of them waits
@@ -48,7 +48,10 @@ final class ResilienceCompositionTests: XCTestCase {
         let tokenSequence = try XCTUnwrap(api.tokenRequests.first?.sequence)
         XCTAssertTrue(stale.allSatisfy { $0.sequence < tokenSequence })
         XCTAssertTrue(requests.filter { $0.sequence > tokenSequence }.allSatisfy { $0.headers["authorization"] == fresh })
-        XCTAssertEqual(requests.count, 2, "100 callers: one shared request, and its resend with the new token")
+        // The resends share only while an identical one is in flight: the server answers them at
+        // once here, so how many go out depends on the burst (0.2 answered every waiter from one
+        // shared resend; each caller's own reactors now judge its own answer).
+        XCTAssertLessThanOrEqual(requests.count, 101, "one shared request, then at most one resend per caller")
     }
 
     /// The kit, coalescing and the breaker together: a 401 storm on the API host and a failing
@@ -75,7 +78,6 @@ final class ResilienceCompositionTests: XCTestCase {
         let manager = URLTaskManager(
             interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing],
             reactors: [breaker, OAuth2RefreshReactor(authenticator: auth)])
-        coalescing.attach(to: manager)
         let events = Kit.Events(coalescing.events())
         let gate = Gate()
         api.holdResponses(to: "/profile", on: gate)
@@ -100,7 +102,8 @@ final class ResilienceCompositionTests: XCTestCase {
         XCTAssertEqual(Set(results.compactMap(\.text)), ["ok /api/profile", "ok /api/feed"])
         XCTAssertEqual(results.filter { $0.status == 200 }.count, 200, "\(ReactorTestKit.tally(results))")
         XCTAssertEqual(api.tokenRequestCount, 1, "one refresh for the storm")
-        XCTAssertEqual(api.apiRequests.count, 4, "one shared request per resource, and its resend after the refresh")
+        XCTAssertEqual(
+            api.apiRequests.filter { $0.headers["authorization"] == "Bearer stale" }.count, 2, "one shared request per resource")
         let tokenSequence = try XCTUnwrap(api.tokenRequests.first?.sequence)
         XCTAssertTrue(api.apiRequests.filter { $0.headers["authorization"] == "Bearer stale" }.allSatisfy { $0.sequence < tokenSequence })
         XCTAssertFalse(breaker.isOpen(for: api.apiURL()), "401s are not failures; the token endpoint is exempt")

@@ -1,46 +1,10 @@
 import XCTest
 @testable import URLTaskManager
 
-/// The four resilience state machines, driven event by event with explicit time: no I/O.
+/// The resilience state machines (sharing has its own: `SharedTransferStateMachineTests`), driven event by event with explicit time: no I/O.
 final class ResilienceStateMachineTests: XCTestCase {
     typealias Instant = ContinuousClock.Instant
     let t0 = ContinuousClock.now
-
-    // MARK: Coalescing
-
-    func testCoalescingFirstStartsLaterJoinAndAllAreAnsweredInOrder() {
-        var machine = CoalescingStateMachine()
-        let (a, b, c) = (waiter(1), waiter(2), waiter(3))
-        XCTAssertEqual(machine.waiterArrived(a, key: "k"), .startShared(generation: 1))
-        XCTAssertEqual(machine.waiterArrived(b, key: "k"), .join(generation: 1))
-        XCTAssertEqual(machine.waiterArrived(c, key: "other"), .startShared(generation: 2))
-        XCTAssertEqual(machine.sharedFinished(generation: 1), [a, b])
-        XCTAssertEqual(machine.waiterLeft(a), .none, "an answered waiter is gone")
-        XCTAssertEqual(machine.sharedFinished(generation: 1), [], "a generation finishes once")
-        XCTAssertEqual(machine.inFlightCount, 1)
-    }
-
-    func testCoalescingOnlyTheLastLeaverCancelsTheSharedRequest() {
-        var machine = CoalescingStateMachine()
-        let (a, b) = (waiter(1), waiter(2))
-        _ = machine.waiterArrived(a, key: "k")
-        _ = machine.waiterArrived(b, key: "k")
-        XCTAssertEqual(machine.waiterLeft(a), .left)
-        XCTAssertEqual(machine.waiterLeft(b), .cancelShared(generation: 1))
-        XCTAssertEqual(machine.sharedFinished(generation: 1), [], "the cancelled request's end answers nobody")
-        XCTAssertEqual(machine.waiterArrived(waiter(3), key: "k"), .startShared(generation: 2))
-    }
-
-    func testCoalescingRequeuedSharedRequestTakesTheNewKey() {
-        var machine = CoalescingStateMachine()
-        let (a, b) = (waiter(1), waiter(2))
-        _ = machine.waiterArrived(a, key: "stale")
-        machine.sharedReintercepted(generation: 1, newKey: "fresh")
-        XCTAssertEqual(machine.waiterArrived(b, key: "fresh"), .join(generation: 1), "a caller with the new token joins it")
-        XCTAssertEqual(machine.waiterArrived(waiter(3), key: "stale"), .startShared(generation: 2))
-        XCTAssertEqual(machine.sharedFinished(generation: 1), [a, b])
-        XCTAssertEqual(machine.waiterLeft(a), .none)
-    }
 
     // MARK: Circuit breaker
 
@@ -126,7 +90,6 @@ final class ResilienceStateMachineTests: XCTestCase {
 
     // MARK: Helpers
 
-    private func waiter(_ n: UInt64) -> CoalescingStateMachine.Waiter { .init(rawValue: n) }
     private func bucketWaiter(_ n: UInt64) -> TokenBucketStateMachine.Waiter { .init(rawValue: n) }
     private func offline(_ n: UInt64) -> OfflineHoldStateMachine.Waiter { .init(rawValue: n) }
     private func id(_ n: UInt64) -> URLTask.ID { URLTask.ID(rawValue: n) }

@@ -1,0 +1,288 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// One manager's shared transfers (``CoalescingInterceptor``): its
+/// ``SharedTransferStateMachine`` under a lock, each task's ``TransferSubscription``, and the
+/// fan-out of every transfer's events to the tasks listening to it.
+///
+/// Sharing happens at the send, after every interceptor and every gate: each caller's task is
+/// an ordinary task to every other part (its own policy, reactors, validation, events and
+/// cancellation); only the bytes on the wire are shared. Nothing is started, stopped or handed
+/// on while the lock is held.
+// @unchecked Sendable: `machine`, `subscriptions`, `records` and `lastSubscriber` are guarded by `lock`.
+final class SharedTransfers: @unchecked Sendable {
+    typealias Machine = SharedTransferStateMachine<SharingKey>
+    typealias Transfer = Machine.Transfer
+
+    /// What is known of one transfer beyond who listens.
+    private struct Record {
+        /// The task that sent it, and the headers it sent (what a `Vary` is judged against).
+        let leader: URLTask.ID
+        let sentHeaders: [String: String]
+        let method: String
+        var inner: (any TransferHandle)?
+        var status = 0
+        var bytes = 0
+        /// Who still has to answer the redirect the transfer waits on, and the transfer's own answer.
+        var redirect: (waiting: Set<Machine.Subscriber>, decide: @Sendable (URLRequest?) -> Void)?
+    }
+
+    /// How a task arrived.
+    enum Arrival {
+        /// It sends; `events` is what the inner task must report to.
+        case lead(TransferSubscription, events: any TransportEvents)
+        /// It listens to the transfer `leader` sent.
+        case join(TransferSubscription, leader: URLTask.ID)
+    }
+
+    let configuration: CoalescingInterceptor.Configuration
+    let hub: EventHub<CoalescingInterceptor.Event>
+    private let lock = NSLock()
+    private var machine = Machine()
+    private var subscriptions: [Machine.Subscriber: TransferSubscription] = [:]
+    private var records: [Transfer: Record] = [:]
+    private var lastSubscriber: UInt64 = 0
+
+    init(configuration: CoalescingInterceptor.Configuration, hub: EventHub<CoalescingInterceptor.Event>) {
+        self.configuration = configuration
+        self.hub = hub
+    }
+
+    /// Transfers that can still be joined or are being answered.
+    var transferCount: Int { lock.withLock { machine.transferCount } }
+
+    /// A task is about to send `share.request`: it leads a new transfer or joins one on its way.
+    /// The caller announces the role, then calls ``TransferSubscription/goLive()``.
+    func arrive(_ share: TransferShare, events: any TransportEvents, starter: any SharedTransferStarter) -> Arrival {
+        let arrival: Arrival = lock.withLock {
+            lastSubscriber += 1
+            let subscriber = Machine.Subscriber(rawValue: lastSubscriber)
+            switch machine.arrived(subscriber, key: share.key) {
+            case .lead(let transfer):
+                let subscription = TransferSubscription(
+                    subscriber: subscriber, transfer: transfer, share: share, events: events, live: false)
+                subscriptions[subscriber] = subscription
+                records[transfer] = Record(
+                    leader: share.task, sentHeaders: Self.headers(of: share.request), method: share.key.method)
+                return .lead(subscription, events: FanOut(transfer: transfer, storage: self, starter: starter))
+            case .join(let transfer):
+                let subscription = TransferSubscription(
+                    subscriber: subscriber, transfer: transfer, share: share, events: events, live: false)
+                subscriptions[subscriber] = subscription
+                return .join(subscription, leader: records[transfer]?.leader ?? share.task)
+            }
+        }
+        switch arrival {
+        case .lead:
+            hub.emit(.started(task: share.task, method: share.key.method, url: URLTaskEvent.redacted(share.request.url)))
+        case .join:
+            hub.emit(.joined(task: share.task, method: share.key.method, url: URLTaskEvent.redacted(share.request.url)))
+        }
+        return arrival
+    }
+
+    /// The inner task of `transfer` exists: returns `true` if it must be stopped at once
+    /// (everybody left meanwhile).
+    func started(_ transfer: Transfer, inner: any TransferHandle) -> Bool {
+        lock.withLock {
+            records[transfer]?.inner = inner
+            return machine.started(transfer) == .cancel
+        }
+    }
+
+    /// The transfer could not start (the session was invalidated): everyone listening fails.
+    func failedToStart(_ transfer: Transfer, error: any Error) {
+        completed(transfer, error: error)
+    }
+
+    /// The task of `subscription` stops listening (its caller cancelled, or the manager aborted
+    /// it). Returns the transfers to stop: the shared one if nobody else listens, and the task's
+    /// own if its request had been sent alone.
+    func stop(_ subscription: TransferSubscription) -> [any TransferHandle] {
+        var stops: [any TransferHandle] = []
+        if let alone = subscription.stop() { stops.append(alone) }
+        let (action, inner, decide): (Machine.LeaveAction, (any TransferHandle)?, (@Sendable (URLRequest?) -> Void)?) = lock.withLock {
+            subscriptions[subscription.subscriber] = nil
+            let action = machine.left(subscription.subscriber, of: subscription.transfer)
+            let decide = redirectAnswered(subscription.transfer, by: subscription.subscriber)
+            var inner: (any TransferHandle)?
+            if action == .cancelTransfer { inner = records.removeValue(forKey: subscription.transfer)?.inner }
+            return (action, inner, decide)
+        }
+        decide?(nil)
+        if action != .none { hub.emit(.left(task: subscription.task, sharedCancelled: action == .cancelTransfer)) }
+        if let inner { stops.append(inner) }
+        return stops
+    }
+
+    // MARK: The transfer's events (from the inner session's delegate queue)
+
+    /// The answer's head: nobody joins from now on; a task the answer may not be shared with
+    /// (its `Vary`) is returned, to be sent alone.
+    fileprivate func answerBegan(
+        _ transfer: Transfer, response: URLResponse
+    ) -> (separated: [TransferSubscription], stop: (any TransferHandle)?) {
+        let http = response as? HTTPURLResponse
+        let (listening, separated, inner): ([TransferSubscription], [TransferSubscription], (any TransferHandle)?) = lock.withLock {
+            let subscribers = machine.answerBegan(transfer)
+            guard var record = records[transfer] else { return ([], [], nil) }
+            record.status = http?.statusCode ?? 0
+            records[transfer] = record
+            var listening: [TransferSubscription] = []
+            var separated: [TransferSubscription] = []
+            for subscriber in subscribers {
+                guard let subscription = subscriptions[subscriber] else { continue }
+                if subscription.task != record.leader, let http, !Self.mayShare(http, sentHeaders: record.sentHeaders, with: subscription.request) {
+                    separated.append(subscription)
+                } else {
+                    listening.append(subscription)
+                }
+            }
+            var inner: (any TransferHandle)?
+            for subscription in separated {
+                subscriptions[subscription.subscriber] = nil
+                if machine.left(subscription.subscriber, of: transfer) == .cancelTransfer {
+                    inner = records.removeValue(forKey: transfer)?.inner
+                }
+            }
+            return (listening, separated, inner)
+        }
+        if !separated.isEmpty {
+            hub.emit(.notShared(tasks: separated.map(\.task), reason: "the answer varies on a header these requests do not share"))
+        }
+        for subscription in listening { subscription.deliver(.response(response)) }
+        return (separated, inner)
+    }
+
+    fileprivate func received(_ transfer: Transfer, data: Data) {
+        let listening: [TransferSubscription] = lock.withLock {
+            records[transfer]?.bytes += data.count
+            return machine.subscribers(of: transfer).compactMap { subscriptions[$0] }
+        }
+        for subscription in listening { subscription.deliver(.data(data)) }
+    }
+
+    fileprivate func completed(_ transfer: Transfer, error: (any Error)?) {
+        let (listening, record): ([TransferSubscription], Record?) = lock.withLock {
+            let listening = machine.completed(transfer).compactMap { subscriptions.removeValue(forKey: $0) }
+            return (listening, records.removeValue(forKey: transfer))
+        }
+        guard !listening.isEmpty else { return }
+        if let error {
+            hub.emit(.failed(tasks: listening.map(\.task), error: error))
+        } else {
+            hub.emit(.answered(tasks: listening.map(\.task), status: record?.status ?? 0, bodyBytes: record?.bytes ?? 0))
+        }
+        for subscription in listening { subscription.deliver(.complete(error)) }
+    }
+
+    fileprivate func redirect(
+        _ transfer: Transfer, response: HTTPURLResponse, to request: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        // The head of a redirect is the start of the answer too: nobody joins from now on.
+        let listening: [TransferSubscription] = lock.withLock {
+            let subscribers = machine.answerBegan(transfer)
+            let listening = subscribers.compactMap { subscriptions[$0] }
+            records[transfer]?.redirect = (Set(listening.map(\.subscriber)), decide)
+            return listening
+        }
+        // Each task decides through its own delegate; the transfer goes on when all have.
+        guard !listening.isEmpty else { return decide(nil) }
+        for subscription in listening {
+            subscription.deliver(
+                .redirect(
+                    response, request,
+                    decide: { [self] _ in
+                        let answer = lock.withLock { redirectAnswered(transfer, by: subscription.subscriber) }
+                        answer?(nil)
+                    }))
+        }
+    }
+
+    /// Must be called with `lock` held: `subscriber` answered (or left); returns the transfer's
+    /// own decision to call once nobody else has to answer.
+    private func redirectAnswered(_ transfer: Transfer, by subscriber: Machine.Subscriber) -> (@Sendable (URLRequest?) -> Void)? {
+        guard var pending = records[transfer]?.redirect, pending.waiting.remove(subscriber) != nil else { return nil }
+        if pending.waiting.isEmpty {
+            records[transfer]?.redirect = nil
+            return pending.decide
+        }
+        records[transfer]?.redirect = pending
+        return nil
+    }
+
+    // MARK: Whether an answer may be shared
+
+    /// Whether `response`, answering a request sent with `sentHeaders`, may be handed to a task
+    /// whose own request is `request`: never if it varies (`Vary`) on a header whose value
+    /// differs between the two (`Vary: *` on any), nor if it is `private` or `no-store` while
+    /// their credentials differ.
+    static func mayShare(_ response: HTTPURLResponse, sentHeaders: [String: String], with request: URLRequest) -> Bool {
+        let own = headers(of: request)
+        if let vary = response.value(forHTTPHeaderField: "Vary") {
+            for name in vary.split(separator: ",") {
+                let field = name.trimmingCharacters(in: .whitespaces).lowercased()
+                if field.isEmpty { continue }
+                if field == "*" || own[field] != sentHeaders[field] { return false }
+            }
+        }
+        if let cacheControl = response.value(forHTTPHeaderField: "Cache-Control")?.lowercased(),
+            cacheControl.contains("private") || cacheControl.contains("no-store")
+        {
+            for field in ["authorization", "cookie", "proxy-authorization"] where own[field] != sentHeaders[field] {
+                return false
+            }
+        }
+        return true
+    }
+
+    private static func headers(of request: URLRequest) -> [String: String] {
+        var headers: [String: String] = [:]
+        for (name, value) in request.allHTTPHeaderFields ?? [:] { headers[name.lowercased()] = value }
+        return headers
+    }
+
+    /// What the inner task of one shared transfer reports to: every event goes to every task
+    /// listening, in order (the inner session's delegate queue is serial).
+    private final class FanOut: TransportEvents, Sendable {
+        let transfer: Transfer
+        let storage: SharedTransfers
+        let starter: any SharedTransferStarter
+
+        init(transfer: Transfer, storage: SharedTransfers, starter: any SharedTransferStarter) {
+            self.transfer = transfer
+            self.storage = storage
+            self.starter = starter
+        }
+
+        func transportDidReceive(response: URLResponse) {
+            let (separated, stop) = storage.answerBegan(transfer, response: response)
+            if let stop { starter.stopTransfer(stop) }
+            for subscription in separated { starter.sendAlone(subscription) }
+        }
+
+        func transportDidReceive(data: Data) {
+            storage.received(transfer, data: data)
+        }
+
+        func transportDidComplete(error: (any Error)?) {
+            storage.completed(transfer, error: error)
+        }
+
+        func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {}
+
+        func transportWillRedirect(_ response: HTTPURLResponse, to request: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void) {
+            storage.redirect(transfer, response: response, to: request, decide: decide)
+        }
+    }
+}
+
+/// Who starts and stops the inner tasks of shared transfers: the pipeline.
+protocol SharedTransferStarter: AnyObject, Sendable {
+    /// Sends the request of a task the answer may not be shared with, on its own.
+    func sendAlone(_ subscription: TransferSubscription)
+    /// Stops an inner task.
+    func stopTransfer(_ transfer: any TransferHandle)
+}
