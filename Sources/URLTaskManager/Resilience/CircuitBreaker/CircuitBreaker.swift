@@ -118,6 +118,8 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
         case .pass:
             return .execute
         case .probe:
+            // The probe must hear the server itself: it never listens to another's transfer.
+            task.attemptValues[ExclusiveTransfer.self] = true
             hub.emit(.probing(task: task.id, host: host))
             task.annotate("circuit-breaker", "probe for \(host)")
             return .execute

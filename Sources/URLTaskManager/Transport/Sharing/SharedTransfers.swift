@@ -134,7 +134,9 @@ final class SharedTransfers: @unchecked Sendable {
             var separated: [TransferSubscription] = []
             for subscriber in subscribers {
                 guard let subscription = subscriptions[subscriber] else { continue }
-                if subscription.task != record.leader, let http, !Self.mayShare(http, sentHeaders: record.sentHeaders, with: subscription.request) {
+                if subscription.task != record.leader, let http,
+                    !Self.mayShare(http, sentHeaders: record.sentHeaders, with: subscription.request)
+                {
                     separated.append(subscription)
                 } else {
                     listening.append(subscription)

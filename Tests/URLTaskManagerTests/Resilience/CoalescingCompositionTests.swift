@@ -1,0 +1,276 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import XCTest
+import LoopbackServer
+@testable import URLTaskManager
+
+/// ``CoalescingInterceptor`` beside the parts it used to break (0.2.0's findings, each a test):
+/// sharing never crosses callers that differ, keeps each caller's policy, never swallows a
+/// breaker's probe, and the events say what went out. Real HTTP on 127.0.0.1.
+final class CoalescingCompositionTests: XCTestCase {
+    typealias Kit = ResilienceTestKit
+
+    /// The server holds every answer until `count` requests arrived, then answers each with what
+    /// it was sent: so requests that would share have all arrived before any answer begins.
+    private func echoServer(path: String, holdUntil count: Int) throws -> (LoopbackServer, Gate) {
+        let server = try LoopbackServer()
+        let gate = Gate()
+        server.route(path) { request in
+            _ = gate.wait(timeout: .seconds(10))
+            let key = request.headers["x-api-key"] ?? "-"
+            let tenant = request.headers["x-tenant"] ?? "-"
+            let range = request.headers["range"] ?? "-"
+            let etag = request.headers["if-none-match"] ?? "-"
+            let id = request.headers["x-request-id"] ?? "-"
+            return ServerResponse(
+                status: 200,
+                headers: ["Set-Cookie": "session=\(key)", "Vary": "X-API-Key, X-Request-Id", "Cache-Control": "private, no-store"],
+                body: .data(Data("key=\(key) tenant=\(tenant) range=\(range) etag=\(etag) id=\(id)".utf8)))
+        }
+        return (server, gate)
+    }
+
+    private func request(_ url: URL, _ headers: [String: String]) -> URLRequest {
+        var request = URLRequest(url: url)
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        return request
+    }
+
+    /// Finding 1: callers that differ in any header a server could tell apart (an API key, a
+    /// tenant, a `Range`, an `If-None-Match`) never share; only truly identical ones do.
+    func testCallersThatDifferInAnyHeaderNeverShare() async throws {
+        let (server, gate) = try echoServer(path: "/r", holdUntil: 0)
+        defer { server.shutdown() }
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(interceptors: [coalescing])
+        let events = Kit.Events(coalescing.events())
+        let url = server.url("/r")
+        let variants: [[String: String]] = [
+            ["X-API-Key": "alice-key"], ["X-API-Key": "bob-key"], ["X-Tenant": "a"], ["X-Tenant": "b"],
+            ["Range": "bytes=0-9"], ["Range": "bytes=100-199"], ["If-None-Match": "\"v1\""], [:],
+            ["X-API-Key": "alice-key"],  // identical to the first: shares with it
+        ]
+        let calls = variants.map { headers in Task { [request = request(url, headers)] in await fetched(manager.session, request) } }
+        try await events.wait("8 started, 1 joined", count: 9) {
+            if case .started = $0 { return true }
+            if case .joined = $0 { return true }
+            return false
+        }
+        gate.open()
+        var texts: [String] = []
+        var cookies: [String] = []
+        for call in calls {
+            guard case .response(200, let headers, let body) = await call.value else { return XCTFail("not answered") }
+            texts.append(String(decoding: body, as: UTF8.self))
+            cookies.append(headers["set-cookie"] ?? "")
+        }
+        XCTAssertEqual(server.requestCount(path: "/r"), 8, "only the two identical alice requests shared")
+        XCTAssertEqual(texts[0], "key=alice-key tenant=- range=- etag=- id=-")
+        XCTAssertEqual(texts[1], "key=bob-key tenant=- range=- etag=- id=-", "bob never gets alice's answer")
+        XCTAssertEqual(cookies[1], "session=bob-key", "nor her cookie")
+        XCTAssertEqual(texts[2], "key=- tenant=a range=- etag=- id=-")
+        XCTAssertEqual(texts[3], "key=- tenant=b range=- etag=- id=-")
+        XCTAssertEqual(texts[4], "key=- tenant=- range=bytes=0-9 etag=- id=-")
+        XCTAssertEqual(texts[5], "key=- tenant=- range=bytes=100-199 etag=- id=-")
+        XCTAssertEqual(texts[6], "key=- tenant=- range=- etag=\"v1\" id=-")
+        XCTAssertEqual(texts[7], "key=- tenant=- range=- etag=- id=-", "a request without If-None-Match gets its own answer")
+        XCTAssertEqual(texts[8], texts[0])
+    }
+
+    /// Finding 1: requests that differ only in a header that never identifies a caller (a
+    /// request id) share, unless the answer varies on it: then each gets its own transfer.
+    func testAnAnswerThatVariesOnAnIgnoredHeaderIsNotHandedToTheOthers() async throws {
+        let (server, gate) = try echoServer(path: "/v", holdUntil: 0)
+        defer { server.shutdown() }
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(interceptors: [coalescing])
+        let events = Kit.Events(coalescing.events())
+        let url = server.url("/v")
+        let calls = (1...3).map { n in
+            Task { [request = request(url, ["X-Request-Id": "r\(n)"])] in await fetched(manager.session, request) }
+        }
+        try await events.wait("2 joined", count: 2) { if case .joined = $0 { return true } else { return false } }
+        gate.open()
+        for (n, call) in calls.enumerated() {
+            let result = await call.value
+            XCTAssertEqual(result.text, "key=- tenant=- range=- etag=- id=r\(n + 1)", "each its own answer")
+        }
+        XCTAssertEqual(server.requestCount(path: "/v"), 3, "the first, then each listener's own request")
+        try await events.wait("not shared") { if case .notShared(let tasks, _) = $0 { return tasks.count == 2 } else { return false } }
+    }
+
+    /// The rules of `Vary` and `Cache-Control` for one listener, without I/O.
+    func testWhetherAnAnswerMayBeSharedFollowsVaryAndPrivacy() throws {
+        let url = URL(string: "https://api.example.com/x")!
+        func answer(_ headers: [String: String]) -> HTTPURLResponse {
+            HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: headers)!
+        }
+        let sent = ["authorization": "Bearer a", "x-request-id": "1", "accept": "*/*"]
+        let same = request(url, ["Authorization": "Bearer a", "X-Request-Id": "2", "Accept": "*/*"])
+        let otherCredential = request(url, ["Authorization": "Bearer b", "X-Request-Id": "1", "Accept": "*/*"])
+        XCTAssertTrue(SharedTransfers.mayShare(answer([:]), sentHeaders: sent, with: same))
+        XCTAssertTrue(SharedTransfers.mayShare(answer(["Vary": "Accept"]), sentHeaders: sent, with: same))
+        XCTAssertFalse(SharedTransfers.mayShare(answer(["Vary": "accept, X-Request-Id"]), sentHeaders: sent, with: same))
+        XCTAssertFalse(SharedTransfers.mayShare(answer(["Vary": "*"]), sentHeaders: sent, with: same))
+        XCTAssertTrue(SharedTransfers.mayShare(answer(["Cache-Control": "private"]), sentHeaders: sent, with: same))
+        XCTAssertFalse(SharedTransfers.mayShare(answer(["Cache-Control": "private"]), sentHeaders: sent, with: otherCredential))
+        XCTAssertFalse(SharedTransfers.mayShare(answer(["Cache-Control": "no-store"]), sentHeaders: sent, with: otherCredential))
+        XCTAssertTrue(SharedTransfers.mayShare(answer(["Cache-Control": "max-age=60"]), sentHeaders: sent, with: otherCredential))
+    }
+
+    /// Finding 2: each caller keeps its own policy: a request that skips the header interceptor
+    /// goes out without the header (and does not share with one that has it), one that skips
+    /// the retry reactor is sent once, and a policy that accepts a 404 gets it while the
+    /// manager's own validation rejects it for the others.
+    func testEachCallerKeepsItsOwnPolicy() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/who") { request in .text(request.headers["authorization"] ?? "none") }
+        server.route("/busy") { _ in ServerResponse(status: 503, headers: ["Retry-After": "0"]) }
+        server.route("/missing") { _ in .status(404) }
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(
+            interceptors: [HeaderInterceptor(["Authorization": "Bearer t"]), coalescing],
+            reactors: [RetryReactor(policy: .init(maximumAttempts: 3, backoff: .init(base: .milliseconds(1), maximum: .milliseconds(5))))],
+            options: .init(responseValidation: .successfulStatusCodes))
+
+        var skipping = URLRequest(url: server.url("/who"))
+        URLTaskPolicy(skipping: [HeaderInterceptor.self]).apply(to: &skipping)
+        async let withHeader = fetched(manager.session, URLRequest(url: server.url("/who")))
+        async let without = fetched(manager.session, skipping)
+        let (a, b) = await (withHeader, without)
+        XCTAssertEqual(a.text, "Bearer t")
+        XCTAssertEqual(b.text, "none", "the skipped interceptor's header never goes out")
+
+        var once = URLRequest(url: server.url("/busy"))
+        URLTaskPolicy(skippingReactors: [RetryReactor.self], responseValidation: ResponseValidation(acceptableStatusCodes: 200..<600))
+            .apply(to: &once)
+        let busy = await fetched(manager.session, once)
+        XCTAssertEqual(busy.status, 503)
+        XCTAssertEqual(server.requestCount(path: "/busy"), 1, "no retry for a request that skips it")
+
+        var accepting = URLRequest(url: server.url("/missing"))
+        URLTaskPolicy(responseValidation: ResponseValidation(acceptableStatusCodes: 200..<500)).apply(to: &accepting)
+        async let accepted = fetched(manager.session, accepting)
+        async let rejected = fetched(manager.session, URLRequest(url: server.url("/missing")))
+        let (ok, refused) = await (accepted, rejected)
+        XCTAssertEqual(ok.status, 404, "its own policy accepts a 404")
+        XCTAssertEqual(refused.taskError?.code, .responseRejected, "the manager's validation, as without coalescing")
+    }
+
+    /// Finding 3: the breaker before coalescing closes again: the first GET after the cool-down
+    /// is the probe, it sends its own request (never listening to another's), and its success
+    /// closes the circuit.
+    func testTheBreakersProbeIsNeverAListenerAndItsSuccessClosesTheCircuit() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let healthy = LockedFlag()
+        server.route("/h") { _ in healthy.value ? .text("up") : .status(503) }
+        let clock = Kit.ManualClock()
+        let breaker = CircuitBreaker(
+            policy: .init(failureThreshold: 3, window: .seconds(10), coolDown: .milliseconds(300), probeTimeout: .seconds(2)),
+            now: { clock.now })
+        let breakerEvents = Kit.Events(breaker.events())
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(interceptors: [breaker, coalescing], reactors: [breaker])
+        let url = server.url("/h")
+        for _ in 0..<3 { _ = await fetched(manager.session, URLRequest(url: url)) }
+        try await breakerEvents.wait("opened") { if case .opened = $0 { return true } else { return false } }
+        XCTAssertTrue(breaker.isOpen(for: url))
+        healthy.value = true
+        clock.advance(by: .milliseconds(301))
+
+        let results = await withTaskGroup(of: Fetched.self) { group in
+            for _ in 0..<5 { group.addTask { await fetched(manager.session, URLRequest(url: url)) } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        XCTAssertEqual(results.filter { $0.text == "up" }.count, 1, "the probe got its own answer: \(results.map(\.label))")
+        XCTAssertEqual(results.filter { $0.taskError != nil }.count, 4, "the others were refused while it probed")
+        try await breakerEvents.wait("closed") { if case .closed = $0 { return true } else { return false } }
+        XCTAssertFalse(breaker.isOpen(for: url))
+        let after = await fetched(manager.session, URLRequest(url: url))
+        XCTAssertEqual(after.text, "up")
+        XCTAssertEqual(server.requestCount(path: "/h"), 5, "3 failures, the probe, and one GET after it closed")
+    }
+
+    /// Finding 7: a caller answered from a shared transfer says whose, counts the bytes it got,
+    /// and the `curl` lines are one per request that went out.
+    func testEventsNameTheSharedTransferCountItsBytesAndCurlOnlyWhatWasSent() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let gate = Gate()
+        let body = Data(repeating: 42, count: 10_000)
+        server.route("/e") { _ in
+            _ = gate.wait(timeout: .seconds(10))
+            return ServerResponse(body: .data(body))
+        }
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(interceptors: [coalescing, CURLDescriptionInterceptor()])
+        let collector = EventCollector(manager.events())
+        let events = Kit.Events(coalescing.events())
+        let calls = (0..<5).map { _ in Task { await fetched(manager.session, URLRequest(url: server.url("/e"))) } }
+        try await events.wait("4 joined", count: 4) { if case .joined = $0 { return true } else { return false } }
+        gate.open()
+        for call in calls {
+            let result = await call.value
+            XCTAssertEqual(result.status, 200)
+        }
+        try await collector.waitUntil("5 completions") { $0.filter(\.isCompletion).count == 5 }
+        let all = collector.all
+        let sent = all.filter { if case .sent = $0.kind { return true } else { return false } }
+        XCTAssertEqual(sent.count, 1)
+        let leader = try XCTUnwrap(sent.first?.task)
+        let shared = all.compactMap { event -> URLTask.ID? in
+            if case .sharedTransfer(let of, 1) = event.kind { return of } else { return nil }
+        }
+        XCTAssertEqual(shared, Array(repeating: leader, count: 4), "each listener names the task that sent")
+        let curl = all.filter { if case .annotated("curl", _) = $0.kind { return true } else { return false } }
+        XCTAssertEqual(curl.map(\.task), [leader], "one curl line, for the one request sent")
+        for event in all {
+            guard case .completed(let completion) = event.kind else { continue }
+            XCTAssertEqual(completion.bytesReceived, 10_000, "every caller counts the bytes it received")
+            XCTAssertEqual(completion.attempts, 1)
+        }
+        XCTAssertEqual(server.requestCount(path: "/e"), 1)
+    }
+}
+
+/// A flag the server's handler reads and the test sets.
+final class LockedFlag: @unchecked Sendable {  // `stored` is guarded by `lock`.
+    private let lock = NSLock()
+    private var stored = false
+    var value: Bool {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
+
+/// Collects a manager's task events, and waits for a condition on them with a deadline.
+final class EventCollector: @unchecked Sendable {  // `events` is guarded by `lock`.
+    private let lock = NSLock()
+    private var events: [URLTaskEvent] = []
+    private var reader: Task<Void, Never>?
+
+    init(_ stream: AsyncStream<URLTaskEvent>) {
+        reader = Task { [weak self] in
+            for await event in stream { self?.append(event) }
+        }
+    }
+
+    deinit { reader?.cancel() }
+
+    private func append(_ event: URLTaskEvent) { lock.withLock { events.append(event) } }
+
+    var all: [URLTaskEvent] { lock.withLock { events } }
+
+    func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: @escaping @Sendable ([URLTaskEvent]) -> Bool) async throws
+    {
+        try await URLTaskManagerTests.waitUntil(what, timeout: timeout) { condition(self.all) }
+    }
+}
+
+extension URLTaskEvent {
+    var isCompletion: Bool { if case .completed = kind { true } else { false } }
+}
