@@ -9,7 +9,8 @@ import FoundationNetworking
 /// the bridge calls ``start(request:body:sink:)`` for each outer task, and the session's
 /// invalidation or release ends it. Its life (which tasks are accepted, when the inner session
 /// may be released) is a ``PipelineLifecycleStateMachine``.
-final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendable {  // `lifecycle` is guarded by `lock`; the rest is immutable.
+// @unchecked Sendable: `lifecycle` is guarded by `lock`; the rest is immutable.
+final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendable {
     let interceptors: [any URLTaskInterceptor]
     /// Who each interceptor is in errors and events: its index, and its type's name.
     let interceptorComponents: [URLTaskError.Component]
