@@ -15,8 +15,7 @@ extension Scenario {
         server.route("/catalog") { _ in ServerResponse(body: .data(catalog)).with { $0.delay = .milliseconds(100) } }
 
         // DocC coalescing: begin
-        let coalescing = CoalescingInterceptor()
-        let manager = URLTaskManager(interceptors: [coalescing])
+        let manager = URLTaskManager(interceptors: [CoalescingInterceptor()])
         // DocC coalescing: end
 
         let started = ContinuousClock.now

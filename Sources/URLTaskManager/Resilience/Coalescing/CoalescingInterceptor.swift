@@ -12,7 +12,8 @@ import FoundationNetworking
 /// the request is) and every gate (a refresh in progress, a connection slot):
 ///
 /// ```swift
-/// let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth), CoalescingInterceptor()])
+/// let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth), CoalescingInterceptor()],
+///                              reactors: [OAuth2RefreshReactor(authenticator: auth)])
 /// ```
 ///
 /// **What identical means.** Two requests share a transfer only when nothing a server could
