@@ -156,10 +156,8 @@ enum ResilientClient {
         let limiter = RateLimiter(policy: .init(rate: 20, burst: 10))
         let coalescing = CoalescingInterceptor()
         let manager = URLTaskManager(
-            // breaker first (refuses before anything else runs), bearer before coalescing (the
-            // token is part of what makes requests identical), limiter last (a shared answer takes no token)
+            // the manager checks the order: a wrong one stops at init, naming the parts and an order that works
             interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing, limiter],
-            // observers first (they never take an outcome), then refresh, hold, retry
             reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()]
         )
         // README resilience: end

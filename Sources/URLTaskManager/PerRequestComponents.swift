@@ -30,6 +30,9 @@ public struct PerRequestInterceptor<Wrapped: URLTaskInterceptor>: URLTaskInterce
     }
 
     public var interceptsOneAtATime: Bool { wrapped.interceptsOneAtATime }
+
+    /// The wrapped interceptor's: it runs where that one would.
+    public var interceptorPlacement: URLTaskPlacement { wrapped.interceptorPlacement }
 }
 
 /// A reactor of the manager's that sees the outcomes of the requests that add it only
@@ -56,4 +59,7 @@ public struct PerRequestReactor<Wrapped: URLTaskReactor>: URLTaskReactor {
     public func credentialVersion(of task: URLTask) -> Int? { wrapped.credentialVersion(of: task) }
 
     public func currentCredentialVersion() -> Int? { wrapped.currentCredentialVersion() }
+
+    /// The wrapped reactor's: it is asked where that one would be.
+    public var reactorPlacement: URLTaskPlacement { wrapped.reactorPlacement }
 }

@@ -36,6 +36,14 @@ public final class URLTaskManager: Sendable {
 
     /// Creates a manager and its session.
     ///
+    /// The manager checks how the parts are assembled, and stops the program here, with a message
+    /// naming the parts and the way to fix it, when the order breaks a part's placement
+    /// (``URLTaskPlacement``: a ``RateLimiter`` interceptor before a ``CircuitBreaker``, a
+    /// ``RetryReactor`` before an ``OfflineHold``), or when an object that is both an interceptor
+    /// and a reactor (``CircuitBreaker``, ``RateLimiter``) is given to one list only. Either
+    /// mistake would otherwise silently turn a part off; both are in the code, not in the data,
+    /// so the first run finds them.
+    ///
     /// - Parameters:
     ///   - interceptors: Run in order on every task before it is sent, and again before
     ///     every resend.
@@ -54,6 +62,8 @@ public final class URLTaskManager: Sendable {
         delegateQueue: OperationQueue? = nil,
         options: Options = .default
     ) {
+        // `fatalError`, not `preconditionFailure`: an optimized build drops the latter's message.
+        if let problem = Self.assemblyProblem(interceptors: interceptors, reactors: reactors) { fatalError(problem) }
         self.options = options
         let inner = configuration.copy() as! URLSessionConfiguration
         let pipeline = Pipeline(interceptors: interceptors, reactors: reactors, configuration: inner, options: options)

@@ -1,6 +1,7 @@
 /// A step every task passes before it is sent, and again before each resend.
 ///
-/// Interceptors run in the order given to the manager. Each one may rewrite
+/// Interceptors run in the order given to the manager (a part whose place matters says so with
+/// ``interceptorPlacement``, and the manager checks it). Each one may rewrite
 /// ``URLTask/request`` in place (add a header, sign it) and then says what happens next with an
 /// ``InterceptCommand``. Interceptors are `async`: one may await a token, a clock or an actor.
 ///
@@ -24,10 +25,18 @@ public protocol URLTaskInterceptor: Sendable {
     /// same moment would otherwise both see the same count, and a batch of 10 could end up
     /// holding 10 tasks without any of them releasing it. Defaults to `false` (concurrent).
     var interceptsOneAtATime: Bool { get }
+
+    /// Where this interceptor belongs among the others, when the order decides whether it works
+    /// (``CircuitBreaker`` is ``URLTaskPlacement/first``, so that it refuses a request before
+    /// another interceptor spends work on it). The manager checks the order it is given against
+    /// every interceptor's placement and stops at init when it is wrong. Defaults to
+    /// ``URLTaskPlacement/anywhere``: not checked, it runs wherever you put it.
+    var interceptorPlacement: URLTaskPlacement { get }
 }
 
 extension URLTaskInterceptor {
     public var interceptsOneAtATime: Bool { false }
+    public var interceptorPlacement: URLTaskPlacement { .anywhere }
 }
 
 /// What an interceptor knows besides the task itself.

@@ -17,8 +17,10 @@ import Foundation
 /// Attempts are counted by ``URLTask/attempt``, which counts every send of the task, including
 /// one made after a token refresh. Each retry runs the interceptors again (fresh headers, a
 /// fresh signature) and replays the body (see ``URLTaskManager/Options/maximumReplayableBodySize``).
-/// Put it after an authentication reactor: reactors are asked in order and a 401 is not retryable
-/// anyway.
+/// It is placed ``URLTaskPlacement/last`` (the manager checks it): the fallback, after the
+/// reactors that handle a failure better (``OfflineHold`` waits for an unreachable host) and after
+/// the observers (a ``CircuitBreaker`` counts each attempt). Where it stands next to an
+/// authentication reactor does not matter: a 401 is not retryable.
 public struct RetryReactor: URLTaskReactor {
     /// What is retried, how often and how late.
     public let policy: RetryPolicy
@@ -37,4 +39,7 @@ public struct RetryReactor: URLTaskReactor {
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
         try await Task.sleep(for: policy.delay(afterAttempt: task.attempt, outcome: outcome))
     }
+
+    /// ``URLTaskPlacement/last``: a retry is the fallback once no other reactor takes the failure.
+    public var reactorPlacement: URLTaskPlacement { .last }
 }

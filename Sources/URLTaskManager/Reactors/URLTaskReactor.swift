@@ -7,8 +7,10 @@ import FoundationNetworking
 ///
 /// A reactor is the "after" half of the pipeline. When a task's response head arrives (or
 /// its transport fails), the manager asks each reactor in order ``shouldReact(to:of:)``; the
-/// first that says yes takes the task. Its response is then not shown to the caller: the body
-/// is collected, and ``react(to:body:of:)`` runs. With ``URLTaskReactorConfiguration/Sharing/singleFlight``
+/// first that says yes takes the task, so a reactor placed after it never sees that outcome (a
+/// reactor whose place matters says so with ``reactorPlacement``, and the manager checks it).
+/// The task's response is then not shown to the caller: the body is collected, and
+/// ``react(to:body:of:)`` runs. With ``URLTaskReactorConfiguration/Sharing/singleFlight``
 /// (the default, and what a token refresh wants) the work runs ONCE for every task that needs
 /// it while it runs: a hundred 401s wait on one refresh. When it succeeds the waiting tasks
 /// are requeued through the interceptors (which now apply the fresh token); when it throws,
@@ -75,10 +77,19 @@ public protocol URLTaskReactor: Sendable {
     /// The current version of the state this reactor's work renews; `nil`, the default, when the
     /// reactor keeps none (see ``credentialVersion(of:)``).
     func currentCredentialVersion() -> Int?
+
+    /// Where this reactor belongs among the others, when the order decides whether it works: a
+    /// reactor that only observes outcomes is ``URLTaskPlacement/first``, as it sees none that an
+    /// earlier reactor takes; ``RetryReactor``, the fallback, is ``URLTaskPlacement/last``. The
+    /// manager checks the order it is given against every reactor's placement and stops at init
+    /// when it is wrong. Defaults to ``URLTaskPlacement/anywhere``: not checked, it is asked
+    /// wherever you put it.
+    var reactorPlacement: URLTaskPlacement { get }
 }
 
 extension URLTaskReactor {
     public var configuration: URLTaskReactorConfiguration { .default }
+    public var reactorPlacement: URLTaskPlacement { .anywhere }
     public func credentialVersion(of task: URLTask) -> Int? { nil }
     public func currentCredentialVersion() -> Int? { nil }
 }

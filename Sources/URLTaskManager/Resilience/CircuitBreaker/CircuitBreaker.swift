@@ -16,14 +16,16 @@ import FoundationNetworking
 /// counted.
 ///
 /// It is both an interceptor (it decides before a request is sent) and a reactor (it sees every
-/// outcome and never takes one): give the same instance to both lists, first in each.
+/// outcome and never takes one): give the same instance to both lists.
 ///
 /// ```swift
 /// let breaker = CircuitBreaker(policy: .init(exempts: { auth.isTokenRequest($0) }))
 /// let manager = URLTaskManager(interceptors: [breaker, BearerInterceptor(authenticator: auth)],
 ///                              reactors: [breaker, OAuth2RefreshReactor(authenticator: auth)])
 /// ```
-/// First among the reactors, it sees the 5xx a ``RetryReactor`` later retries: each attempt counts.
+/// It is placed ``URLTaskPlacement/first`` in both (the manager checks it): it refuses a request
+/// before another interceptor spends work on it, and it sees the 5xx a ``RetryReactor`` later
+/// retries, so each attempt counts.
 public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     /// When a circuit opens and how long it stays open.
     public struct Policy: Sendable {
@@ -151,6 +153,14 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
 
     /// Never called: the breaker takes no outcome.
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
+
+    /// ``URLTaskPlacement/first``: a request the breaker refuses costs no other interceptor any
+    /// work (no token refresh, no rate-limit token).
+    public var interceptorPlacement: URLTaskPlacement { .first }
+
+    /// ``URLTaskPlacement/first``: it only observes, and sees only the outcomes no earlier reactor
+    /// took (a retried 5xx would not count).
+    public var reactorPlacement: URLTaskPlacement { .first }
 }
 
 /// Why a request was failed without being sent: its host's circuit is open.

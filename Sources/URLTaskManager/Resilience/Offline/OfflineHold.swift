@@ -27,10 +27,11 @@ import Network
 /// ```swift
 /// let manager = URLTaskManager(reactors: [OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()])
 /// ```
-/// Put it before a ``RetryReactor``, which would otherwise retry these failures itself. With a
-/// ``CircuitBreaker``, transport errors also count toward opening the host's circuit: give the
-/// breaker an ``CircuitBreaker/Policy/isFailure`` that ignores these codes if held requests should
-/// not open it.
+/// It is placed ``URLTaskPlacement/late`` (the manager checks it): before a ``RetryReactor``, which
+/// would otherwise retry these failures itself, and after the observers (a ``CircuitBreaker``
+/// sees the failure before the hold takes it). So these transport errors also count toward
+/// opening the host's circuit: give the breaker an ``CircuitBreaker/Policy/isFailure`` that
+/// ignores these codes if held requests should not open it.
 public final class OfflineHold: URLTaskReactor {
     /// Which failures are held, and how hosts are probed.
     public struct Policy: Sendable {
@@ -143,6 +144,10 @@ public final class OfflineHold: URLTaskReactor {
             throw CancellationError()
         }
     }
+
+    /// ``URLTaskPlacement/late``: before a ``RetryReactor`` (``URLTaskPlacement/last``), after the
+    /// observers (``URLTaskPlacement/first``).
+    public var reactorPlacement: URLTaskPlacement { .late }
 
     /// Just before the manager's own timer for the request would fail it with `timedOut`.
     static func holdLimit(timeoutInterval: TimeInterval) -> Duration? {

@@ -21,9 +21,12 @@ import FoundationNetworking
 /// let manager = URLTaskManager(interceptors: [limiter], reactors: [limiter, RetryReactor()])
 /// ```
 ///
-/// Put it after interceptors that answer without the network (a ``CoalescingInterceptor``), so
-/// requests that are never sent take no token, and before a ``RetryReactor`` in the reactors, so
-/// the retried request waits for the pause too.
+/// It is placed ``URLTaskPlacement/last`` among the interceptors and ``URLTaskPlacement/first``
+/// among the reactors (the manager checks it): a request takes a token only once no other
+/// interceptor will hold, answer or refuse it, and the limiter sees the `429` a ``RetryReactor``
+/// retries, so the retried request waits for the pause too. An interceptor of yours that answers
+/// without the network (a cache) belongs before it: give yours a placement other than
+/// ``URLTaskPlacement/last`` to have the manager check that.
 public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
     /// How fast requests may go.
     public struct Policy: Sendable {
@@ -140,6 +143,14 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
 
     /// Never called: the limiter takes no outcome.
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
+
+    /// ``URLTaskPlacement/last``: a request takes a token once no other interceptor will hold,
+    /// answer or refuse it.
+    public var interceptorPlacement: URLTaskPlacement { .last }
+
+    /// ``URLTaskPlacement/first``: it only observes, and sees only the `429`s and `503`s no
+    /// earlier reactor took (a retried one would not pause its host).
+    public var reactorPlacement: URLTaskPlacement { .first }
 
     /// The wait a `Retry-After` value asks for: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
     static func delay(retryAfter value: String, now: Date) -> Duration? {

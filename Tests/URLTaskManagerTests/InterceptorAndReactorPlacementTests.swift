@@ -1,0 +1,153 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import XCTest
+@testable import URLTaskManager
+
+/// The manager's check of how its parts are assembled (``URLTaskPlacement``, and the parts that
+/// are both an interceptor and a reactor): a pure function of the two lists, tested here without
+/// stopping the test; `URLTaskManager.init` stops with its message.
+final class InterceptorAndReactorPlacementTests: XCTestCase {
+    private let auth = OAuth2Authenticator(origins: [URL(string: "https://api.example.com")!], refresh: { $0 })
+    private let breaker = CircuitBreaker()
+    private let limiter = RateLimiter(policy: .init(rate: 20, burst: 10))
+    private let hold = OfflineHold()
+
+    private static let rule =
+        "(Among the parts with a placement, .first, .early, .late and .last come in that order; a part placed .anywhere goes anywhere. See URLTaskPlacement.)"
+
+    /// The README's recommended stack passes, and a manager accepts it.
+    func testTheReadmeStackPasses() {
+        let interceptors: [any URLTaskInterceptor] = [breaker, BearerInterceptor(authenticator: auth), CoalescingInterceptor(), limiter]
+        let reactors: [any URLTaskReactor] = [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), hold, RetryReactor()]
+        XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: interceptors, reactors: reactors))
+        URLTaskManager(interceptors: interceptors, reactors: reactors).invalidateAndCancel()
+    }
+
+    func testAnInterceptorBeforeOneItMustFollowIsNamedWithAnOrderThatWorks() {
+        let problem = URLTaskManager.assemblyProblem(
+            interceptors: [limiter, BearerInterceptor(authenticator: auth), breaker], reactors: [breaker, limiter])
+        XCTAssertEqual(
+            problem,
+            "URLTaskManager: the interceptors are in an order their placements forbid: CircuitBreaker (.first) must come before "
+                + "RateLimiter (.last). An order that works: [CircuitBreaker, BearerInterceptor, RateLimiter]. \(Self.rule)")
+    }
+
+    func testEveryReactorOutOfPlaceIsNamed() {
+        let problem = URLTaskManager.assemblyProblem(
+            interceptors: [breaker, limiter], reactors: [RetryReactor(), hold, OAuth2RefreshReactor(authenticator: auth), breaker, limiter])
+        XCTAssertEqual(
+            problem,
+            "URLTaskManager: the reactors are in an order their placements forbid: OfflineHold (.late) must come before "
+                + "RetryReactor (.last); CircuitBreaker (.first) must come before RetryReactor (.last), OfflineHold (.late); "
+                + "RateLimiter (.first) must come before RetryReactor (.last), OfflineHold (.late). An order that works: "
+                + "[CircuitBreaker, RateLimiter, OAuth2RefreshReactor, OfflineHold, RetryReactor]. \(Self.rule)")
+        // The Resilience article's example.
+        XCTAssertEqual(
+            URLTaskManager.assemblyProblem(interceptors: [breaker, limiter], reactors: [breaker, limiter, RetryReactor(), hold]),
+            "URLTaskManager: the reactors are in an order their placements forbid: OfflineHold (.late) must come before "
+                + "RetryReactor (.last). An order that works: [CircuitBreaker, RateLimiter, OfflineHold, RetryReactor]. \(Self.rule)")
+    }
+
+    /// Two parts of one type are told apart as errors and events tell them apart (`#index`); a
+    /// wrapper is placed, and named, as what it wraps.
+    func testPartsAreNamedAsErrorsNameThem() {
+        let second = RateLimiter(policy: .init(rate: 1))
+        let problem = URLTaskManager.assemblyProblem(
+            interceptors: [limiter, breaker, second], reactors: [PerRequestReactor(RetryReactor()), hold, breaker, limiter, second])
+        XCTAssertEqual(
+            problem,
+            "URLTaskManager: the interceptors are in an order their placements forbid: CircuitBreaker (.first) must come before "
+                + "RateLimiter#0 (.last). An order that works: [CircuitBreaker, RateLimiter#0, RateLimiter#2]. \(Self.rule)\n"
+                + "URLTaskManager: the reactors are in an order their placements forbid: OfflineHold (.late) must come before "
+                + "PerRequestReactor<RetryReactor> (.last); CircuitBreaker (.first) must come before PerRequestReactor<RetryReactor> "
+                + "(.last), OfflineHold (.late); RateLimiter#3 (.first) must come before PerRequestReactor<RetryReactor> (.last), "
+                + "OfflineHold (.late); RateLimiter#4 (.first) must come before PerRequestReactor<RetryReactor> (.last), OfflineHold "
+                + "(.late). An order that works: [CircuitBreaker, RateLimiter#3, RateLimiter#4, OfflineHold, "
+                + "PerRequestReactor<RetryReactor>]. \(Self.rule)")
+    }
+
+    /// A part of yours placed `.anywhere` (the default) goes before, between and after the placed
+    /// ones, in both lists; one you give a placement is checked like the package's.
+    func testPartsPlacedAnywhereGoAnywhere() {
+        let interceptors: [any URLTaskInterceptor] = [Free(), breaker, Free(), limiter, Free()]
+        let reactors: [any URLTaskReactor] = [Free(), breaker, Free(), limiter, Free(), hold, Free(), RetryReactor(), Free()]
+        XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: interceptors, reactors: reactors))
+        XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: [Free(), Free()], reactors: [Free()]))
+
+        let problem = URLTaskManager.assemblyProblem(interceptors: [Placed(placement: .last), Free(), breaker], reactors: [breaker])
+        XCTAssertEqual(
+            problem,
+            "URLTaskManager: the interceptors are in an order their placements forbid: CircuitBreaker (.first) must come before "
+                + "Placed (.last). An order that works: [CircuitBreaker, Free, Placed]. \(Self.rule)")
+    }
+
+    /// Parts with the same placement go in any order between them; `.early` and `.late` sit
+    /// between `.first` and `.last`.
+    func testTheRanksInOrder() {
+        let inOrder: [URLTaskPlacement] = [.first, .first, .anywhere, .early, .early, .late, .anywhere, .last, .last]
+        XCTAssertNil(URLTaskPlacement.misorder(of: inOrder, components: components(inOrder.count), chain: "interceptors"))
+        for (earlier, later) in [(URLTaskPlacement.early, URLTaskPlacement.first), (.late, .early), (.last, .late), (.last, .first)] {
+            XCTAssertNotNil(
+                URLTaskPlacement.misorder(of: [earlier, later], components: components(2), chain: "interceptors"), "\(earlier), \(later)")
+        }
+    }
+
+    /// Every order of every mix of placements is accepted exactly when its placed parts do not go
+    /// down, and the order suggested for a refused one is accepted and keeps the parts placed
+    /// `.anywhere` where they were.
+    func testTheSuggestedOrderAlwaysWorks() {
+        let all: [URLTaskPlacement] = [.first, .early, .anywhere, .late, .last]
+        var random = SplitMix64(state: 28)
+        for _ in 0..<2_000 {
+            let placements = (0..<Int(random.next() % 7)).map { _ in all[Int(random.next() % 5)] }
+            let ranks = placements.compactMap(\.rank)
+            let problem = URLTaskPlacement.misorder(of: placements, components: components(placements.count), chain: "reactors")
+            XCTAssertEqual(problem == nil, ranks == ranks.sorted(), "\(placements)")
+            let order = URLTaskPlacement.workingOrder(of: placements)
+            XCTAssertEqual(order.sorted(), Array(placements.indices))
+            let reordered = order.map { placements[$0] }
+            XCTAssertNil(URLTaskPlacement.misorder(of: reordered, components: components(placements.count), chain: "reactors"))
+            for index in placements.indices where placements[index] == .anywhere { XCTAssertEqual(order[index], index) }
+            if problem == nil { XCTAssertEqual(order, Array(placements.indices)) }
+        }
+    }
+
+    /// An object that is both an interceptor and a reactor, given to one list only, would
+    /// silently do half its job (a breaker that never sees a failure never opens).
+    func testAPartThatIsBothGoesInBothLists() {
+        XCTAssertEqual(
+            URLTaskManager.assemblyProblem(interceptors: [breaker], reactors: [RetryReactor()]),
+            "URLTaskManager: CircuitBreaker is both an interceptor and a reactor but was given to the interceptors only: give the "
+                + "same instance to the reactors too (as an interceptor it acts on each request, as a reactor it learns from each "
+                + "outcome; given to one list only, one half never runs).")
+        XCTAssertEqual(
+            URLTaskManager.assemblyProblem(interceptors: [], reactors: [limiter]),
+            "URLTaskManager: RateLimiter is both an interceptor and a reactor but was given to the reactors only: give the same "
+                + "instance to the interceptors too (as an interceptor it acts on each request, as a reactor it learns from each "
+                + "outcome; given to one list only, one half never runs).")
+        // Two breakers, one in each list: neither is wired.
+        let problem = URLTaskManager.assemblyProblem(interceptors: [CircuitBreaker()], reactors: [CircuitBreaker()])
+        XCTAssertEqual(problem?.components(separatedBy: "\n").count, 2)
+        XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: [breaker, limiter], reactors: [limiter, breaker]))
+    }
+
+    private func components(_ count: Int) -> [URLTaskError.Component] {
+        (0..<count).map { URLTaskError.Component(kind: .interceptor, index: $0, name: "P\($0)") }
+    }
+}
+
+/// A part of an app's, with the default placement.
+private struct Free: URLTaskInterceptor, URLTaskReactor {
+    func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand { .execute }
+    func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool { false }
+    func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
+}
+
+/// A part of an app's that says where it belongs.
+private struct Placed: URLTaskInterceptor {
+    let placement: URLTaskPlacement
+    var interceptorPlacement: URLTaskPlacement { placement }
+    func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand { .execute }
+}
