@@ -129,6 +129,11 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
             return started(.success(task))
         }
         switch sharing.arrive(share, events: events, starter: self) {
+        case .alone:
+            share.announce(.sends)
+            let task = transport.start(request, body: body, events: events)
+            perform(lock.withLock { lifecycle.transferStarted() })
+            started(.success(task))
         case .join(let subscription, let leader):
             // Nothing is handed to the inner session.
             perform(lock.withLock { lifecycle.transferStarted() })

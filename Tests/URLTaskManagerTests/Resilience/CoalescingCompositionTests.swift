@@ -167,7 +167,13 @@ final class CoalescingCompositionTests: XCTestCase {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let healthy = LockedFlag()
-        server.route("/h") { _ in healthy.value ? .text("up") : .status(503) }
+        let probeGate = Gate()
+        server.route("/h") { _ in
+            guard healthy.value else { return .status(503) }
+            // The probe's answer waits until the others were refused, so none can come after it.
+            _ = probeGate.wait(timeout: .seconds(10))
+            return .text("up")
+        }
         let clock = Kit.ManualClock()
         let breaker = CircuitBreaker(
             policy: .init(failureThreshold: 3, window: .seconds(10), coolDown: .milliseconds(300), probeTimeout: .seconds(2)),
@@ -182,10 +188,13 @@ final class CoalescingCompositionTests: XCTestCase {
         healthy.value = true
         clock.advance(by: .milliseconds(301))
 
-        let results = await withTaskGroup(of: Fetched.self) { group in
+        async let fetches = withTaskGroup(of: Fetched.self) { group in
             for _ in 0..<5 { group.addTask { await fetched(manager.session, URLRequest(url: url)) } }
             return await group.reduce(into: []) { $0.append($1) }
         }
+        try await breakerEvents.wait("4 refused while it probes", count: 4) { if case .rejected = $0 { return true } else { return false } }
+        probeGate.open()
+        let results = await fetches
         XCTAssertEqual(results.filter { $0.text == "up" }.count, 1, "the probe got its own answer: \(results.map(\.label))")
         XCTAssertEqual(results.filter { $0.taskError != nil }.count, 4, "the others were refused while it probed")
         try await breakerEvents.wait("closed") { if case .closed = $0 { return true } else { return false } }
@@ -273,4 +282,31 @@ final class EventCollector: @unchecked Sendable {  // `events` is guarded by `lo
 
 extension URLTaskEvent {
     var isCompletion: Bool { if case .completed = kind { true } else { false } }
+}
+
+extension CoalescingCompositionTests {
+    /// A request that arrives after the answer began joins it while what came so far is kept
+    /// (``CoalescingInterceptor/Configuration/lateJoinLimit``): it is handed that, then the rest.
+    /// With a limit of 0 it sends its own.
+    func testALateIdenticalRequestIsHandedWhatCameSoFarWithinTheLimit() async throws {
+        for limit in [4 << 20, 0] {
+            let server = try LoopbackServer()
+            defer { server.shutdown() }
+            let parts = (0..<3).map { Data(repeating: UInt8(65 + $0), count: 1_000) }
+            server.route("/slow") { _ in ServerResponse(body: .chunked(parts, chunkDelay: .milliseconds(150))) }
+            let coalescing = CoalescingInterceptor(configuration: .init(lateJoinLimit: limit))
+            let manager = URLTaskManager(interceptors: [coalescing])
+            let collector = EventCollector(manager.events())
+            let first = Task { await fetched(manager.session, URLRequest(url: server.url("/slow"))) }
+            try await collector.waitUntil("the first answer began") {
+                $0.contains { if case .responseHead = $0.kind { return true } else { return false } }
+            }
+            let late = await fetched(manager.session, URLRequest(url: server.url("/slow")))
+            let early = await first.value
+            XCTAssertEqual(early.status, 200)
+            guard case .response(200, _, let body) = late else { return XCTFail("not answered: \(late)") }
+            XCTAssertEqual(body, parts.reduce(Data(), +), "the whole body, from its first byte")
+            XCTAssertEqual(server.requestCount(path: "/slow"), limit > 0 ? 1 : 2, "limit \(limit)")
+        }
+    }
 }

@@ -12,11 +12,11 @@ final class SharedTransferStateMachineTests: XCTestCase {
         var machine = Machine()
         let (a, b, c, d) = (subscriber(1), subscriber(2), subscriber(3), subscriber(4))
         XCTAssertEqual(machine.arrived(a, key: "k"), .lead(transfer(1)))
-        XCTAssertEqual(machine.arrived(b, key: "k"), .join(transfer(1)), "joins while the inner task is created")
+        XCTAssertEqual(machine.arrived(b, key: "k"), .join(transfer(1), replay: false), "joins while the inner task is created")
         XCTAssertEqual(machine.started(transfer(1)), .none)
         XCTAssertEqual(machine.arrived(c, key: "other"), .lead(transfer(2)), "another key never joins")
-        XCTAssertEqual(machine.answerBegan(transfer(1)), [a, b])
-        XCTAssertEqual(machine.arrived(d, key: "k"), .lead(transfer(3)), "after the head, an identical request sends its own")
+        XCTAssertEqual(machine.answerBegan(transfer(1), replayable: false), [a, b])
+        XCTAssertEqual(machine.arrived(d, key: "k"), .lead(transfer(3)), "after an unreplayable head, an identical request sends its own")
         XCTAssertEqual(machine.completed(transfer(1)), [a, b])
         XCTAssertEqual(machine.completed(transfer(1)), [], "a transfer completes once")
         XCTAssertEqual(machine.left(a, of: transfer(1)), .none, "a subscriber of an ended transfer is gone")
@@ -30,7 +30,7 @@ final class SharedTransferStateMachineTests: XCTestCase {
         _ = machine.started(transfer(1))
         _ = machine.arrived(b, key: "k")
         XCTAssertEqual(machine.left(a, of: transfer(1)), .left, "the sender leaving never stops the others' transfer")
-        XCTAssertEqual(machine.answerBegan(transfer(1)), [b])
+        XCTAssertEqual(machine.answerBegan(transfer(1), replayable: false), [b])
         XCTAssertEqual(machine.left(b, of: transfer(1)), .cancelTransfer)
         XCTAssertEqual(machine.completed(transfer(1)), [], "the stopped transfer's end reaches nobody")
         XCTAssertEqual(machine.arrived(subscriber(3), key: "k"), .lead(transfer(2)))
@@ -64,13 +64,13 @@ extension SharedTransferStateMachineTests {
         var machine = Machine()
         let a = subscriber(1)
         _ = machine.arrived(a, key: "k")
-        XCTAssertEqual(machine.answerBegan(transfer(1)), [a], "the head may come before `started`")
+        XCTAssertEqual(machine.answerBegan(transfer(1), replayable: false), [a], "the head may come before `started`")
         XCTAssertEqual(machine.left(a, of: transfer(1)), .left, "no inner task known yet")
         XCTAssertEqual(machine.started(transfer(1)), .cancel, "stopped as its creation is reported")
 
         let b = subscriber(2)
         _ = machine.arrived(b, key: "k")
-        _ = machine.answerBegan(transfer(2))
+        _ = machine.answerBegan(transfer(2), replayable: false)
         XCTAssertEqual(machine.started(transfer(2)), .none)
         XCTAssertEqual(machine.left(b, of: transfer(2)), .cancelTransfer)
     }
@@ -79,9 +79,35 @@ extension SharedTransferStateMachineTests {
         var machine = Machine()
         let a = subscriber(1)
         _ = machine.arrived(a, key: "k")
-        _ = machine.answerBegan(transfer(1))
+        _ = machine.answerBegan(transfer(1), replayable: false)
         XCTAssertEqual(machine.completed(transfer(1)), [a])
         XCTAssertEqual(machine.started(transfer(1)), .none, "an ended transfer is not cancelled")
         XCTAssertEqual(machine.transferCount, 0)
+    }
+}
+
+extension SharedTransferStateMachineTests {
+    func testALateRequestJoinsAReplayableAnswerUntilItStopsBeingKept() {
+        var machine = Machine()
+        let (a, b, c) = (subscriber(1), subscriber(2), subscriber(3))
+        _ = machine.arrived(a, key: "k")
+        _ = machine.started(transfer(1))
+        XCTAssertEqual(machine.answerBegan(transfer(1), replayable: true), [a])
+        XCTAssertTrue(machine.isReplayable(transfer(1)))
+        XCTAssertEqual(machine.arrived(b, key: "k"), .join(transfer(1), replay: true), "handed what came so far")
+        machine.stopReplaying(transfer(1))
+        XCTAssertFalse(machine.isReplayable(transfer(1)))
+        XCTAssertEqual(machine.arrived(c, key: "k"), .lead(transfer(2)), "too long to keep: it sends its own")
+        XCTAssertEqual(machine.completed(transfer(1)), [a, b], "the listeners get all of it")
+    }
+
+    func testEveryoneLeavingAReplayableAnswerStopsItAndNobodyJoinsIt() {
+        var machine = Machine()
+        let a = subscriber(1)
+        _ = machine.arrived(a, key: "k")
+        _ = machine.started(transfer(1))
+        _ = machine.answerBegan(transfer(1), replayable: true)
+        XCTAssertEqual(machine.left(a, of: transfer(1)), .cancelTransfer)
+        XCTAssertEqual(machine.arrived(subscriber(2), key: "k"), .lead(transfer(2)))
     }
 }

@@ -23,8 +23,9 @@ import FoundationNetworking
 /// the request's own ``URLTaskPolicy``, and its timeout, cache policy and cookie handling. So a
 /// different API key, tenant, `Range` or `If-None-Match` is a different request.
 ///
-/// **Only the bytes are shared.** A request joins a transfer only until its answer begins (a
-/// request arriving later sends its own). Each caller's task stays an ordinary task to every
+/// **Only the bytes are shared.** A request joins a transfer until it ends, as long as what came
+/// so far is within ``Configuration/lateJoinLimit`` (a late one is handed that first); after
+/// that, an identical request sends its own. Each caller's task stays an ordinary task to every
 /// other part: its own policy, reactors (a 401 is refreshed for each and each is sent again with
 /// the new token), response validation, events, cancellation and `timeoutInterval`. The answer
 /// streams to every listener as it arrives, whatever its size. A caller that cancels never stops
@@ -53,19 +54,27 @@ public final class CoalescingInterceptor: URLTaskInterceptor, SynchronousInterce
         /// `Proxy-Authorization`, `Range` and the `If-*` headers always tell requests apart, even
         /// if listed here.
         public var headersThatNeverIdentifyACaller: Set<String>
+        /// The most of an answer kept for identical requests that arrive after it began: such a
+        /// request is handed what came so far, then the rest as it arrives. Once an answer is
+        /// longer (or its `Content-Length` says it will be), later requests send their own; the
+        /// ones already listening still get all of it. 0 shares only until the answer begins.
+        public var lateJoinLimit: Int
 
         /// The headers ignored by default: W3C trace context and the usual request-id headers.
         public static let defaultHeadersThatNeverIdentifyACaller: Set<String> = [
             "traceparent", "tracestate", "baggage", "x-request-id", "request-id", "x-correlation-id",
         ]
 
-        /// Shares GET and HEAD requests, told apart by every header but trace context and request ids.
+        /// Shares GET and HEAD requests, told apart by every header but trace context and request
+        /// ids, joinable until their answer passes 4 MiB.
         public init(
             methods: Set<String> = ["GET", "HEAD"],
-            headersThatNeverIdentifyACaller: Set<String> = Configuration.defaultHeadersThatNeverIdentifyACaller
+            headersThatNeverIdentifyACaller: Set<String> = Configuration.defaultHeadersThatNeverIdentifyACaller,
+            lateJoinLimit: Int = 4 << 20
         ) {
             self.methods = methods
             self.headersThatNeverIdentifyACaller = headersThatNeverIdentifyACaller
+            self.lateJoinLimit = max(0, lateJoinLimit)
         }
 
         /// Whether `lowercasedName` may differ between requests that share a transfer.

@@ -25,6 +25,10 @@ final class SharedTransfers: @unchecked Sendable {
         var inner: (any TransferHandle)?
         var status = 0
         var bytes = 0
+        /// The answer so far, kept for a request that joins after it began (while the machine
+        /// says the transfer is replayable).
+        var head: URLResponse?
+        var chunks: [Data] = []
         /// Who still has to answer the redirect the transfer waits on, and the transfer's own answer.
         var redirect: (waiting: Set<Machine.Subscriber>, decide: @Sendable (URLRequest?) -> Void)?
     }
@@ -35,6 +39,9 @@ final class SharedTransfers: @unchecked Sendable {
         case lead(TransferSubscription, events: any TransportEvents)
         /// It listens to the transfer `leader` sent.
         case join(TransferSubscription, leader: URLTask.ID)
+        /// The answer already under way may not be shared with it (its `Vary`): it sends its
+        /// own request, outside sharing.
+        case alone
     }
 
     let configuration: CoalescingInterceptor.Configuration
@@ -67,11 +74,25 @@ final class SharedTransfers: @unchecked Sendable {
                 records[transfer] = Record(
                     leader: share.task, sentHeaders: Self.headers(of: share.request), method: share.key.method)
                 return .lead(subscription, events: FanOut(transfer: transfer, storage: self, starter: starter))
-            case .join(let transfer):
+            case .join(let transfer, let replay):
+                guard let record = records[transfer] else { preconditionFailure("a joinable transfer has a record") }
+                if replay, let http = record.head as? HTTPURLResponse,
+                    !Self.mayShare(http, sentHeaders: record.sentHeaders, with: share.request)
+                {
+                    // Others listen, so leaving never stops the transfer here.
+                    _ = machine.left(subscriber, of: transfer)
+                    return .alone
+                }
                 let subscription = TransferSubscription(
                     subscriber: subscriber, transfer: transfer, share: share, events: events, live: false)
                 subscriptions[subscriber] = subscription
-                return .join(subscription, leader: records[transfer]?.leader ?? share.task)
+                if replay, let head = record.head {
+                    // Queued before it can hear anything live: it is not live yet, so nothing is
+                    // handed on here, under the lock.
+                    subscription.deliver(.response(head))
+                    for chunk in record.chunks { subscription.deliver(.data(chunk)) }
+                }
+                return .join(subscription, leader: record.leader)
             }
         }
         switch arrival {
@@ -79,6 +100,8 @@ final class SharedTransfers: @unchecked Sendable {
             hub.emit(.started(task: share.task, method: share.key.method, url: URLTaskEvent.redacted(share.request.url)))
         case .join:
             hub.emit(.joined(task: share.task, method: share.key.method, url: URLTaskEvent.redacted(share.request.url)))
+        case .alone:
+            hub.emit(.notShared(tasks: [share.task], reason: "the answer under way varies on a header this request does not share"))
         }
         return arrival
     }
@@ -125,10 +148,14 @@ final class SharedTransfers: @unchecked Sendable {
         _ transfer: Transfer, response: URLResponse
     ) -> (separated: [TransferSubscription], stop: (any TransferHandle)?) {
         let http = response as? HTTPURLResponse
+        // What came so far is kept for late listeners only while it may stay small.
+        let limit = configuration.lateJoinLimit
+        let replayable = limit > 0 && (response.expectedContentLength < 0 || response.expectedContentLength <= Int64(limit))
         let (listening, separated, inner): ([TransferSubscription], [TransferSubscription], (any TransferHandle)?) = lock.withLock {
-            let subscribers = machine.answerBegan(transfer)
+            let subscribers = machine.answerBegan(transfer, replayable: replayable)
             guard var record = records[transfer] else { return ([], [], nil) }
             record.status = http?.statusCode ?? 0
+            if replayable { record.head = response }
             records[transfer] = record
             var listening: [TransferSubscription] = []
             var separated: [TransferSubscription] = []
@@ -159,8 +186,20 @@ final class SharedTransfers: @unchecked Sendable {
     }
 
     fileprivate func received(_ transfer: Transfer, data: Data) {
+        let limit = configuration.lateJoinLimit
         let listening: [TransferSubscription] = lock.withLock {
-            records[transfer]?.bytes += data.count
+            guard var record = records[transfer] else { return [] }
+            record.bytes += data.count
+            if machine.isReplayable(transfer) {
+                if record.bytes <= limit {
+                    record.chunks.append(data)
+                } else {
+                    machine.stopReplaying(transfer)
+                    record.chunks = []
+                    record.head = nil
+                }
+            }
+            records[transfer] = record
             return machine.subscribers(of: transfer).compactMap { subscriptions[$0] }
         }
         for subscription in listening { subscription.deliver(.data(data)) }
@@ -185,7 +224,7 @@ final class SharedTransfers: @unchecked Sendable {
     ) {
         // The head of a redirect is the start of the answer too: nobody joins from now on.
         let listening: [TransferSubscription] = lock.withLock {
-            let subscribers = machine.answerBegan(transfer)
+            let subscribers = machine.answerBegan(transfer, replayable: false)
             let listening = subscribers.compactMap { subscriptions[$0] }
             records[transfer]?.redirect = (Set(listening.map(\.subscriber)), decide)
             return listening
