@@ -53,7 +53,7 @@ extension Scenario {
         var refusal = ""
         do {
             _ = try await manager.session.data(from: server.url("/status"))
-        } catch let error as URLTaskError where error.underlying is CircuitOpenError {
+        } catch let error as URLTaskError where error.code == .circuitOpen {
             refusal = "\(error.underlying!)"
         }
         let refusalTime = started.duration(to: .now)

@@ -30,13 +30,13 @@ extension Scenario {
         let results = await concurrentGETs(client.session, server.apiURL(), count: 20)
         // DocC sign in again: begin
         let sessionOver = results.filter { result in
-            guard case .failure(let error as URLTaskError) = result, error.code == .reactorFailed,
+            guard case .failure(let error as URLTaskError) = result, error.code == .authenticationFailed,
                 let oauth = error.underlying as? OAuth2Error
             else { return false }
             return oauth.requiresSignIn  // the refresh token is dead: only a new login helps
         }
         // DocC sign in again: end
-        transcript.client("\(sessionOver.count) of 20 failed with URLTaskError reactorFailed (OAuth2RefreshReactor, invalid_grant)")
+        transcript.client("\(sessionOver.count) of 20 failed with URLTaskError authenticationFailed (OAuth2RefreshReactor, invalid_grant)")
         try transcript.check(await first(of: loginShown, within: .seconds(5)), "the login hook never ran")
         transcript.client("the app's login hook ran \(logins.value) time(s)")
         transcript.server(

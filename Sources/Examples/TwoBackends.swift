@@ -61,20 +61,15 @@ extension Scenario {
     }
 }
 
-/// The app's own errors: what its screens know how to show.
-enum AppError: Error, Equatable, CustomStringConvertible {
-    case wrongPassword
-    case linkedAccountUnavailable
-    case sessionExpired(backend: String)
-    case offline
-    case unexpected(String)
-
+extension AppError: CustomStringConvertible {
     var description: String {
         switch self {
         case .wrongPassword: "AppError.wrongPassword"
         case .linkedAccountUnavailable: "AppError.linkedAccountUnavailable"
         case .sessionExpired(let backend): "AppError.sessionExpired(\(backend))"
         case .offline: "AppError.offline"
+        case .unavailable(let retryAfter): "AppError.unavailable(retryAfter: \(retryAfter.map { "\($0)" } ?? "-"))"
+        case .rejected(let status): "AppError.rejected(\(status))"
         case .unexpected(let what): "AppError.unexpected(\(what))"
         }
     }
@@ -140,19 +135,57 @@ struct TwoBackendApp: Sendable {
 }
 
 // DocC error mapping: begin
+/// The app's own errors: what its screens know how to show.
+enum AppError: Error, Equatable {
+    /// The password was wrong.
+    case wrongPassword
+    /// The second backend would not exchange the first one's token.
+    case linkedAccountUnavailable
+    /// Only a new sign-in helps: the refresh token is dead, or the user signed out.
+    case sessionExpired(backend: String)
+    /// The network or the host cannot be reached: try again when it is back.
+    case offline
+    /// The service is failing or busy: try again later (after `retryAfter`, when known).
+    case unavailable(retryAfter: Duration?)
+    /// The server answered, with something the request does not accept.
+    case rejected(status: Int)
+    /// A bug or a misconfiguration: report it.
+    case unexpected(String)
+}
+
 extension AppError {
-    /// Maps what the networking layer throws to what the app's screens understand.
+    /// Maps what the networking layer throws to what the app's screens understand. The errors
+    /// follow one rule whatever the session's interceptors and reactors: a `URLError` arrives
+    /// as itself, everything else as a `URLTaskError` whose code says what happened.
     init(_ error: any Error, backend: String = "") {
+        let oauth = (error as? URLTaskError)?.underlying as? OAuth2Error
         switch error {
         case let error as AppError:
             self = error
-        case let error as URLTaskError where (error.underlying as? OAuth2Error)?.requiresSignIn == true:
-            self = .sessionExpired(backend: backend)
-        case let error as URLError where [.notConnectedToInternet, .networkConnectionLost, .timedOut].contains(error.code):
+        // The transport, a refresh whose token endpoint cannot be reached, an offline hold that gave up.
+        case let error as URLError where Self.offlineCodes.contains(error.code):
             self = .offline
-        default:
+        // The token endpoint refused the refresh (invalid_grant), or the user signed out.
+        case let error as URLTaskError where error.code == .authenticationFailed && oauth?.requiresSignIn == true:
+            self = .sessionExpired(backend: backend)
+        // The token endpoint failed (a 5xx, a malformed answer): the next request tries again.
+        case let error as URLTaskError where error.code == .authenticationFailed && oauth?.isConfigurationError == false:
+            self = .unavailable(retryAfter: nil)
+        case let error as URLTaskError where error.code == .circuitOpen:
+            self = .unavailable(retryAfter: (error.underlying as? CircuitOpenError)?.retryAfter)
+        case let error as URLTaskError where [.rateLimitQueueFull, .reactorTimedOut].contains(error.code):
+            self = .unavailable(retryAfter: nil)
+        case let error as URLTaskError where error.code == .responseRejected:
+            self = .rejected(status: error.response?.statusCode ?? 0)
+        default:  // a client misconfiguration, a failing component of the app's own, a bug
             self = .unexpected(String(describing: error))
         }
     }
+
+    /// The `URLError`s that mean the network or the host cannot be reached (a request that
+    /// waited past its `timeoutInterval` too).
+    static let offlineCodes: Set<URLError.Code> = [
+        .notConnectedToInternet, .networkConnectionLost, .cannotConnectToHost, .cannotFindHost, .timedOut,
+    ]
 }
 // DocC error mapping: end

@@ -22,7 +22,10 @@ public enum InterceptCommand: Sendable {
     case hold(for: Duration? = nil)
     /// Continue with this task and everything this interceptor holds, in one burst.
     case release
-    /// Fail the task; the caller receives ``URLTaskError/Code-swift.struct/interceptorFailed``.
+    /// Fail the task. The caller receives a `URLError` as itself (its user info names this
+    /// interceptor under ``URLTaskError/componentUserInfoKey``), a ``URLTaskError`` as it is
+    /// (give one with the code that says what happened), anything else wrapped in
+    /// ``URLTaskError/Code-swift.struct/interceptorFailed`` naming this interceptor.
     case fail(any Error)
     /// Answer the task locally without touching the network (a cache hit, a mock, an
     /// offline answer). The caller sees this response and body as if they came from the server.

@@ -6,11 +6,34 @@ import FoundationNetworking
 /// Every way URLTaskManager itself can fail a task, as the caller receives it.
 ///
 /// A task made through ``URLTaskManager/session`` completes exactly once: with a response, with
-/// the transport's own `URLError` (exactly as a plain `URLSession` would report it), with
-/// `URLError.cancelled` when its caller cancels it, or with a `URLTaskError`. The error says
-/// what happened (``code``), which interceptor or reactor did it (``component``), what that
-/// component threw (``underlying``) and to which request (``request``: its URL without query,
-/// method and attempt), so that a log line or a bug report needs nothing else.
+/// a `URLError`, with `URLError.cancelled` when its caller cancels it, or with a `URLTaskError`.
+/// Which one a failure arrives as follows one rule, whatever interceptors and reactors the
+/// manager has, so that adding a component to a stack changes no error a caller catches:
+///
+/// 1. **A `URLError` reaches the caller as itself**, wherever it was produced: the transport
+///    (exactly as a plain `URLSession` reports it), an interceptor that throws or fails the task
+///    with one, a reactor's work that throws one (a token refresh whose endpoint cannot be
+///    reached), an ``OfflineHold`` that gives up (the original error). When a component produced
+///    it, its user info names that component under ``componentUserInfoKey``. So
+///    `catch let error as URLError where error.code == .notConnectedToInternet` handles the
+///    network being down however the stack is built.
+/// 2. **A `URLTaskError` a component throws or fails a task with is delivered as it is**, never
+///    wrapped: the pipeline only fills in ``component`` (when it is `nil`) and ``request``. The
+///    built-in components make theirs with the code that says what happened
+///    (``Code-swift.struct/circuitOpen``, ``Code-swift.struct/rateLimitQueueFull``,
+///    ``Code-swift.struct/authenticationFailed``); a component of your own does the same with
+///    ``init(code:component:underlying:headerName:reason:limit:count:request:)``.
+/// 3. **Anything else a component throws** is wrapped: ``Code-swift.struct/interceptorFailed``
+///    for an interceptor, ``Code-swift.struct/reactorFailed`` for a reactor's work, with what it
+///    threw as ``underlying``.
+///
+/// So a `URLTaskError`'s ``underlying`` is never another `URLTaskError`. The one exception to
+/// the rule is ``URLTaskManager/failTasks(with:where:)``: the error an app passes there reaches
+/// the caller as the app gave it.
+///
+/// The error says what happened (``code``), which interceptor or reactor did it (``component``),
+/// what that component threw (``underlying``) and to which request (``request``: its URL
+/// without query, method and attempt), so that a log line or a bug report needs nothing else.
 ///
 /// It is a struct over a code, not an enum, so that a new way to fail can be added without
 /// breaking anyone's `switch`. Match on the code:
@@ -18,8 +41,10 @@ import FoundationNetworking
 /// ```swift
 /// do {
 ///     let (data, _) = try await manager.session.data(from: url)
-/// } catch let error as URLTaskError where error.code == .reactorFailed {
+/// } catch let error as URLTaskError where error.code == .authenticationFailed {
 ///     showLogin(because: error.underlying)
+/// } catch let error as URLError where error.code == .notConnectedToInternet {
+///     showOffline()
 /// }
 /// ```
 public struct URLTaskError: Error, Sendable {
@@ -29,6 +54,7 @@ public struct URLTaskError: Error, Sendable {
         private enum Base: String, Hashable, Sendable {
             case interceptorFailed, invalidHeader, holdTimedOut, reactorFailed, reactorTimedOut, tooManyAttempts, reactionLoop
             case bodyNotReplayable, uploadBodyUnavailable, managerInvalidated, downloadNeedsPipeline, responseRejected
+            case circuitOpen, rateLimitQueueFull, authenticationFailed
         }
 
         private let base: Base
@@ -37,8 +63,9 @@ public struct URLTaskError: Error, Sendable {
             self.base = base
         }
 
-        /// An interceptor threw, or returned ``InterceptCommand/fail(_:)``; ``underlying`` is
-        /// what it gave.
+        /// An interceptor threw, or returned ``InterceptCommand/fail(_:)``, with an error that is
+        /// neither a `URLError` (delivered as itself) nor a `URLTaskError` (delivered as it is);
+        /// ``underlying`` is what it gave.
         public static let interceptorFailed = Code(.interceptorFailed)
         /// A header value contained CR or LF, or a header name was not an HTTP token
         /// (``headerName``, ``reason``). Sending it would let one request smuggle another, so the
@@ -47,8 +74,9 @@ public struct URLTaskError: Error, Sendable {
         /// The task was held in a batch longer than ``URLTaskManager/Options/maximumHoldTime``
         /// (``limit``).
         public static let holdTimedOut = Code(.holdTimedOut)
-        /// The shared work of a reactor (a token refresh) threw; every task waiting on that run
-        /// receives this same error, with what the work threw as ``underlying``.
+        /// A reactor's work threw an error that is neither a `URLError` (delivered as itself) nor
+        /// a `URLTaskError` (delivered as it is): every task waiting on that run receives this
+        /// same error, with what the work threw as ``underlying``.
         public static let reactorFailed = Code(.reactorFailed)
         /// A reactor's work ran longer than its configured timeout (``limit``).
         public static let reactorTimedOut = Code(.reactorTimedOut)
@@ -79,6 +107,24 @@ public struct URLTaskError: Error, Sendable {
         /// The final answer is not one the caller accepts (``ResponseValidation``): ``response``
         /// has its status and headers, ``bodyPrefix`` the start of its body, ``reason`` why.
         public static let responseRejected = Code(.responseRejected)
+
+        /// The request was not sent because its host's circuit is open: a ``CircuitBreaker``
+        /// saw it fail repeatedly. ``underlying`` is the ``CircuitOpenError``, with the host and
+        /// when the next probe may go. Nothing reached the network; try again later.
+        public static let circuitOpen = Code(.circuitOpen)
+        /// The request was not sent because too many already wait for its host under a
+        /// ``RateLimiter``'s rate (its ``RateLimiter/Policy/maximumQueueLength``). ``underlying``
+        /// is the ``RateLimitQueueFullError``. Nothing reached the network; try again later.
+        public static let rateLimitQueueFull = Code(.rateLimitQueueFull)
+        /// The request could not have the credential it needs: the token endpoint refused the
+        /// refresh (`invalid_grant`: the session is over), answered with an error or with
+        /// something that is not a token, there is no refresh token, or the user signed out
+        /// (``URLTaskManager/signOut(of:)``). ``underlying`` is the ``OAuth2Error``: its
+        /// ``OAuth2Error/requiresSignIn`` says whether only a new sign-in helps. Every request
+        /// of the failed refresh receives it, whether its 401 started the refresh or it waited
+        /// for a token renewed before it expired. A refresh that failed on the network is not
+        /// this: its `URLError` reaches the caller as itself.
+        public static let authenticationFailed = Code(.authenticationFailed)
 
         /// The code's name, as in the static property (`"reactorFailed"`).
         public var description: String { base.rawValue }
@@ -140,8 +186,9 @@ public struct URLTaskError: Error, Sendable {
 
     /// What went wrong.
     public let code: Code
-    /// The interceptor or reactor that failed the task, where one did.
-    public let component: Component?
+    /// The interceptor or reactor that failed the task, where one did. The pipeline fills it in
+    /// when a component gives an error without it.
+    public internal(set) var component: Component?
     /// What the component threw or gave, where it did (a reactor's refresh error, an
     /// interceptor's own error).
     public let underlying: (any Error)?
@@ -163,7 +210,11 @@ public struct URLTaskError: Error, Sendable {
     /// masked), for ``Code/responseRejected``: enough to show the server's error message.
     public internal(set) var bodyPrefix: Data?
 
-    /// An error, for tests of code that maps these errors; the pipeline makes its own.
+    /// An error for a component of yours to fail a task with (throw it, or give it to
+    /// ``InterceptCommand/fail(_:)``), and for tests of code that maps these errors. The
+    /// caller receives it as it is, not wrapped; the pipeline fills in ``component`` (leave it
+    /// `nil`) and ``request``. The built-in components make theirs with this initializer too.
+    /// Give a `URLError` as itself rather than as ``underlying``: callers catch it as one.
     public init(
         code: Code, component: Component? = nil, underlying: (any Error)? = nil, headerName: String? = nil, reason: String? = nil,
         limit: Duration? = nil, count: Int? = nil, request: Request? = nil
@@ -178,15 +229,34 @@ public struct URLTaskError: Error, Sendable {
         self.request = request
     }
 
-    /// The user-info key under which a `URLError` an interceptor failed a task with names that
-    /// interceptor: such an error reaches the caller as itself, not wrapped, so that code
-    /// written for `URLSession` (`catch let error as URLError`) keeps working.
+    /// The user-info key under which a `URLError` an interceptor or a reactor's work failed a
+    /// task with names that component (its ``Component/name``): such an error reaches the caller
+    /// as itself, not wrapped, so that code written for `URLSession`
+    /// (`catch let error as URLError`) keeps working. A transport error the pipeline delivers
+    /// as received has none.
     public static let componentUserInfoKey = "URLTaskManagerComponent"
 
     // MARK: The errors the manager makes
 
-    static func interceptorFailed(_ interceptor: Component, underlying: any Error) -> URLTaskError {
-        URLTaskError(code: .interceptorFailed, component: interceptor, underlying: underlying)
+    /// What the caller receives when `component` fails a task with `error` (an interceptor's
+    /// throw or ``InterceptCommand/fail(_:)``, a reactor's work that threw): the type's one rule.
+    /// A `URLError` as itself, naming `component` in its user info unless it names one already;
+    /// a `URLTaskError` as it is, with `component` filled in if it had none; anything else
+    /// wrapped in a `URLTaskError` with `code` (``Code-swift.struct/interceptorFailed`` or
+    /// ``Code-swift.struct/reactorFailed``). The only place the pipeline wraps an error.
+    static func delivered(_ error: any Error, from component: Component, code: Code) -> any Error {
+        switch error {
+        case let urlError as URLError:
+            guard urlError.userInfo[componentUserInfoKey] == nil else { return urlError }
+            var info = urlError.userInfo
+            info[componentUserInfoKey] = component.name
+            return URLError(urlError.code, userInfo: info)
+        case var taskError as URLTaskError:
+            if taskError.component == nil { taskError.component = component }
+            return taskError
+        default:
+            return URLTaskError(code: code, component: component, underlying: error)
+        }
     }
 
     static func invalidHeader(name: String, reason: String) -> URLTaskError {
@@ -195,10 +265,6 @@ public struct URLTaskError: Error, Sendable {
 
     static func holdTimedOut(_ interceptor: Component, after limit: Duration) -> URLTaskError {
         URLTaskError(code: .holdTimedOut, component: interceptor, limit: limit)
-    }
-
-    static func reactorFailed(_ reactor: Component, underlying: any Error) -> URLTaskError {
-        URLTaskError(code: .reactorFailed, component: reactor, underlying: underlying)
     }
 
     static func reactorTimedOut(_ reactor: Component, after limit: Duration) -> URLTaskError {
@@ -267,6 +333,9 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
                 + "made with URLSession's download APIs cannot pass through the interceptors: use manager.download(for:) instead; "
                 + "nothing was sent"
         case .responseRejected: text = "The response was rejected: \(reason ?? "not acceptable")"
+        case .circuitOpen: text = "Refused by\(by) without sending: the host's circuit is open"
+        case .rateLimitQueueFull: text = "Refused by\(by) without sending: too many requests wait for the host"
+        case .authenticationFailed: text = "No credential could be had for the request\(by.isEmpty ? "" : " (\(by.dropFirst()))")"
         default: text = "URLTaskManager failed the task (\(code))"
         }
         if let request { text += " [\(request)]" }

@@ -103,7 +103,9 @@ public final class URLTaskManager: Sendable {
 
     /// Ends every task of this session that `matches` says must not go on, with `error`: one
     /// not sent yet never is, one on the network has its transfer stopped, one waiting for a
-    /// reactor stops waiting. Each caller gets `error`, exactly once.
+    /// reactor stops waiting. Each caller gets `error`, exactly once, as given (a
+    /// ``URLTaskError`` with its ``URLTaskError/request`` filled in): the one failure the
+    /// ``URLTaskError`` rule leaves to the app, which chose the error.
     ///
     /// `matches` sees each task as it stands (its request with the headers its interceptors
     /// applied, its values) and is called under the task's lock: keep it quick, call nothing.
@@ -114,14 +116,17 @@ public final class URLTaskManager: Sendable {
 
     /// Signs `authenticator` out and stops every task of this session that carries its
     /// credential or waits on it: requests held in a batch or queued for a connection with
-    /// the old token never go out, requests on the network are cancelled, and each fails with
+    /// the old token never go out, requests on the network are cancelled, and each fails with a
+    /// ``URLTaskError`` coded ``URLTaskError/Code-swift.struct/authenticationFailed`` carrying
     /// ``OAuth2Error/notSignedIn``. Requests started afterwards go without a token (and their
     /// 401 reaches the caller). Signing out through the authenticator alone leaves requests
     /// that already carry the token to go out with it.
     public func signOut(of authenticator: OAuth2Authenticator) async throws {
         try await authenticator.signOut()
         let key = ObjectIdentifier(authenticator)
-        failTasks(with: OAuth2Error.notSignedIn) { task in task.attemptValues[AppliedCredentialVersions.self]?[key] != nil }
+        failTasks(with: URLTaskError(code: .authenticationFailed, underlying: OAuth2Error.notSignedIn)) { task in
+            task.attemptValues[AppliedCredentialVersions.self]?[key] != nil
+        }
     }
 
     /// Releases every task held by every interceptor's batch now.

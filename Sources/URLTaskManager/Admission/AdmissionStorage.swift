@@ -179,7 +179,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
 
     /// Must be called with `lock` held.
     private func lastRunError(_ index: Int) -> any Error {
-        lastFailures[index] ?? URLTaskError.reactorFailed(reactors[index].component, underlying: CancellationError())
+        lastFailures[index] ?? URLTaskError.delivered(CancellationError(), from: reactors[index].component, code: .reactorFailed)
     }
 
     /// Must be called with `lock` held.

@@ -14,9 +14,10 @@
 /// signed in, and left alone while signed out.
 ///
 /// When the token cannot be had (the refresh failed, or was rejected earlier), the task fails
-/// with ``URLTaskError/Code-swift.struct/reactorFailed`` naming ``OAuth2RefreshReactor``,
-/// exactly as the tasks whose 401 triggered a refresh that failed, so one `catch` handles
-/// both.
+/// exactly as the tasks whose 401 triggered a refresh that failed, naming
+/// ``OAuth2RefreshReactor``, so one `catch` handles both: a ``URLTaskError`` coded
+/// ``URLTaskError/Code-swift.struct/authenticationFailed`` carrying the ``OAuth2Error``, or
+/// the `URLError` itself when the token endpoint could not be reached.
 ///
 /// Pair it with an ``OAuth2RefreshReactor`` on the same authenticator; use one pair per
 /// credential (two backends with their own tokens are two pairs in one manager).
@@ -42,7 +43,7 @@ public struct BearerInterceptor: URLTaskInterceptor {
         do {
             current = try await authenticator.validCredential()
         } catch {
-            throw URLTaskError.reactorFailed(Self.refreshComponent, underlying: error)
+            throw URLTaskError.delivered(OAuth2RefreshReactor.failure(error), from: Self.refreshComponent, code: .reactorFailed)
         }
         return apply(current, to: &task)
     }

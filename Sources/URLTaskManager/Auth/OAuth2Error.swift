@@ -2,9 +2,10 @@ import Foundation
 
 /// Why the OAuth2 kit could not produce a token.
 ///
-/// Requests fail with these wrapped in ``URLTaskError/Code-swift.struct/reactorFailed``,
-/// whichever path found the problem (a 401 that triggered a refresh, or a token renewed before
-/// it expired), so an app handles "the session is over" in one place.
+/// Requests fail with these as the ``URLTaskError/underlying`` error of a ``URLTaskError`` coded
+/// ``URLTaskError/Code-swift.struct/authenticationFailed``, whichever path found the problem (a
+/// 401 that triggered a refresh, a token renewed before it expired, a sign-out through
+/// ``URLTaskManager/signOut(of:)``), so an app handles "the session is over" in one place.
 ///
 /// Three kinds of failure call for three different reactions, and the two properties tell them
 /// apart: ``requiresSignIn`` (the user must sign in again), ``isConfigurationError`` (the app or

@@ -53,11 +53,25 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
         // The engine cancels the work only when the run's timeout has passed (its waiters have
         // then failed with `reactorTimedOut`): the refresh it waits for stops too, rather than
         // run on, unbounded, for tasks that arrive later.
-        try await withTaskCancellationHandler {
-            try await authenticator.refresh(ifUnchangedSince: sent)
-        } onCancel: {
-            Task { [authenticator] in await authenticator.abandonRefresh() }
+        do {
+            try await withTaskCancellationHandler {
+                try await authenticator.refresh(ifUnchangedSince: sent)
+            } onCancel: {
+                Task { [authenticator] in await authenticator.abandonRefresh() }
+            }
+        } catch {
+            throw Self.failure(error)
         }
+    }
+
+    /// What a refresh's failure is for the requests that needed it: an ``OAuth2Error`` becomes
+    /// a ``URLTaskError`` coded ``URLTaskError/Code-swift.struct/authenticationFailed`` (the
+    /// pipeline names the component); anything else, a `URLError` from the token endpoint
+    /// included, is left to the ``URLTaskError`` rule. Shared with ``BearerInterceptor``, so a
+    /// refresh fails its requests the same way whichever path started it.
+    static func failure(_ error: any Error) -> any Error {
+        guard let oauth = error as? OAuth2Error else { return error }
+        return URLTaskError(code: .authenticationFailed, underlying: oauth)
     }
 
     /// The authenticator's credential version the ``BearerInterceptor`` applied to `task`: the

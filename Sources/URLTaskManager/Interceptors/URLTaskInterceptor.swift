@@ -14,8 +14,8 @@
 /// }
 /// ```
 ///
-/// Throwing fails only this task, with ``URLTaskError/Code-swift.struct/interceptorFailed``
-/// naming this interceptor's type; other tasks are unaffected.
+/// Throwing fails only this task, as ``InterceptCommand/fail(_:)`` does; other tasks are
+/// unaffected.
 public protocol URLTaskInterceptor: Sendable {
     /// Inspects and rewrites one task, and decides its fate.
     func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand

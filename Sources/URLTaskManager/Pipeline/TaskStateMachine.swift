@@ -220,7 +220,7 @@ struct TaskStateMachine {
             state = .held(index: index, generation: holds)
             return .releaseBatch(index: index)
         case .fail(let error):
-            return complete(.fail(Self.interceptorFailure(error, by: interceptor)))
+            return complete(.fail(URLTaskError.delivered(error, from: interceptor, code: .interceptorFailed)))
         case .respond(let response, let body):
             return complete(.respond(response, body))
         }
@@ -230,8 +230,7 @@ struct TaskStateMachine {
     mutating func interceptorThrew(index: Int, error: any Error, interceptor: URLTaskError.Component) -> ProceedAction {
         guard expectInterceptor(index) else { return .none }
         work = nil
-        if let error = error as? URLTaskError { return complete(.fail(error)) }
-        return complete(.fail(Self.interceptorFailure(error, by: interceptor)))
+        return complete(.fail(URLTaskError.delivered(error, from: interceptor, code: .interceptorFailed)))
     }
 
     /// The batch of interceptor `index` was released.
@@ -636,17 +635,6 @@ struct TaskStateMachine {
     }
 
     // MARK: Helpers
-
-    /// What the caller gets when `interceptor` fails its task with `error`: a `URLError` as
-    /// itself (an offline check's `.notConnectedToInternet` must reach `catch let error as
-    /// URLError` as a plain session's would), naming the interceptor in its user info
-    /// (``URLTaskError/componentUserInfoKey``); anything else wrapped in a ``URLTaskError``.
-    static func interceptorFailure(_ error: any Error, by interceptor: URLTaskError.Component) -> any Error {
-        guard let urlError = error as? URLError else { return URLTaskError.interceptorFailed(interceptor, underlying: error) }
-        var info = urlError.userInfo
-        info[URLTaskError.componentUserInfoKey] = interceptor.name
-        return URLError(urlError.code, userInfo: info)
-    }
 
     /// Whether `response` is an interim head (`100 Continue`, `103 Early Hints`): the inner
     /// session reports each one, a plain session's caller sees only the final response. `101`

@@ -14,7 +14,9 @@ import FoundationNetworking
 /// (the default, and what a token refresh wants) the work runs ONCE for every task that needs
 /// it while it runs: a hundred 401s wait on one refresh. When it succeeds the waiting tasks
 /// are requeued through the interceptors (which now apply the fresh token); when it throws,
-/// every one of them fails with ``URLTaskError/Code-swift.struct/reactorFailed``.
+/// every one of them fails with what it threw, by ``URLTaskError``'s rule: a `URLError` as
+/// itself, a ``URLTaskError`` as it is, anything else wrapped in
+/// ``URLTaskError/Code-swift.struct/reactorFailed``.
 ///
 /// ```swift
 /// struct RefreshOn401: URLTaskReactor {

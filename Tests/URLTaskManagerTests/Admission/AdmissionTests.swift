@@ -14,6 +14,8 @@ final class AdmissionTests: XCTestCase {
 
     /// A refresh for one origin: reacts to its 401s, exempts every other origin, and fails
     /// (backend A's refresh token was revoked) or succeeds as told.
+    struct RefreshRefused: Error {}
+
     struct OriginRefresh: URLTaskReactor {
         let origin: URL
         let fails: Bool
@@ -29,7 +31,7 @@ final class AdmissionTests: XCTestCase {
 
         func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
             runs.increment()
-            if fails { throw URLError(.userAuthenticationRequired) }
+            if fails { throw RefreshRefused() }
         }
     }
 

@@ -61,7 +61,8 @@ final class OAuth2FailureHookTests: XCTestCase {
 
         let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server")
         let typed = results.filter {
-            guard let failure = $0.taskError, failure.code == .reactorFailed, failure.component?.name == "OAuth2RefreshReactor" else {
+            guard let failure = $0.taskError, failure.code == .authenticationFailed, failure.component?.name == "OAuth2RefreshReactor"
+            else {
                 return false
             }
             let underlying = failure.underlying

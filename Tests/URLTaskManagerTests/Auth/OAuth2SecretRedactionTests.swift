@@ -69,7 +69,8 @@ final class OAuth2SecretRedactionTests: XCTestCase {
 
         let result = await fetched(manager.session, URLRequest(url: server.url("/api")))
         let error = try XCTUnwrap(result.error)
-        guard let failure = error as? URLTaskError, failure.code == .reactorFailed, let underlying = failure.underlying as? OAuth2Error
+        guard let failure = error as? URLTaskError, failure.code == .authenticationFailed,
+            let underlying = failure.underlying as? OAuth2Error
         else {
             return XCTFail("\(error)")
         }

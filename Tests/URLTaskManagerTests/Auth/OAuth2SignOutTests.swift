@@ -147,8 +147,10 @@ final class ManagerSignOutTests: XCTestCase {
         let first = await onTheNetwork.value
         let second = await held.value
         XCTAssertLessThan(started.duration(to: .now), .seconds(5), "the request on the network was not stopped")
-        XCTAssertEqual(first.error as? OAuth2Error, .notSignedIn, "\(first)")
-        XCTAssertEqual(second.error as? OAuth2Error, .notSignedIn, "\(second)")
+        for result in [first, second] {
+            XCTAssertEqual(result.taskError?.code, .authenticationFailed, "\(result)")
+            XCTAssertEqual(result.taskError?.underlying as? OAuth2Error, .notSignedIn, "\(result)")
+        }
         XCTAssertEqual(server.requestCount(path: "/fast"), 0, "a held request left with the old token")
 
         release.open()

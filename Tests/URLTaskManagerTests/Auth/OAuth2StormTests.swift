@@ -126,7 +126,7 @@ final class OAuth2StormTests: XCTestCase {
 
         let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server")
         let typed = results.filter {
-            guard let failure = $0.taskError, failure.code == .reactorFailed else { return false }
+            guard let failure = $0.taskError, failure.code == .authenticationFailed else { return false }
             return failure.component?.name == "OAuth2RefreshReactor" && failure.underlying as? OAuth2Error == expected
         }
         XCTAssertEqual(typed.count, Self.stormSize, "\(Kit.tally(results))")
@@ -140,7 +140,7 @@ final class OAuth2StormTests: XCTestCase {
 
         // The session is over: a new request fails at once, without touching the network...
         let after = await Kit.fetch(manager.session, url)
-        guard let failure = after.taskError, failure.code == .reactorFailed else { return XCTFail("\(after.label)") }
+        guard let failure = after.taskError, failure.code == .authenticationFailed else { return XCTFail("\(after.label)") }
         let underlying = failure.underlying
         XCTAssertEqual(underlying as? OAuth2Error, expected)
         XCTAssertEqual(api.apiRequests.count, sent)

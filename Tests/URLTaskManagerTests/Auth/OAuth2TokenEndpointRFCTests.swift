@@ -75,7 +75,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
             interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
 
         let first = await Kit.fetch(manager.session, api.apiURL())
-        guard let failure = first.taskError, failure.code == .reactorFailed, let error = failure.underlying as? OAuth2Error else {
+        guard let failure = first.taskError, failure.code == .authenticationFailed, let error = failure.underlying as? OAuth2Error else {
             return XCTFail(first.label)
         }
         // The server answers 401 invalid_client with `WWW-Authenticate: Basic`, as §5.2 says.
@@ -217,9 +217,10 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         Task { ended.fulfill(await Kit.storm(manager.session, count: 5) { _ in URLRequest(url: url) }) }
         let results = try await ended.wait(timeout: .seconds(8))
         let elapsed = started.duration(to: .now)
+        // A refresh that failed on the network gives its waiters the URLError itself.
         let timedOut = results.filter {
-            guard let failure = $0.taskError, failure.code == .reactorFailed else { return false }
-            return (failure.underlying as? URLError)?.code == .timedOut
+            guard let error = $0.error as? URLError else { return false }
+            return error.code == .timedOut && error.userInfo[URLTaskError.componentUserInfoKey] as? String == "OAuth2RefreshReactor"
         }
         XCTAssertEqual(timedOut.count, 5, "\(Kit.tally(results))")
         XCTAssertEqual(api.tokenRequestCount, 1)

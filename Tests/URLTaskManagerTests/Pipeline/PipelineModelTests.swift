@@ -188,7 +188,7 @@ final class PipelineModelTests: XCTestCase {
             }
             schedule("R\(reactor.index) work ends (task \(t))") { [self] in
                 let succeeded = draw(0..<10) >= scenario.failureTenths
-                finished(succeeded ? .succeeded : .failed(URLTaskError.reactorFailed(reactor.component, underlying: Boom())))
+                finished(succeeded ? .succeeded : .failed(URLTaskError.delivered(Boom(), from: reactor.component, code: .reactorFailed)))
             }
             return nil
         }

@@ -21,8 +21,8 @@ final class URLTaskErrorTests: XCTestCase {
     func testCodesMatchInASwitchAndTheDescriptionNamesEverythingButSecrets() {
         var request = URLRequest(url: URL(string: "https://user:pw@api.example.com/v1/pay?token=s3cr3t#frag")!)
         request.httpMethod = "POST"
-        let error = URLTaskError.reactorFailed(
-            .init(kind: .reactor, index: 1, name: "OAuth2RefreshReactor#1"),
+        let error = URLTaskError(
+            code: .reactorFailed, component: .init(kind: .reactor, index: 1, name: "OAuth2RefreshReactor#1"),
             underlying: URLError(
                 .cannotConnectToHost, userInfo: [NSURLErrorFailingURLErrorKey: URL(string: "https://auth.example.com/token?code=s3cr3t")!])
         ).about(request, attempt: 2)
@@ -39,5 +39,37 @@ final class URLTaskErrorTests: XCTestCase {
         XCTAssertEqual(error.request?.attempt, 2)
         // The first request named stays: a later `about` does not rename it.
         XCTAssertEqual(error.about(URLRequest(url: URL(string: "https://other.example")!), attempt: 3).request?.attempt, 2)
+    }
+
+    /// The one rule, whoever fails the task: a `URLError` as itself naming its component, a
+    /// `URLTaskError` as it is (its component filled in when it had none), anything else wrapped
+    /// with the code of the chain. Never a `URLTaskError` inside a `URLTaskError`.
+    func testTheDeliveryRuleKeepsURLErrorsAndURLTaskErrorsAndWrapsTheRest() throws {
+        struct Boom: Error {}
+        let breaker = URLTaskError.Component(kind: .interceptor, index: 0, name: "CircuitBreaker")
+        let refresh = URLTaskError.Component(kind: .reactor, index: 2, name: "OAuth2RefreshReactor")
+
+        let offline = try XCTUnwrap(
+            URLTaskError.delivered(URLError(.notConnectedToInternet), from: refresh, code: .reactorFailed) as? URLError)
+        XCTAssertEqual(offline.code, .notConnectedToInternet)
+        XCTAssertEqual(offline.userInfo[URLTaskError.componentUserInfoKey] as? String, "OAuth2RefreshReactor")
+        let named = URLError(.cannotConnectToHost, userInfo: [URLTaskError.componentUserInfoKey: "OfflineHold"])
+        let kept = try XCTUnwrap(URLTaskError.delivered(named, from: breaker, code: .interceptorFailed) as? URLError)
+        XCTAssertEqual(kept.userInfo[URLTaskError.componentUserInfoKey] as? String, "OfflineHold", "the first component named stays")
+
+        let open = URLTaskError(code: .circuitOpen, underlying: CircuitOpenError(host: "http://a:1", retryAfter: .seconds(1)))
+        let asIs = try XCTUnwrap(URLTaskError.delivered(open, from: breaker, code: .interceptorFailed) as? URLTaskError)
+        XCTAssertEqual(asIs.code, .circuitOpen)
+        XCTAssertEqual(asIs.component, breaker, "a component-less error gets its component")
+        XCTAssertTrue(asIs.underlying is CircuitOpenError)
+        let owned = URLTaskError(code: .authenticationFailed, component: refresh, underlying: OAuth2Error.notSignedIn)
+        let passed = try XCTUnwrap(URLTaskError.delivered(owned, from: breaker, code: .interceptorFailed) as? URLTaskError)
+        XCTAssertEqual(passed.component, refresh, "a component it names stays")
+
+        let wrapped = try XCTUnwrap(URLTaskError.delivered(Boom(), from: refresh, code: .reactorFailed) as? URLTaskError)
+        XCTAssertEqual(wrapped.code, .reactorFailed)
+        XCTAssertEqual(wrapped.component, refresh)
+        XCTAssertTrue(wrapped.underlying is Boom)
+        for error in [asIs, passed, wrapped] { XCTAssertFalse(error.underlying is URLTaskError, "\(error)") }
     }
 }

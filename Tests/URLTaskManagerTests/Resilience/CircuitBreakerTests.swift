@@ -10,8 +10,8 @@ import LoopbackServer
 final class CircuitBreakerTests: XCTestCase {
     typealias Kit = ResilienceTestKit
 
-    /// Three 5xx open the host's circuit: the next requests fail at once with
-    /// `CircuitOpenError`, nothing reaches the server, and another host is untouched. After the
+    /// Three 5xx open the host's circuit: the next requests fail at once with a `URLTaskError`
+    /// coded `.circuitOpen` carrying `CircuitOpenError`, nothing reaches the server, and another host is untouched. After the
     /// cool-down one probe goes; while it runs others are refused; its success closes the circuit.
     func testOpensAfterFailuresFailsFastThenOneProbeClosesIt() async throws {
         let failing = try LoopbackServer()
@@ -44,6 +44,8 @@ final class CircuitBreakerTests: XCTestCase {
         let refused = await fetched(manager.session, URLRequest(url: failing.url("/api")))
         let refusalTime = started.duration(to: .now)
         guard let open = Kit.underlying(refused) as? CircuitOpenError else { return XCTFail("\(refused)") }
+        XCTAssertEqual(refused.taskError?.code, .circuitOpen, "the code says what happened, not which chain")
+        XCTAssertEqual(refused.taskError?.component?.name, "CircuitBreaker")
         XCTAssertEqual(open.host, "http://127.0.0.1:\(failing.port)")
         XCTAssertEqual(open.retryAfter, .seconds(30))
         XCTAssertFalse("\(refused.error!)".contains("Bearer"))

@@ -33,8 +33,8 @@ enum Fetched: Sendable {
         switch self {
         case .response(let status, _, _): "\(status)"
         case .failure(let error as URLTaskError):
-            error.code == .reactorFailed
-                ? "reactorFailed(\(error.component?.name ?? "-"), \(error.underlying.map { "\($0)" } ?? "-"))" : "\(error)"
+            [.reactorFailed, .authenticationFailed].contains(error.code)
+                ? "\(error.code)(\(error.component?.name ?? "-"), \(error.underlying.map { "\($0)" } ?? "-"))" : "\(error)"
         case .failure(let error): "\(type(of: error)) \(error)"
         }
     }

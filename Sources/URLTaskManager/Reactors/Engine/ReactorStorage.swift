@@ -27,8 +27,9 @@ final class ReactorStorage: Sendable {
         self.component = component
     }
 
-    /// Runs the reactor's work once, within its timeout, and names the failure: what a single
-    /// flight run and a per-task reaction both do.
+    /// Runs the reactor's work once, within its timeout, and makes its failure what the caller
+    /// receives (``URLTaskError/delivered(_:from:code:)``): what a single flight run and a
+    /// per-task reaction both do.
     func runWork(outcome: URLTaskOutcome, body: Data, task: URLTask) async -> Outcome {
         do {
             try await withDeadline(configuration.timeout) {
@@ -38,7 +39,7 @@ final class ReactorStorage: Sendable {
         } catch let error as ReactorDeadlineExceeded {
             return .failed(URLTaskError.reactorTimedOut(component, after: error.limit))
         } catch {
-            return .failed(URLTaskError.reactorFailed(component, underlying: error))
+            return .failed(URLTaskError.delivered(error, from: component, code: .reactorFailed))
         }
     }
 }

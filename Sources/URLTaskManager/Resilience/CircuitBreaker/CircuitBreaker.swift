@@ -7,9 +7,9 @@ import FoundationNetworking
 ///
 /// After ``Policy/failureThreshold`` failures (5xx answers and transport errors by default)
 /// within ``Policy/window``, a host's circuit **opens**: every new request to it fails at once,
-/// without touching the network, with ``CircuitOpenError`` (the caller receives
-/// a ``URLTaskError`` with code ``URLTaskError/Code-swift.struct/interceptorFailed`` carrying it as
-/// ``URLTaskError/underlying``). After
+/// without touching the network: the caller receives a ``URLTaskError`` with code
+/// ``URLTaskError/Code-swift.struct/circuitOpen`` whose ``URLTaskError/underlying`` is a
+/// ``CircuitOpenError`` (the host, and when the next probe may go). After
 /// ``Policy/coolDown`` one request goes through as a **probe** (half-open); if it succeeds the
 /// circuit closes, if it fails it opens for another cool-down. Each host (scheme, host, port) has
 /// its own circuit; requests ``Policy/exempts`` names (a token endpoint) are neither stopped nor
@@ -112,7 +112,8 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     }
 
     /// Lets the task go while its host's circuit is closed, or as the probe of a half-open one;
-    /// fails it with ``CircuitOpenError`` otherwise.
+    /// fails it otherwise with a ``URLTaskError`` coded ``URLTaskError/Code-swift.struct/circuitOpen``
+    /// carrying a ``CircuitOpenError``.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
         let host = OAuth2Origin.poolKey(of: task.request.url)
@@ -128,7 +129,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
         case .reject(let retryAfter):
             hub.emit(.rejected(task: task.id, host: host))
             task.annotate("circuit-breaker", "refused: the circuit for \(host) is open")
-            return .fail(CircuitOpenError(host: host, retryAfter: retryAfter))
+            return .fail(URLTaskError(code: .circuitOpen, underlying: CircuitOpenError(host: host, retryAfter: retryAfter)))
         }
     }
 
@@ -163,7 +164,9 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     public var reactorPlacement: URLTaskPlacement { .first }
 }
 
-/// Why a request was failed without being sent: its host's circuit is open.
+/// Why a request was failed without being sent: its host's circuit is open. The caller finds
+/// it as the ``URLTaskError/underlying`` error of a ``URLTaskError`` coded
+/// ``URLTaskError/Code-swift.struct/circuitOpen``.
 public struct CircuitOpenError: Error, Sendable, CustomStringConvertible, LocalizedError {
     /// The host (`scheme://host:port`) whose circuit is open.
     public let host: String

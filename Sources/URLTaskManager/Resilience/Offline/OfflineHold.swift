@@ -15,10 +15,10 @@ import Network
 /// its own, any HTTP answer counts), first after ``Policy/probeInterval``, then at doubling
 /// intervals up to ``Policy/maximumProbeInterval``. When a probe is answered, every request held for
 /// that host goes through the interceptors again (fresh headers) and is sent. A request still held
-/// when its `timeoutInterval` is about to pass (or after ``Policy/maximumHold``) fails with
-/// a ``URLTaskError`` whose code is ``URLTaskError/Code-swift.struct/reactorFailed`` and whose
-/// ``URLTaskError/underlying`` is the original `URLError`. A caller
-/// that cancels leaves at once.
+/// when its `timeoutInterval` is about to pass (or after ``Policy/maximumHold``) fails with the
+/// original `URLError`, as a plain session would have failed it at once (its user info names
+/// `OfflineHold` under ``URLTaskError/componentUserInfoKey``). A caller that cancels leaves at
+/// once.
 ///
 /// Probing works everywhere (Linux included). On Apple platforms an `NWPathMonitor` also probes
 /// every held host at once when the network path becomes usable (compiled only where the

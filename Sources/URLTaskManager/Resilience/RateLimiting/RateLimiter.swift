@@ -34,7 +34,8 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
         public var rate: Double
         /// How many requests may go at once after a quiet spell.
         public var burst: Int
-        /// The most requests that may wait for one host; more fail at once with
+        /// The most requests that may wait for one host; more fail at once with a ``URLTaskError``
+        /// coded ``URLTaskError/Code-swift.struct/rateLimitQueueFull`` carrying a
         /// ``RateLimitQueueFullError``. `nil` for no limit.
         public var maximumQueueLength: Int?
         /// Statuses whose `Retry-After` pauses the host.
@@ -121,7 +122,7 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
         case .refused(let queued):
             hub.emit(.refused(task: id, host: host))
             task.annotate("rate-limit", "refused: \(queued) requests wait for \(host)")
-            return .fail(RateLimitQueueFullError(host: host, queued: queued))
+            return .fail(URLTaskError(code: .rateLimitQueueFull, underlying: RateLimitQueueFullError(host: host, queued: queued)))
         case .cancelled:
             throw CancellationError()
         }
@@ -166,6 +167,8 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
 }
 
 /// Why a request was failed without being sent: too many requests already wait for its host.
+/// The caller finds it as the ``URLTaskError/underlying`` error of a ``URLTaskError`` coded
+/// ``URLTaskError/Code-swift.struct/rateLimitQueueFull``.
 public struct RateLimitQueueFullError: Error, Sendable, CustomStringConvertible, LocalizedError {
     /// The host (`scheme://host:port`).
     public let host: String
