@@ -7,7 +7,7 @@ import LoopbackServer
 @testable import URLTaskManager
 
 /// One error rule whatever the stack: each failure the recommended stack (the Resilience
-/// article's interceptors and reactors, without coalescing, with response validation) can
+/// article's interceptors and reactors, coalescing included, with response validation) can
 /// produce is driven over real HTTP on 127.0.0.1, and the OAuth2 article's mapping
 /// (``AppError/init(_:backend:)``, the listing below) gives each its case. A `URLError` arrives
 /// as itself; everything else is a `URLTaskError` whose code says what happened and whose
@@ -15,7 +15,7 @@ import LoopbackServer
 final class ResilienceErrorMappingTests: XCTestCase {
     typealias Kit = ResilienceTestKit
 
-    /// The Resilience article's composition, without coalescing, validation on: breaker first,
+    /// The Resilience article's composition, coalescing included, validation on: breaker first,
     /// bearer, limiter last; observers, then refresh, hold, retry.
     private struct Stack {
         let manager: URLTaskManager
@@ -33,7 +33,7 @@ final class ResilienceErrorMappingTests: XCTestCase {
             let hold = OfflineHold(policy: .init(probeInterval: .milliseconds(50), maximumProbeInterval: .milliseconds(100)))
             let retry = RetryReactor(policy: RetryPolicy(maximumAttempts: 2, backoff: .init(base: .milliseconds(10), jitter: 0)))
             manager = URLTaskManager(
-                interceptors: [breaker, BearerInterceptor(authenticator: auth), limiter],
+                interceptors: [breaker, BearerInterceptor(authenticator: auth), CoalescingInterceptor(), limiter],
                 reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), hold, retry],
                 options: .init(responseValidation: .successfulStatusCodes))
         }
