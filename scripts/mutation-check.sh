@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Plants one bug at a time in TaskStateMachine and checks that the randomized model
+# Plants one bug at a time in TaskStateMachine and in the sharing of transfers (SharedTransfers),
+# and checks that the randomized model
 # (PipelineModelTests) catches each. Works on a scratch copy of the package, never on the
 # working tree. Usage: scripts/mutation-check.sh [seeds-per-scenario, default 400]
 set -euo pipefail
@@ -14,10 +15,10 @@ exec python3 - <<'PY'
 import os, re, subprocess, sys
 
 scratch, seeds = os.environ["SCRATCH"], os.environ["SEEDS"]
-path = os.path.join(scratch, "src", "Sources/URLTaskManager/Pipeline/TaskStateMachine.swift")
-original = open(path).read()
+machine = "Sources/URLTaskManager/Pipeline/TaskStateMachine.swift"
+sharing = "Sources/URLTaskManager/Transport/Sharing/SharedTransfers.swift"
 
-# (what the bug does, the machine's text, the mutant's text)
+# (what the bug does, the machine's text, the mutant's text[, the file, TaskStateMachine by default])
 mutations = [
     ("a cancelled held task stays in its batch",
      "            return .leaveBatch(index: index)\n",
@@ -34,13 +35,25 @@ mutations = [
     ("the body of a followed redirect reaches the caller",
      "        case .completed, .redirecting:\n            break\n",
      "        case .redirecting:\n            return .forward(data)\n        case .completed:\n            break\n"),
+    ("a late listener is not handed the answer's head",
+     "                    subscription.deliver(.response(head))\n",
+     "\n", sharing),
+    ("the end of a shared transfer reaches all but its last listener",
+     "        for subscription in listening { subscription.deliver(.complete(error)) }\n",
+     "        for subscription in listening.dropLast() { subscription.deliver(.complete(error)) }\n", sharing),
+    ("a listener separated by Vary is also handed the shared answer",
+     "                    separated.append(subscription)\n",
+     "                    separated.append(subscription)\n                    listening.append(subscription)\n", sharing),
 ]
 
 caught = 0
+originals = {}
 try:
-    for name, old, new in mutations:
+    for name, old, new, *where in mutations:
+        path = os.path.join(scratch, "src", where[0] if where else machine)
+        original = originals.setdefault(path, open(path).read())
         if original.count(old) != 1:
-            sys.exit(f"the text of '{name}' is not in the machine exactly once")
+            sys.exit(f"the text of '{name}' is not in its file exactly once")
         open(path, "w").write(original.replace(old, new))
         build = subprocess.run(["swift", "build", "--build-tests", "--build-path", f"{scratch}/.build"],
                                cwd=f"{scratch}/src", capture_output=True, text=True)
@@ -51,13 +64,16 @@ try:
                               capture_output=True, text=True, env={**os.environ, "MODEL_SEEDS": seeds})
         output = test.stdout + test.stderr
         if test.returncode == 0:
+            open(path, "w").write(original)
             print(f"SURVIVED: {name}")
             continue
         caught += 1
+        open(path, "w").write(original)
         found = re.search(r"seed \d+: [^\n]{0,110}|crashed exploring seed \d+|Fatal error: [^\n]{0,90}", output)
         print(f"caught: {name} ({found.group(0) if found else 'the test failed'})")
 finally:
-    open(path, "w").write(original)
+    for path, original in originals.items():
+        open(path, "w").write(original)
 print(f"{caught} of {len(mutations)} mutants caught with {seeds} seeds per scenario")
 sys.exit(0 if caught == len(mutations) else 1)
 PY

@@ -128,26 +128,11 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
             perform(lock.withLock { lifecycle.transferStarted() })
             return started(.success(task))
         }
-        switch sharing.arrive(share, events: events, starter: self) {
-        case .alone:
-            share.announce(.sends)
-            let task = transport.start(request, body: body, events: events)
-            perform(lock.withLock { lifecycle.transferStarted() })
-            started(.success(task))
-        case .join(let subscription, let leader):
-            // Nothing is handed to the inner session.
-            perform(lock.withLock { lifecycle.transferStarted() })
-            share.announce(.joins(leader: leader))
-            started(.success(subscription))
-            subscription.goLive()
-        case .lead(let subscription, let fanOut):
-            share.announce(.sends)
-            let task = transport.start(request, body: body, events: fanOut)
-            perform(lock.withLock { lifecycle.transferStarted() })
-            if sharing.started(subscription.transfer, inner: task) { transport.cancel(task) }
-            started(.success(subscription))
-            subscription.goLive()
+        let transfer = sharing.start(share, events: events, starter: self) { events in
+            transport.start(request, body: body, events: events)
         }
+        perform(lock.withLock { lifecycle.transferStarted() })
+        started(.success(transfer))
     }
 
     func stopTransfer(_ transfer: any TransferHandle) {

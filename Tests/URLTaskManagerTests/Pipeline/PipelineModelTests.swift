@@ -51,6 +51,9 @@ final class PipelineModelTests: XCTestCase {
         var challenges = false
         /// Whether the caller accepts only 2xx answers (``ResponseValidation``).
         var validation = false
+        /// Whether identical requests share transfers (the real ``SharedTransfers``): every task
+        /// asks for the same URL, and tasks on the same attempt send the same headers.
+        var sharing = false
     }
 
     // MARK: The simulated world
@@ -75,7 +78,8 @@ final class PipelineModelTests: XCTestCase {
     /// The I/O around the real storages, and the scheduler of the model. The model runs every
     /// item on the test's thread; the lock keeps the state it shares with the storages' calls
     /// consistent all the same (and is never held while a storage runs).
-    final class SimulatedPipeline: TaskEnvironment, PipelineRuntime, @unchecked Sendable {  // mutable state is guarded by `lock`.
+    // @unchecked Sendable: mutable state is guarded by `lock`.
+    final class SimulatedPipeline: TaskEnvironment, PipelineRuntime, SharedTransferStarter, @unchecked Sendable {
         let scenario: Scenario
         private let lock = NSLock()
         private var rng: SplitMix64
@@ -103,6 +107,9 @@ final class PipelineModelTests: XCTestCase {
         private var batchStorages: [BatchStorage] = []
 
         static let noHeaders = AdditionalHeaders.split(URLSessionConfiguration.ephemeral).0
+        /// The real sharing of transfers, in a scenario that shares; `X-Model-Task` never tells
+        /// requests apart, and a small late-join limit makes some answers stop being replayed.
+        let sharing: SharedTransfers?
 
         init(scenario: Scenario, seed: UInt64) {
             self.scenario = scenario
@@ -127,6 +134,12 @@ final class PipelineModelTests: XCTestCase {
                     reactor: ModelReactor(index: index, spec: spec, exempt: exemptions.map { $0[index] }),
                     component: .init(kind: .reactor, index: index, name: "R\(index)"))
             }
+            sharing =
+                scenario.sharing
+                ? SharedTransfers(
+                    configuration: .init(headersThatNeverIdentifyACaller: ["x-model-task"], lateJoinLimit: 8),
+                    hub: EventHub<CoalescingInterceptor.Event>())
+                : nil
             admissionStorage = AdmissionStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
             batchStorages = (0..<scenario.interceptors).map { BatchStorage(interceptorIndex: $0, runtime: self) }
         }
@@ -203,6 +216,7 @@ final class PipelineModelTests: XCTestCase {
                 let flushes = batches[index].snapshot.flushes
                 var changed = task
                 changed.request.setValue("attempt \(task.attempt)", forHTTPHeaderField: "Authorization")
+                if scenario.sharing { changed.attemptValues[CoalescingInterceptor.Passed.self] = true }
                 let roll = draw(0..<100)
                 let command: InterceptCommand
                 if scenario.batching, index == 0, roll < 30 {
@@ -229,10 +243,6 @@ final class PipelineModelTests: XCTestCase {
             return Task {}
         }
 
-        /// The model shares no transfer (`SharedTransferStateMachineTests` and the coalescing
-        /// tests over HTTP cover sharing).
-        var sharing: SharedTransfers? { nil }
-
         func startTransfer(
             _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
             started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
@@ -241,14 +251,34 @@ final class PipelineModelTests: XCTestCase {
             if draw(0..<50) == 0 {
                 return schedule("transfer refused (task \(t))") { started(.failure(URLTaskError.managerInvalidated)) }
             }
-            let transfer = SimulatedTransfer(task: t, request: request, events: events, world: self)
-            transfer.script(persistent: lock.withLock { persistent[t] })
+            let start = { [self] (events: any TransportEvents) -> any TransferHandle in
+                let transfer = SimulatedTransfer(task: t, request: request, events: events, world: self)
+                transfer.script(persistent: lock.withLock { persistent[t] })
+                transfer.next()
+                return transfer
+            }
+            // The real sharing's own start, as the pipeline calls it.
+            let transfer = share.flatMap { share in sharing?.start(share, events: events, starter: self, startInner: start) } ?? start(events)
             schedule("transfer started (task \(t))") { started(.success(transfer)) }
-            transfer.next()
         }
 
         func stopTransfer(_ transfer: any TransferHandle) {
+            if let subscription = transfer as? TransferSubscription, let sharing {
+                for transfer in sharing.stop(subscription) { stopTransfer(transfer) }
+                return
+            }
             (transfer as! SimulatedTransfer).stop()
+        }
+
+        func sendAlone(_ subscription: TransferSubscription) {
+            schedule("sent alone (task \(subscription.task))") { [self] in
+                subscription.announce(.sendsAlone(reason: "the model's Vary"))
+                let t = Int(subscription.request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? -1
+                let transfer = SimulatedTransfer(task: t, request: subscription.request, events: subscription, world: self)
+                transfer.script(persistent: lock.withLock { persistent[t] })
+                if !subscription.sentAlone(transfer) { transfer.stop() }
+                transfer.next()
+            }
         }
 
         func taskEnded(_ task: TaskStorage) {
@@ -437,7 +467,12 @@ final class PipelineModelTests: XCTestCase {
             case nil:
                 return
             case .head(let response):
-                events.transportDidReceive(response: response)
+                if world.scenario.sharing, response.statusCode == 200, world.draw(0..<4) == 0 {
+                    // An answer that may not be shared: its listeners send their own requests.
+                    events.transportDidReceive(response: SimulatedPipeline.response(200, task, headers: ["Vary": "X-Model-Task"]))
+                } else {
+                    events.transportDidReceive(response: response)
+                }
             case .data:
                 events.transportDidReceive(data: Data("chunk".utf8))
             case .complete(let error):
@@ -520,7 +555,7 @@ final class PipelineModelTests: XCTestCase {
     static func explore(_ scenario: Scenario, seed: UInt64, counts: inout [String: Int]) -> String? {
         let world = SimulatedPipeline(scenario: scenario, seed: seed)
         for t in 0..<scenario.tasks {
-            var request = URLRequest(url: URL(string: "http://127.0.0.1/t\(t)")!)
+            var request = URLRequest(url: URL(string: scenario.sharing ? "http://127.0.0.1/shared" : "http://127.0.0.1/t\(t)")!)
             request.setValue(String(t), forHTTPHeaderField: "X-Model-Task")
             let storage = TaskStorage(
                 id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: ModelSink(task: t, world: world),
@@ -550,7 +585,7 @@ final class PipelineModelTests: XCTestCase {
         return "seed \(seed): \(violation)\n  trace: \(world.lastSteps(60))"
     }
 
-    /// Seeds per scenario: 1,500 by default (12,000 in all), `MODEL_SEEDS` to explore more,
+    /// Seeds per scenario: 1,500 by default (13,500 in all), `MODEL_SEEDS` to explore more,
     /// `MODEL_SEED` to replay one.
     static let seedsPerScenario = UInt64(ProcessInfo.processInfo.environment["MODEL_SEEDS"] ?? "") ?? 1_500
 
@@ -593,6 +628,10 @@ final class PipelineModelTests: XCTestCase {
             (
                 "redirects, challenges and rejected answers",
                 Scenario(tasks: 5, interceptors: 1, reactors: [refresh], redirects: true, challenges: true, validation: true)
+            ),
+            (
+                "identical requests sharing transfers, with redirects and rejected answers",
+                Scenario(tasks: 6, interceptors: 1, reactors: [refresh], redirects: true, validation: true, sharing: true)
             ),
         ]
     }()

@@ -34,7 +34,7 @@ final class SharedTransfers: @unchecked Sendable {
     }
 
     /// How a task arrived.
-    enum Arrival {
+    private enum Arrival {
         /// It sends; `events` is what the inner task must report to.
         case lead(TransferSubscription, events: any TransportEvents)
         /// It listens to the transfer `leader` sent.
@@ -62,7 +62,7 @@ final class SharedTransfers: @unchecked Sendable {
 
     /// A task is about to send `share.request`: it leads a new transfer or joins one on its way.
     /// The caller announces the role, then calls ``TransferSubscription/goLive()``.
-    func arrive(_ share: TransferShare, events: any TransportEvents, starter: any SharedTransferStarter) -> Arrival {
+    private func arrive(_ share: TransferShare, events: any TransportEvents, starter: any SharedTransferStarter) -> Arrival {
         let arrival: Arrival = lock.withLock {
             lastSubscriber += 1
             let subscriber = Machine.Subscriber(rawValue: lastSubscriber)
@@ -106,18 +106,37 @@ final class SharedTransfers: @unchecked Sendable {
         return arrival
     }
 
+    /// Starts `share`'s transfer: it joins an identical one on its way, or sends, its inner task
+    /// made by `startInner` with the events it must report to. The task's role is announced
+    /// before any of the transfer's events reach it. Returns what the task keeps as its transfer.
+    func start(
+        _ share: TransferShare, events: any TransportEvents, starter: any SharedTransferStarter,
+        startInner: (any TransportEvents) -> any TransferHandle
+    ) -> any TransferHandle {
+        switch arrive(share, events: events, starter: starter) {
+        case .alone:
+            share.announce(.sends)
+            return startInner(events)
+        case .join(let subscription, let leader):
+            share.announce(.joins(leader: leader))
+            subscription.goLive()
+            return subscription
+        case .lead(let subscription, let fanOut):
+            share.announce(.sends)
+            let inner = startInner(fanOut)
+            if started(subscription.transfer, inner: inner) { starter.stopTransfer(inner) }
+            subscription.goLive()
+            return subscription
+        }
+    }
+
     /// The inner task of `transfer` exists: returns `true` if it must be stopped at once
     /// (everybody left meanwhile).
-    func started(_ transfer: Transfer, inner: any TransferHandle) -> Bool {
+    private func started(_ transfer: Transfer, inner: any TransferHandle) -> Bool {
         lock.withLock {
             records[transfer]?.inner = inner
             return machine.started(transfer) == .cancel
         }
-    }
-
-    /// The transfer could not start (the session was invalidated): everyone listening fails.
-    func failedToStart(_ transfer: Transfer, error: any Error) {
-        completed(transfer, error: error)
     }
 
     /// The task of `subscription` stops listening (its caller cancelled, or the manager aborted
