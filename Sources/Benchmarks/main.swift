@@ -3,6 +3,7 @@
 //     swift run -c release Benchmarks            # latency, CPU time and context switches
 //     swift run -c release Benchmarks lifetime   # what a dropped session leaves behind
 //     swift run -c release Benchmarks coalescing # 100 identical GETs: server hits and wall time
+//     swift run -c release Benchmarks soak-refresh [REQUESTS] [IN-FLIGHT]   # tokens revoked again and again
 //     swift run -c release Benchmarks profile N CONCURRENCY SECONDS   # configuration N alone, for perf
 //     scripts/bench-netem.sh       # over a veth pair with netem delay (1 and 20 ms round trip)
 //     scripts/bench-callgrind.sh   # instructions per request under callgrind
@@ -76,6 +77,9 @@ case "requests":
     run { try await RemoteBenchmark.requests(arguments) }
 case "coalescing":
     run { try await CoalescingBenchmark.run() }
+case "soak-refresh":
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    run { try await SoakRefreshBenchmark.run(arguments) }
 case "lifetime":
     run { try await LifetimeBenchmark.run(iterations: 10_000) }
 default:

@@ -4,7 +4,9 @@ import Foundation
 /// authentication code against real HTTP, and for the examples.
 ///
 /// - `/api/...` answers 200 (`ok <path>`) only to `Authorization: Bearer <the current access
-///   token>`, else 401 with `WWW-Authenticate: Bearer error="invalid_token"`, and counts it.
+///   token>`, else 401 with `WWW-Authenticate: Bearer error="invalid_token"`, and counts it;
+///   ``revokeEachAccessToken(afterAuthorizing:)`` revokes each token after so many requests,
+///   ``expireAccessTokens(after:)`` after so long.
 /// - `POST /oauth/token` takes a form (RFC 6749) and answers a JSON token response:
 ///   - `grant_type=refresh_token` with the current refresh token rotates both tokens;
 ///   - `grant_type=password` with a known user (any user if ``init(name:access:refresh:users:)``
@@ -72,6 +74,14 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var receivedRefreshTokens: [String] = []
     private var onTokenRequest: (@Sendable () -> Void)?
     private var unauthorizedDelay: Duration?
+    /// Requests each access token authorizes before it is revoked (`nil`: no limit).
+    private var accessUses: Int?
+    /// Requests the current access token has authorized since it was issued (or the limit set).
+    private var usedAccess = 0
+    /// How long an access token is accepted after it was issued, by the server's clock (`nil`: for ever).
+    private var accessLifetime: Duration?
+    /// When the current access token was issued (or the server started).
+    private var accessIssuedAt = ContinuousClock.now
     private var requiredClient: (id: String, secret: String)?
     private var authorizationAnswer = AuthorizationAnswer.approve
     private var codes: [String: IssuedCode] = [:]
@@ -158,6 +168,23 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     public func requireClient(id: String, secret: String) { lock.withLock { requiredClient = (id, secret) } }
     /// Makes the current access token invalid: revoked, or expired by the server's clock.
     public func revokeAccess() { lock.withLock { validAccess = nil } }
+    /// Revokes each access token once it has authorized `requests` API requests, as a server
+    /// that revokes tokens often (a password change, a security sweep), so a test can drive many
+    /// revocations at a pace set by its own load, with no timer. The next request with it, and
+    /// every one after, is answered 401 until a new token is issued. `0` makes the API refuse
+    /// every token the endpoint issues (tokens for another audience); `nil`, the default, never
+    /// revokes. Counts for the current token from now on.
+    public func revokeEachAccessToken(afterAuthorizing requests: Int?) {
+        lock.withLock {
+            accessUses = requests
+            usedAccess = 0
+        }
+    }
+    /// Makes the API refuse each access token once `lifetime` has passed since it was issued, by
+    /// the server's clock, as a server that enforces `expires_in` does (`nil`, the default:
+    /// tokens never expire). The token the server started with counts from ``init(name:access:refresh:users:)``.
+    /// `expires_in` in the token responses stays what ``setExpiresIn(_:)`` says.
+    public func expireAccessTokens(after lifetime: Duration?) { lock.withLock { accessLifetime = lifetime } }
     /// Makes the current refresh token invalid too: only a new sign-in helps.
     public func revokeRefresh() { lock.withLock { validRefresh = nil } }
 
@@ -190,7 +217,7 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         server.route(prefix: "/api/") { [weak self] request in
             guard let self else { return .status(500) }
             let (authorized, gate, delay) = lock.withLock {
-                let authorized = validAccess.map { request.headers["authorization"] == "Bearer \($0)" } ?? false
+                let authorized = authorize(request.headers["authorization"])
                 if !authorized { unauthorized += 1 }
                 return (authorized, heldPaths[request.path], unauthorizedDelay)
             }
@@ -303,9 +330,31 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         return nil
     }
 
+    /// Whether `authorization` carries the current access token, which has neither expired
+    /// (``expireAccessTokens(after:)``) nor used up its requests
+    /// (``revokeEachAccessToken(afterAuthorizing:)``); revokes it when it has, or just did.
+    /// Must be called with `lock` held.
+    private func authorize(_ authorization: String?) -> Bool {
+        guard let validAccess, authorization == "Bearer \(validAccess)" else { return false }
+        if let accessLifetime, accessIssuedAt.duration(to: .now) >= accessLifetime {
+            self.validAccess = nil
+            return false
+        }
+        guard let accessUses else { return true }
+        guard usedAccess < accessUses else {
+            self.validAccess = nil
+            return false
+        }
+        usedAccess += 1
+        if usedAccess == accessUses { self.validAccess = nil }
+        return true
+    }
+
     /// Issues the next pair of tokens. Must be called with `lock` held.
     private func issue() -> ServerResponse {
         issued += 1
+        usedAccess = 0
+        accessIssuedAt = .now
         let access = "\(name)-access-\(issued)"
         let refresh = "\(name)-refresh-\(issued)"
         validAccess = access

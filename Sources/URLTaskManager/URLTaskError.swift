@@ -82,8 +82,10 @@ public struct URLTaskError: Error, Sendable {
         public static let reactorTimedOut = Code(.reactorTimedOut)
         /// The task triggered reactions more times than its reactor allows (``count``: the attempts).
         public static let tooManyAttempts = Code(.tooManyAttempts)
-        /// A reactor ran more often than its loop guard allows within a time window (``count``
-        /// runs within ``limit``): a refresh that succeeds but whose token the server keeps rejecting.
+        /// A reactor's runs kept producing what the server refused (``count`` runs within
+        /// ``limit``, see ``URLTaskReactorConfiguration/LoopGuard``): a refresh that succeeds
+        /// but whose token the server keeps rejecting. Runs whose token was accepted before it
+        /// was refused (a revocation) are not counted.
         public static let reactionLoop = Code(.reactionLoop)
         /// The task must be sent again but its body cannot be (``reason``): a stream body larger
         /// than the replay limit, or a stream that failed while being read.

@@ -53,6 +53,41 @@ final class OAuthServerKnobTests: XCTestCase {
         // DocC oauth refusals: end
     }
 
+    func testEachAccessTokenCanBeRevokedAfterSoManyRequests() async throws {
+        // DocC oauth revoke each: begin
+        oauth.revokeEachAccessToken(afterAuthorizing: 2)  // a server that revokes tokens often
+        _ = try await client.token("grant_type=password&username=ada&password=lovelace")
+        let first = [try await client.api(bearer: "demo-access-1"), try await client.api(bearer: "demo-access-1")]
+        XCTAssertEqual(first, [200, 200])
+        let afterTwo = try await client.api(bearer: "demo-access-1")
+        XCTAssertEqual(afterTwo, 401)  // revoked once it had authorized 2 requests
+        XCTAssertNil(oauth.currentAccess)
+
+        _ = try await client.token("grant_type=refresh_token&refresh_token=demo-refresh-1")
+        let renewed = try await client.api(bearer: "demo-access-2")
+        XCTAssertEqual(renewed, 200)  // each new token gets its own 2
+
+        oauth.revokeEachAccessToken(afterAuthorizing: 0)  // the API refuses every token issued
+        _ = try await client.token("grant_type=refresh_token&refresh_token=demo-refresh-2")
+        let refused = try await client.api(bearer: "demo-access-3")
+        XCTAssertEqual(refused, 401)
+        // DocC oauth revoke each: end
+    }
+
+    func testAccessTokensCanExpireByTheServersClock() async throws {
+        _ = try await client.token("grant_type=password&username=ada&password=lovelace")
+        oauth.expireAccessTokens(after: .seconds(3600))
+        let fresh = try await client.api(bearer: "demo-access-1")
+        XCTAssertEqual(fresh, 200)
+        oauth.expireAccessTokens(after: .zero)  // every token is past its lifetime at once
+        let expired = try await client.api(bearer: "demo-access-1")
+        XCTAssertEqual(expired, 401)
+        XCTAssertNil(oauth.currentAccess, "an expired token stays refused")
+        oauth.expireAccessTokens(after: nil)
+        let stillRefused = try await client.api(bearer: "demo-access-1")
+        XCTAssertEqual(stillRefused, 401)
+    }
+
     func testAConfidentialClientMustAuthenticate() async throws {
         // DocC oauth client: begin
         oauth.requireClient(id: "my-app", secret: "s3cret")

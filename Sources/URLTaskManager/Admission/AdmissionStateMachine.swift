@@ -20,6 +20,10 @@
 /// - a covering reactor's run succeeded since: its headers are stale, it is intercepted again;
 /// - only failed runs ended since: it fails with that run's error, as it would on the network.
 ///
+/// **Accepted answers.** When a task's transfer ends with an answer no reactor needed, each
+/// loop-guarded reactor it is stamped for hears of it (``ReactorStateMachine/outcomeAccepted(sentUnder:)``):
+/// its loop guard counts only runs whose product was never accepted.
+///
 /// Events return actions for the tasks they decide; ``AdmissionStorage`` performs them with its
 /// lock released.
 struct AdmissionStateMachine {
@@ -69,6 +73,8 @@ struct AdmissionStateMachine {
 
     private(set) var reactors: [ReactorStateMachine]
     private let holdsNewTasks: [Bool]
+    /// Whether any reactor has a loop guard: only then does an accepted answer need a look.
+    private let guardsLoops: Bool
     private var slots: ConnectionSlotsStateMachine?
     private var records: [TaskID: Record] = [:]
     private var slotGeneration = 0
@@ -80,6 +86,7 @@ struct AdmissionStateMachine {
     init(reactors: [(loopGuard: URLTaskReactorConfiguration.LoopGuard?, holdsNewTasks: Bool)], slotsPerHost: Int?) {
         self.reactors = reactors.map { ReactorStateMachine(loopGuard: $0.loopGuard) }
         self.holdsNewTasks = reactors.map(\.holdsNewTasks)
+        self.guardsLoops = self.reactors.contains(where: \.guardsLoops)
         self.slots = slotsPerHost.map(ConnectionSlotsStateMachine.init(limit:))
     }
 
@@ -136,8 +143,19 @@ struct AdmissionStateMachine {
 
     /// The task's transfer ended (or it was not sent after all, or it completed): its slot, if
     /// it held one, goes to the next task waiting for that host. Returns what that task does.
-    mutating func transferEnded(_ id: TaskID) -> [(TaskID, SendAction)] {
-        guard var record = records[id], case .holding(let host) = record.slot else { return [] }
+    /// - Parameter answered: The transfer ended with an answer that no reactor needed (the
+    ///   caller gets it as is): each loop-guarded reactor whose current version the task's
+    ///   headers were decided under counts it as accepted
+    ///   (``ReactorStateMachine/outcomeAccepted(sentUnder:)``).
+    mutating func transferEnded(_ id: TaskID, answered: Bool = false) -> [(TaskID, SendAction)] {
+        guard var record = records[id] else { return [] }
+        if answered, guardsLoops {
+            for reactor in record.relevant {
+                guard let stamp = record.stamps[reactor] else { continue }
+                reactors[reactor].outcomeAccepted(sentUnder: stamp)
+            }
+        }
+        guard case .holding(let host) = record.slot else { return [] }
         record.slot = .none
         records[id] = record
         return handOver(host: host)

@@ -76,8 +76,12 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         return versions
     }
 
-    func transferEnded(_ run: TaskStorage) {
-        tell(lock.withLock { decisions(machine.transferEnded(run.id)) })
+    /// `run`'s transfer ended, or it was not sent after all: its slot goes to the next task.
+    /// - Parameter answered: The transfer ended with an answer no reactor needed (see
+    ///   ``AdmissionStateMachine/transferEnded(_:answered:)``): the loop guards hear of it in
+    ///   the same lock section.
+    func transferEnded(_ run: TaskStorage, answered: Bool = false) {
+        tell(lock.withLock { decisions(machine.transferEnded(run.id, answered: answered)) })
     }
 
     func finished(_ run: TaskStorage) {

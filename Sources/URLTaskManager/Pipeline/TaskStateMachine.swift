@@ -154,6 +154,13 @@ struct TaskStateMachine {
         return false
     }
 
+    /// Whether the final response head went to the caller as is: no reactor needed it, and it
+    /// was neither a challenge nor rejected. Read as the transfer ends, for the loop guards.
+    var isForwardingResponse: Bool {
+        if case .receiving = state { return true }
+        return false
+    }
+
     var isCompleted: Bool {
         if case .completed = state { return true }
         return false

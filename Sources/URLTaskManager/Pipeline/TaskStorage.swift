@@ -208,13 +208,18 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             reactor = chooseReactor(for: .failure(error))
         }
         let now = environment.runtime.now
-        let action = lock.withLock { machine.transportCompleted(error: error, reactor: reactor, now: now) }
+        let (action, forwarded) = lock.withLock {
+            let forwarded = machine.isForwardingResponse
+            return (machine.transportCompleted(error: error, reactor: reactor, now: now), forwarded)
+        }
         observer?.transferEnded()
         if case .react(let index, let outcome, let body, let task, let requeued) = action {
             return react(index, outcome: outcome, body: body, task: task, requeued: requeued)
         }
-        // Free the slot before the caller hears of the end, so it never sees it taken.
-        environment.admission.transferEnded(self)
+        // Free the slot before the caller hears of the end, so it never sees it taken. An answer
+        // no reactor needed tells the loop guards that the credential works; not when the request
+        // skipped a reactor, which never saw the answer.
+        environment.admission.transferEnded(self, answered: forwarded && policy?.skippedReactors.isEmpty != false)
         switch action {
         case .none, .react:
             break

@@ -135,14 +135,24 @@ public struct URLTaskReactorConfiguration: Sendable {
         case perTask
     }
 
-    /// Guards against a reactor that keeps running (a refresh whose token is always refused).
+    /// Guards against a reactor that keeps running without helping (a refresh whose token is
+    /// always refused).
+    ///
+    /// It counts refusals, not runs: a run counts only when what the successful run before it
+    /// produced was never accepted, that is, no task whose headers were decided after that run
+    /// got an answer that needed no reactor. A token that works until it is revoked (or expires
+    /// early) is refreshed every time it is refused, however often; a token endpoint whose tokens
+    /// the API always refuses trips the guard after `maximumRuns` such runs within `window`
+    /// (`maximumRuns + 1` runs in all), and each task that would start another run then fails
+    /// with ``URLTaskError/Code-swift.struct/reactionLoop``, until the oldest counted run leaves
+    /// the window or an answer is accepted. Runs that follow a failed run are not counted.
     public struct LoopGuard: Sendable {
-        /// Runs allowed within `window`.
+        /// Runs whose predecessor's product was refused allowed within `window`.
         public var maximumRuns: Int
         /// The sliding window.
         public var window: Duration
 
-        /// Allows `maximumRuns` runs within `window`.
+        /// Allows `maximumRuns` counted runs within `window`.
         public init(maximumRuns: Int, window: Duration) {
             self.maximumRuns = maximumRuns
             self.window = window
@@ -167,7 +177,8 @@ public struct URLTaskReactorConfiguration: Sendable {
     /// How many times one task may trigger this reactor before it fails with
     /// ``URLTaskError/Code-swift.struct/tooManyAttempts``.
     public var maximumReactionsPerTask: Int
-    /// Runs allowed per window before the reactor fails with ``URLTaskError/Code-swift.struct/reactionLoop``.
+    /// Runs whose predecessor's product was refused allowed per window before the reactor fails
+    /// with ``URLTaskError/Code-swift.struct/reactionLoop`` (see ``LoopGuard``); `nil` for no guard.
     public var loopGuard: LoopGuard?
     /// Requests this reactor neither holds nor reacts to: the requests its own work sends
     /// through the manager's session (a token endpoint).
@@ -202,8 +213,10 @@ public struct URLTaskReactorConfiguration: Sendable {
     public static var `default`: Self { Self() }
 
     /// For credential refresh: single flight, holds new tasks while refreshing, at most two
-    /// reactions per task (a token refused twice in a row is not a stale token), at most 3
-    /// refreshes in 10 seconds.
+    /// reactions per task (a token refused twice in a row is not a stale token), and a loop guard
+    /// of 3 in 10 seconds that counts refreshed tokens the server refused, not refreshes: a token
+    /// revoked every few seconds is refreshed every time, while a token endpoint whose tokens the
+    /// API always refuses stops after 4 refreshes, the last 3 within 10 seconds (see ``LoopGuard``).
     public static var authentication: Self {
         Self(
             holdsNewTasks: true, timeout: .seconds(30), maximumReactionsPerTask: 2,

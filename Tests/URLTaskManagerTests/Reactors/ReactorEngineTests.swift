@@ -232,8 +232,9 @@ final class ReactorEngineTests: XCTestCase {
         XCTAssertEqual(tokens.runs, 3)
     }
 
-    /// The loop guard counts runs that start right after a successful one: requests to a
-    /// resource that refuses every token, one after another, trip it at the limit.
+    /// The loop guard counts runs that start right after a successful one whose token no
+    /// answer accepted: requests to a resource that refuses every token, one after another, with
+    /// nothing else in between, trip it at the limit.
     func testTheLoopGuardCountsRunsThatFollowASuccess() async throws {
         server.route("/api/always-401") { _ in .status(401) }
         var configuration = URLTaskReactorConfiguration.authentication
@@ -251,6 +252,27 @@ final class ReactorEngineTests: XCTestCase {
         XCTAssertEqual(reactor, "ControlledReactor")
         XCTAssertEqual(runs, 2)
         XCTAssertEqual(tokens.runs, 3)
+    }
+
+    /// The same resource among requests the refreshed token is accepted for: each token a run
+    /// produced works, so no run counts and the guard never trips (before, the fourth such
+    /// request failed with `reactionLoop`); each request to that resource costs one run and
+    /// ends with the server's 401.
+    func testAResourceThatRefusesEveryTokenAmongAcceptedRequestsNeverTripsTheGuard() async throws {
+        server.route("/api/always-401") { _ in .status(401) }
+        server.route("/api/current") { [tokens] request in
+            request.headers["authorization"] == "Bearer \(tokens!.clientToken)" ? .text("ok") : .status(401)
+        }
+        var configuration = URLTaskReactorConfiguration.authentication
+        configuration.loopGuard = .init(maximumRuns: 2, window: .seconds(60))
+        let manager = manager(configuration)
+        for round in 1...5 {
+            let refused = await Kit.fetch(manager.session, url("/always-401"))
+            XCTAssertEqual(refused.status, 401, "round \(round): \(refused.label)")
+            let accepted = await Kit.fetch(manager.session, url("/current"))
+            XCTAssertEqual(accepted.status, 200, "round \(round): \(accepted.label)")
+        }
+        XCTAssertEqual(tokens.runs, 5, "one run per request to the refusing resource")
     }
 
     /// A reactor that runs once per task (no shared version to compare with) keeps reacting

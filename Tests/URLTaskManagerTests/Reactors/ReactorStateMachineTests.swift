@@ -1,7 +1,8 @@
 import XCTest
 @testable import URLTaskManager
 
-/// ``ReactorStateMachine``: single flight, joining, the gate, late requeues, the loop guard.
+/// ``ReactorStateMachine``: single flight, joining, the gate, late requeues, the loop guard (it
+/// counts runs whose product was refused, not runs).
 final class ReactorStateMachineTests: XCTestCase {
     typealias Machine = ReactorStateMachine
 
@@ -103,6 +104,81 @@ final class ReactorStateMachineTests: XCTestCase {
         XCTAssertEqual(m.taskNeedsReaction(Self.id(7), sentUnder: m.stamp, now: t0 + .seconds(14)), .refuseLoop(runs: 2))
         // A task that is merely late is requeued whatever the guard says: no run is started.
         XCTAssertEqual(m.taskNeedsReaction(Self.id(8), sentUnder: Machine.Stamp(), now: t0 + .seconds(14)), .requeueNow)
+    }
+
+    /// Tokens revoked again and again: every refreshed token works for a while, so no run
+    /// counts, however many fall within the window.
+    func testRunsWhoseProductWasAcceptedNeverTripTheGuard() {
+        var m = Machine(loopGuard: .init(maximumRuns: 2, window: .seconds(10)))
+        for run in 1...20 {
+            let now = t0 + .milliseconds(100 * run)
+            XCTAssertEqual(m.taskNeedsReaction(Self.id(UInt64(run)), sentUnder: m.stamp, now: now), .startRun(run: run), "run \(run)")
+            _ = m.runFinished(run: run, succeeded: true)
+            XCTAssertFalse(m.versionAccepted, "a new version starts unaccepted")
+            m.outcomeAccepted(sentUnder: m.stamp)
+            XCTAssertTrue(m.versionAccepted)
+        }
+    }
+
+    /// A token endpoint whose tokens the API always refuses: no answer is ever accepted, so
+    /// every run after a success counts, and the guard trips after `maximumRuns`. Acceptances
+    /// of older headers, or arriving while the run that replaces them is going, do not count.
+    func testRunsWithoutAcceptanceTripTheGuardAfterMaximumRuns() {
+        var m = Machine(loopGuard: .init(maximumRuns: 2, window: .seconds(10)))
+        let before = m.stamp
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, now: t0), .startRun(run: 1), "follows no success")
+        m.outcomeAccepted(sentUnder: before)
+        XCTAssertTrue(m.versionAccepted, "version 0 worked until now")
+        _ = m.runFinished(run: 1, succeeded: true)
+        XCTAssertFalse(m.versionAccepted, "version 1 is new: it has not been accepted yet")
+        m.outcomeAccepted(sentUnder: before)
+        XCTAssertFalse(m.versionAccepted, "an answer to headers older than version 1 says nothing of it")
+        for run in 2...3 {
+            XCTAssertEqual(
+                m.taskNeedsReaction(Self.id(UInt64(run)), sentUnder: m.stamp, now: t0 + .seconds(run)), .startRun(run: run), "counted")
+            _ = m.runFinished(run: run, succeeded: true)
+        }
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(4), sentUnder: m.stamp, now: t0 + .seconds(4)), .refuseLoop(runs: 2))
+        XCTAssertFalse(m.isRunning)
+    }
+
+    /// An accepted answer ends the streak: after a refused credential or two, a token that
+    /// works resets the count (and ends a tripped guard at once); the window still lets runs
+    /// without acceptance leave it.
+    func testAnAcceptedAnswerEndsTheStreakAndTheWindowStillApplies() {
+        var m = Machine(loopGuard: .init(maximumRuns: 2, window: .seconds(10)))
+        _ = m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, now: t0)
+        _ = m.runFinished(run: 1, succeeded: true)
+        for run in 2...3 {
+            _ = m.taskNeedsReaction(Self.id(UInt64(run)), sentUnder: m.stamp, now: t0 + .seconds(run))
+            _ = m.runFinished(run: run, succeeded: true)
+        }
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(4), sentUnder: m.stamp, now: t0 + .seconds(4)), .refuseLoop(runs: 2), "tripped")
+        m.outcomeAccepted(sentUnder: m.stamp)
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(5), sentUnder: m.stamp, now: t0 + .seconds(5)), .startRun(run: 4),
+            "version 3 worked after all: the refusal that starts run 4 is new, and ends the streak")
+        _ = m.runFinished(run: 4, succeeded: true)
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(6), sentUnder: m.stamp, now: t0 + .seconds(6)), .startRun(run: 5), "version 4 refused: 1 of 2")
+        _ = m.runFinished(run: 5, succeeded: true)
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(7), sentUnder: m.stamp, now: t0 + .seconds(17)), .startRun(run: 6),
+            "version 5 refused, but run 5 left the window: 1 of 2")
+        _ = m.runFinished(run: 6, succeeded: true)
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(8), sentUnder: m.stamp, now: t0 + .seconds(18)), .startRun(run: 7), "version 6 refused: 2 of 2")
+        _ = m.runFinished(run: 7, succeeded: true)
+        XCTAssertEqual(m.taskNeedsReaction(Self.id(9), sentUnder: m.stamp, now: t0 + .seconds(19)), .refuseLoop(runs: 2))
+    }
+
+    func testWithoutALoopGuardAcceptanceIsNotTracked() {
+        var m = Machine(loopGuard: nil)
+        _ = m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, now: t0)
+        _ = m.runFinished(run: 1, succeeded: true)
+        m.outcomeAccepted(sentUnder: m.stamp)
+        XCTAssertFalse(m.versionAccepted)
+        XCTAssertFalse(m.guardsLoops)
     }
 
     func testATaskRequeuedOnceWithCurrentHeadersIsDeliveredNotRefreshedAgain() {

@@ -15,9 +15,18 @@
 /// A task that was already sent again after a successful run, with headers decided after the
 /// latest one, and that needs the reactor once more is not helped by another run (a resource
 /// that refuses every token): its caller gets the response as the server gave it
-/// (``NeedAction/deliverNow``), and no run starts for it. The loop guard counts only runs that
-/// start right after a successful one, so one such resource cannot lock out the refreshes
-/// every other request may genuinely need.
+/// (``NeedAction/deliverNow``), and no run starts for it.
+///
+/// **The loop guard counts refusals, not refreshes.** A successful run produced something (a
+/// token); a task whose headers were decided under it and whose answer needed no reactor shows
+/// that it works (``outcomeAccepted(sentUnder:)``). A run that starts after a successful one
+/// whose product was accepted is a new need (a revocation, an expiry): it does not count, and
+/// the streak starts again. One that starts while that product was never accepted counts; when
+/// `maximumRuns` such starts fall within `window`, the next task that needs a run is refused
+/// (``NeedAction/refuseLoop(runs:)``) until one leaves the window or a task is accepted. So a
+/// token revoked every few seconds is refreshed as often as it needs to be, while a token
+/// endpoint whose tokens the API always refuses stops after `maximumRuns + 1` refreshes. A run
+/// that follows a failed run is not counted.
 struct ReactorStateMachine {
     typealias TaskID = URLTask.ID
 
@@ -65,10 +74,14 @@ struct ReactorStateMachine {
     private(set) var version = 0
     private(set) var failures = 0
     private var runCount = 0
-    /// When runs that followed a successful run started, for the loop guard.
+    /// When runs that followed a successful run whose product was never accepted started, for
+    /// the loop guard: the current streak of refusals.
     private var runStarts: [ContinuousClock.Instant] = []
     /// How the latest run ended: `nil` before the first.
     private var lastRunSucceeded: Bool?
+    /// Whether a task whose headers were decided under the current `version` got an answer
+    /// that needed no reactor (kept only with a loop guard).
+    private(set) var versionAccepted = false
     private let loopGuard: URLTaskReactorConfiguration.LoopGuard?
 
     init(loopGuard: URLTaskReactorConfiguration.LoopGuard?) {
@@ -99,9 +112,14 @@ struct ReactorStateMachine {
             if sentUnder.failures < failures { return .failNow }
             if alreadyRequeued { return .deliverNow }
             if let loopGuard, lastRunSucceeded == true {
-                runStarts.removeAll { $0.duration(to: now) > loopGuard.window }
-                if runStarts.count >= loopGuard.maximumRuns { return .refuseLoop(runs: runStarts.count) }
-                runStarts.append(now)
+                if versionAccepted {
+                    // What the last run produced worked: this need is new, not a loop.
+                    runStarts.removeAll()
+                } else {
+                    runStarts.removeAll { $0.duration(to: now) > loopGuard.window }
+                    if runStarts.count >= loopGuard.maximumRuns { return .refuseLoop(runs: runStarts.count) }
+                    runStarts.append(now)
+                }
             }
             runCount += 1
             state = .running(run: runCount, waiters: [id], gated: [])
@@ -122,9 +140,27 @@ struct ReactorStateMachine {
         guard case .running(let current, let waiters, let gated) = state, current == run else { return nil }
         state = .idle
         lastRunSucceeded = succeeded
-        if succeeded { version += 1 } else { failures += 1 }
+        if succeeded {
+            version += 1
+            versionAccepted = false
+        } else {
+            failures += 1
+        }
         return RunEnd(waiters: waiters, gated: gated)
     }
+
+    /// A task whose headers were decided under `sentUnder` got an answer that needed no reactor
+    /// (its transfer ended and it was answered as is): if they were decided under the current
+    /// version, what the latest successful run produced works, and the loop guard's streak ends
+    /// at the next run. Answers to older headers say nothing about the current version. Cheap,
+    /// on every answered task; does nothing without a loop guard.
+    mutating func outcomeAccepted(sentUnder: Stamp) {
+        guard loopGuard != nil, !versionAccepted, sentUnder.version == version else { return }
+        versionAccepted = true
+    }
+
+    /// Whether ``outcomeAccepted(sentUnder:)`` can change anything: the reactor has a loop guard.
+    var guardsLoops: Bool { loopGuard != nil }
 
     /// A waiting or gated task was cancelled. Returns whether it was found.
     mutating func remove(_ id: TaskID) -> Bool {
