@@ -16,13 +16,16 @@ extension Scenario {
         try await client.signIn(username: "ada", password: "lovelace")
         // The same manager, built with a delegate: URLSession calls it as usual.
         // DocC delegate: begin
-        let manager = URLTaskManager(
-            interceptors: [BearerInterceptor(authenticator: client.auth)],
-            reactors: [OAuth2RefreshReactor(authenticator: client.auth)],
-            delegate: delegate
-        )
-        let session = manager.session
+        func signedInManager(auth: OAuth2Authenticator, delegate: any URLSessionDelegate) -> URLTaskManager {
+            URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: auth)],
+                reactors: [OAuth2RefreshReactor(authenticator: auth)],
+                delegate: delegate
+            )
+        }
         // DocC delegate: end
+        let manager = signedInManager(auth: client.auth, delegate: delegate)
+        let session = manager.session
         let url = server.apiURL("/data")
         func text(_ data: Data) -> String { String(decoding: data, as: UTF8.self) }
 
@@ -45,10 +48,13 @@ extension Scenario {
         transcript.client("upload(for:from:) 100 kB   → \(text(uploadReply))")
 
         // DocC download: begin
-        let (file, _) = try await manager.download(for: URLRequest(url: url))
-        let downloaded = try String(contentsOf: file, encoding: .utf8)
-        try? FileManager.default.removeItem(at: file)
+        func download(_ url: URL, through manager: URLTaskManager) async throws -> String {
+            let (file, _) = try await manager.download(for: URLRequest(url: url))
+            defer { try? FileManager.default.removeItem(at: file) }
+            return try String(contentsOf: file, encoding: .utf8)
+        }
         // DocC download: end
+        let downloaded = try await download(url, through: manager)
         transcript.client("manager.download(for:)     → \(downloaded) (streamed to a temporary file)")
 
         let token = "Bearer \(server.currentAccess ?? "?")"

@@ -13,18 +13,20 @@ extension Scenario {
         server.route(nil, "/me") { request in
             .text("hello, \(request.headers["x-client"] ?? "stranger")")
         }
-        let url = server.url("/me")
 
         // README quick start: begin
-        let session = URLTaskManager(
-            interceptors: [HeaderInterceptor(["X-Client": "quick-start"])],
-            configuration: .default
-        ).session
-        let (data, response) = try await session.data(from: url)
-        print(String(decoding: data, as: UTF8.self), (response as? HTTPURLResponse)?.statusCode ?? 0)
+        func quickStart(url: URL) async throws -> String {
+            let session = URLTaskManager(
+                interceptors: [HeaderInterceptor(["X-Client": "quick-start"])],
+                configuration: .default
+            ).session
+            let (data, response) = try await session.data(from: url)
+            print(String(decoding: data, as: UTF8.self), (response as? HTTPURLResponse)?.statusCode ?? 0)
+            return String(decoding: data, as: UTF8.self)
+        }
         // README quick start: end
 
-        let body = String(decoding: data, as: UTF8.self)
+        let body = try await quickStart(url: server.url("/me"))
         transcript.server("saw X-Client: \(server.requests(path: "/me").first?.headers["x-client"] ?? "-")")
         try transcript.check(body == "hello, quick-start", "unexpected body \(body)")
         transcript.conclude("header reached the server, 200")

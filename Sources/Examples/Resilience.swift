@@ -147,20 +147,18 @@ extension Duration {
     }
 }
 
-/// The resilience components with the OAuth2 kit, in the documented order (compiled, shown in
-/// the README and the Resilience article).
-enum ResilientClient {
-    static func make(auth: OAuth2Authenticator) -> URLTaskManager {
-        // README resilience: begin
-        let breaker = CircuitBreaker(policy: .init(exempts: { auth.isTokenRequest($0) }))
-        let limiter = RateLimiter(policy: .init(rate: 20, burst: 10))
-        let coalescing = CoalescingInterceptor()
-        let manager = URLTaskManager(
-            // the manager checks the order: a wrong one stops at init, naming the parts and an order that works
-            interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing, limiter],
-            reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()]
-        )
-        // README resilience: end
-        return manager
-    }
+// The resilience components with the OAuth2 kit, in the documented order (compiled, shown in
+// the README and the Resilience article; `swift run Examples putting-it-together` runs it with
+// two authenticators).
+// README resilience: begin
+func recommendedManager(auth: OAuth2Authenticator) -> URLTaskManager {
+    let breaker = CircuitBreaker(policy: .init(exempts: { auth.isTokenRequest($0) }))
+    let limiter = RateLimiter(policy: .init(rate: 20, burst: 10))
+    let coalescing = CoalescingInterceptor()
+    return URLTaskManager(
+        // the manager checks the order: a wrong one stops at init, naming the parts and an order that works
+        interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing, limiter],
+        reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()]
+    )
 }
+// README resilience: end

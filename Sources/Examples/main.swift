@@ -5,6 +5,7 @@ import Foundation
 
 let scenarios: [Scenario] = [
     .quickStart,
+    .puttingItTogether,
     .headerEnrichment,
     .expiredToken,
     .signInAgain,

@@ -13,6 +13,9 @@ import Foundation
 ///     was given none) signs in;
 ///   - a token exchange (RFC 8693) whose `subject_token` was allowed with ``acceptExchange(of:)``
 ///     or ``acceptExchange(where:)``;
+///   - `grant_type=client_credentials` (RFC 6749 §4.4) from the client set with
+///     ``requireClient(id:secret:)``: an access token and no refresh token, as §4.4.3 advises
+///     (400 `unauthorized_client` while no client is required, since nothing authenticated it);
 ///   - `grant_type=authorization_code` with a code from `/oauth/authorize`, the same
 ///     `redirect_uri` and `client_id`, and the `code_verifier` whose S256 hash is the code's
 ///     challenge (RFC 7636 §4.6); each code is accepted once;
@@ -262,6 +265,10 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             break
         case "urn:ietf:params:oauth:grant-type:token-exchange" where exchangeAllowed:
             break
+        case "client_credentials":
+            // `refuseClient` has checked the client's credentials, when a client is required.
+            guard requiredClient != nil else { return .json(["error": "unauthorized_client"], status: 400) }
+            return issue(refreshToken: false)
         case "authorization_code":
             if let refusal = redeemCode(form, basic: basic) {
                 codeRefusals.append(refusal)
@@ -350,16 +357,21 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         return true
     }
 
-    /// Issues the next pair of tokens. Must be called with `lock` held.
-    private func issue() -> ServerResponse {
+    /// Issues the next pair of tokens, or only an access token (the client credentials grant,
+    /// whose client asks again rather than refresh; the current refresh token stays valid).
+    /// Must be called with `lock` held.
+    private func issue(refreshToken: Bool = true) -> ServerResponse {
         issued += 1
         usedAccess = 0
         accessIssuedAt = .now
         let access = "\(name)-access-\(issued)"
-        let refresh = "\(name)-refresh-\(issued)"
         validAccess = access
-        validRefresh = refresh
-        var body: [String: Any] = ["access_token": access, "token_type": "Bearer", "refresh_token": refresh]
+        var body: [String: Any] = ["access_token": access, "token_type": "Bearer"]
+        if refreshToken {
+            let refresh = "\(name)-refresh-\(issued)"
+            validRefresh = refresh
+            body["refresh_token"] = refresh
+        }
         if let expiresIn { body["expires_in"] = expiresIn }
         // Keys sorted: the same grant gives the same bytes.
         let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data()

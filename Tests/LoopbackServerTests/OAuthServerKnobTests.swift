@@ -114,6 +114,25 @@ final class OAuthServerKnobTests: XCTestCase {
         // DocC oauth client: end
     }
 
+    func testTheClientCredentialsGrantIssuesAnAccessTokenOnlyToTheRequiredClient() async throws {
+        let unauthenticated = try await client.token("grant_type=client_credentials", basic: "my-app:s3cret")
+        XCTAssertEqual(unauthenticated.status, 400, "no client is required yet: nothing checked who asks")
+        XCTAssertEqual(unauthenticated.json["error"] as? String, "unauthorized_client")
+
+        oauth.requireClient(id: "my-app", secret: "s3cret")
+        let issued = try await client.token("grant_type=client_credentials", basic: "my-app:s3cret")
+        XCTAssertEqual(issued.status, 200)
+        XCTAssertEqual(issued.json["access_token"] as? String, "demo-access-1")
+        XCTAssertNil(issued.json["refresh_token"], "RFC 6749 §4.4.3: no refresh token")
+        let accepted = try await client.api(bearer: "demo-access-1")
+        XCTAssertEqual(accepted, 200)
+
+        let again = try await client.token("grant_type=client_credentials&client_id=my-app&client_secret=s3cret")
+        XCTAssertEqual(again.json["access_token"] as? String, "demo-access-2", "renewing is asking again")
+        let replaced = try await client.api(bearer: "demo-access-1")
+        XCTAssertEqual(replaced, 401)
+    }
+
     func testTokenResponsesCanBeHeldAndUnauthorizedAnswersDelayed() async throws {
         let client = self.client!
         // DocC oauth timing: begin

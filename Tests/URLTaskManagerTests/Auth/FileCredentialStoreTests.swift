@@ -154,18 +154,21 @@ final class FileCredentialStoreTests: XCTestCase {
         let oauth = try OAuthServer(users: ["ada": "lovelace"])
         defer { oauth.shutdown() }
         let url = folder.appendingPathComponent("credential.json")
-        let first = OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint, store: FileCredentialStore(url: url))
+        // DocC file-store: begin
+        func authenticator(api: URL, tokenEndpoint: OAuth2TokenEndpoint, credentialFile: URL) -> OAuth2Authenticator {
+            OAuth2Authenticator(
+                origins: [api], tokenEndpoint: tokenEndpoint,
+                store: FileCredentialStore(url: credentialFile)  // 0600, replaced atomically, a typed error if corrupt
+            )
+        }
+        // DocC file-store: end
+        let first = authenticator(api: oauth.baseURL, tokenEndpoint: oauth.endpoint, credentialFile: url)
         try await first.signIn(oauth.endpoint.signIn(username: "ada", password: "lovelace"))
         let stored = try await FileCredentialStore(url: url).load()
         XCTAssertEqual(stored?.accessToken, "a-access-1")
 
         // The next launch.
-        // DocC file-store: begin
-        let auth = OAuth2Authenticator(
-            origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint,
-            store: FileCredentialStore(url: url)  // 0600, replaced atomically, a typed error if corrupt
-        )
-        // DocC file-store: end
+        let auth = authenticator(api: oauth.baseURL, tokenEndpoint: oauth.endpoint, credentialFile: url)
         let manager = URLTaskManager(
             interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
         defer { manager.invalidateAndCancel() }

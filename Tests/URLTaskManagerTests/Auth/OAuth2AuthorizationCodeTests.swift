@@ -69,10 +69,9 @@ final class OAuth2AuthorizationCodeTests: XCTestCase {
     }
 
     func testSigningInEndToEndStoresTheCredentialAndTheAPIAcceptsIt() async throws {
+        // DocC authorization-code: begin
         let store = InMemoryCredentialStore()
         let auth = OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint, store: store)
-
-        // DocC authorization-code: begin
         let flow = OAuth2AuthorizationCodeFlow(
             authorizationEndpoint: oauth.authorizeURL,
             tokenEndpoint: OAuth2TokenEndpoint(url: oauth.tokenURL, clientID: "tests"),  // a public client: no secret
