@@ -12,11 +12,29 @@ extension Scenario {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let catalog = Data(repeating: UInt8(ascii: "c"), count: 64 << 10)
-        server.route("/catalog") { _ in ServerResponse(body: .data(catalog)).with { $0.delay = .milliseconds(100) } }
+        // The server answers once every caller is on its way (a slow backend, made certain: on
+        // a busy machine the 100th task may start more than a fixed delay after the first).
+        let answer = Gate()
+        server.route("/catalog") { _ in
+            _ = answer.wait(timeout: .seconds(10))
+            return ServerResponse(body: .data(catalog))
+        }
 
         // DocC coalescing: begin
-        let manager = URLTaskManager(interceptors: [CoalescingInterceptor()])
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(interceptors: [coalescing])
         // DocC coalescing: end
+
+        // Open the answer once 99 callers listen to the one request that went out.
+        let decisions = coalescing.events()
+        Task {
+            var joined = 0
+            for await event in decisions {
+                if case .joined = event { joined += 1 }
+                if joined == 99 { break }
+            }
+            answer.open()
+        }
 
         let started = ContinuousClock.now
         let bodies = try await withThrowingTaskGroup(of: Int.self) { group in
