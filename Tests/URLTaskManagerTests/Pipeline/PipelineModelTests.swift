@@ -258,7 +258,8 @@ final class PipelineModelTests: XCTestCase {
                 return transfer
             }
             // The real sharing's own start, as the pipeline calls it.
-            let transfer = share.flatMap { share in sharing?.start(share, events: events, starter: self, startInner: start) } ?? start(events)
+            let transfer =
+                share.flatMap { share in sharing?.start(share, events: events, starter: self, startInner: start) } ?? start(events)
             schedule("transfer started (task \(t))") { started(.success(transfer)) }
         }
 
