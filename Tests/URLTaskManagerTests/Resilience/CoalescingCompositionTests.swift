@@ -293,7 +293,9 @@ extension CoalescingCompositionTests {
             let server = try LoopbackServer()
             defer { server.shutdown() }
             let parts = (0..<3).map { Data(repeating: UInt8(65 + $0), count: 1_000) }
-            server.route("/slow") { _ in ServerResponse(body: .chunked(parts, chunkDelay: .milliseconds(150))) }
+            // 1 s between the head and the end: the late request (sent once the head's event
+            // is read, within the events' 20 ms batching) arrives long before the end.
+            server.route("/slow") { _ in ServerResponse(body: .chunked(parts, chunkDelay: .milliseconds(500))) }
             let coalescing = CoalescingInterceptor(configuration: .init(lateJoinLimit: limit))
             let manager = URLTaskManager(interceptors: [coalescing])
             let collector = EventCollector(manager.events())
