@@ -25,7 +25,7 @@ public struct PerRequestInterceptor<Wrapped: URLTaskInterceptor>: URLTaskInterce
     }
 
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
-        guard task.policy?.added.contains(String(describing: Wrapped.self)) == true else { return .execute }
+        guard task.policy?.adds(Wrapped.self) == true else { return .execute }
         return try await wrapped.intercept(&task, context: context)
     }
 
@@ -49,7 +49,7 @@ public struct PerRequestReactor<Wrapped: URLTaskReactor>: URLTaskReactor {
     public var configuration: URLTaskReactorConfiguration { wrapped.configuration }
 
     public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
-        task.policy?.added.contains(String(describing: Wrapped.self)) == true && wrapped.shouldReact(to: outcome, of: task)
+        task.policy?.adds(Wrapped.self) == true && wrapped.shouldReact(to: outcome, of: task)
     }
 
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {

@@ -66,10 +66,14 @@ public final class URLTaskManager: Sendable {
         if let problem = Self.assemblyProblem(interceptors: interceptors, reactors: reactors) { fatalError(problem) }
         self.options = options
         let inner = configuration.copy() as! URLSessionConfiguration
+        URLTaskPolicy.remove(from: inner)  // see `outer`
         let pipeline = Pipeline(interceptors: interceptors, reactors: reactors, configuration: inner, options: options)
         self.pipeline = pipeline
 
         let outer = configuration.copy() as! URLSessionConfiguration
+        // A policy in the additional headers is no request's own: neither session sends it (on
+        // Linux, corelibs' own protocol adds the outer ones to a download it sends unchecked).
+        URLTaskPolicy.remove(from: outer)
         // The inner session caches and sets cookies; doing it twice would duplicate them.
         outer.urlCache = nil
         outer.httpShouldSetCookies = false

@@ -14,8 +14,8 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     let interceptors: [any URLTaskInterceptor]
     /// Who each interceptor is in errors and events: its index, and its type's name.
     let interceptorComponents: [URLTaskError.Component]
-    /// Each interceptor's type's name, as a ``URLTaskPolicy`` names the ones a request skips.
-    let interceptorTypeNames: [String]
+    /// Each interceptor's type, as a ``URLTaskPolicy`` names the ones a request skips.
+    let interceptorTypes: [URLTaskPolicy.ComponentType]
     let batches: [BatchStorage]
     /// One per interceptor that intercepts one task at a time, `nil` for the others.
     let serialGates: [SerialGate?]
@@ -47,7 +47,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
             ReactorStorage(reactor: $0, component: $1)
         }
         self.interceptorComponents = URLTaskError.Component.chain(interceptors, kind: .interceptor)
-        self.interceptorTypeNames = interceptors.map { String(describing: type(of: $0)) }
+        self.interceptorTypes = interceptors.map { URLTaskPolicy.ComponentType(type(of: $0)) }
         self.reactors = reactors
         self.batches = interceptors.indices.map { [runtime] in BatchStorage(interceptorIndex: $0, runtime: runtime) }
         self.serialGates = interceptors.map { $0.interceptsOneAtATime ? SerialGate() : nil }

@@ -15,8 +15,8 @@ protocol TaskEnvironment: AnyObject, Sendable {
     var runtime: any PipelineRuntime { get }
     /// Who each interceptor is in errors and events.
     var interceptorComponents: [URLTaskError.Component] { get }
-    /// Each interceptor's type's name, as a ``URLTaskPolicy`` names the ones a request skips.
-    var interceptorTypeNames: [String] { get }
+    /// Each interceptor's type, as a ``URLTaskPolicy`` names the ones a request skips.
+    var interceptorTypes: [URLTaskPolicy.ComponentType] { get }
     var reactors: [ReactorStorage] { get }
     var options: URLTaskManager.Options { get }
     /// The configuration's `httpAdditionalHeaders`, put on each caller's request.

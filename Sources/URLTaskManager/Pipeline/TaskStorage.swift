@@ -44,11 +44,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         self.environment = environment
         self.observer = environment.events.isListening ? TaskObserver(id: id, request: request, hub: environment.events) : nil
         let components = environment.interceptorComponents
-        let typeNames = environment.interceptorTypeNames
+        let types = environment.interceptorTypes
         self.machine = TaskStateMachine(
             task: task,
             interceptorCount: components.count,
-            skipping: Set(components.indices.filter { policy?.skips(components[$0], typeName: typeNames[$0]) == true }),
+            skipping: Set(components.indices.filter { policy?.skips(components[$0], type: types[$0]) == true }),
             reactors: environment.reactors.map {
                 TaskStateMachine.ReactorTraits(
                     component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue
@@ -183,6 +183,9 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         guard case .consult(let current) = action else { return decide(nil) }
         let proposed = Redirect.request(following: response, to: newRequest, from: current)
         sink.redirect(response, to: proposed) { [self] answer in
+            // The task keeps the caller's policy; an answer made from `originalRequest` carries
+            // it again, and interceptors never see it.
+            let answer = answer.map(URLTaskPolicy.removed(from:))
             // Asked first, as a plain session asks it; a request that leaves HTTP then fails.
             let refused = answer.flatMap { Redirect.refusal(of: $0.url, redirectedFrom: response) }
             if let answer, refused == nil { observer?.redirected(response, to: answer.url) }
@@ -387,7 +390,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         guard !environment.reactors.isEmpty else { return nil }
         let snapshot = lock.withLock { machine.task }
         for reactor in environment.reactors where !exemptedBy[reactor.index] {
-            if let policy, policy.skips(reactor.component, typeName: reactor.typeName) { continue }
+            if let policy, policy.skips(reactor.component, type: reactor.type) { continue }
             if reactor.reactor.shouldReact(to: outcome, of: snapshot) { return reactor.index }
         }
         return nil

@@ -56,7 +56,9 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// creates and resumes tasks with a `sync` onto it).
     func start(_ request: URLRequest, body: URLTaskBody, events: any TransportEvents) -> URLSessionTask {
         assert(!Platform.isOnSessionWorkQueue, "a task created on the work queue deadlocks")
-        var request = request
+        // Whatever put it there (a redirect delegate, an interceptor), the policy's header is the
+        // manager's own: it never leaves.
+        var request = URLTaskPolicy.removed(from: request)
         // Each body field is written only when it must change (see `removeBody()`).
         let task: URLSessionTask
         switch body {

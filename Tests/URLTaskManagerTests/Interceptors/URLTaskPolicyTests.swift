@@ -169,6 +169,151 @@ final class URLTaskPolicyTests: XCTestCase {
         XCTAssertLessThan(started.duration(to: .now), .seconds(5), "held for the manager's 60 s")
     }
 
+    /// Two types that `String(describing:)` names alike ("Tag", "Watch") are two parts: a policy
+    /// names types, not names.
+    func testPartsNamedAlikeInDifferentScopesAreToldApart() async throws {
+        server.route("/tags") { request in
+            .text("first=\(request.headers["X-First"] ?? "-") second=\(request.headers["X-Second"] ?? "-")")
+        }
+        let seen = LockedBox<[String]>([])
+        let manager = URLTaskManager(
+            interceptors: [First.Tag(), Second.Tag()], reactors: [First.Watch(seen: seen), Second.Watch(seen: seen)])
+        defer { manager.invalidateAndCancel() }
+        var request = URLRequest(url: server.url("/tags"))
+        URLTaskPolicy(skipping: [First.Tag.self], skippingReactors: [Second.Watch.self]).apply(to: &request)
+        let (data, _) = try await manager.session.data(for: request)
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "first=- second=1", "skipping First.Tag skipped Second.Tag")
+        XCTAssertEqual(seen.snapshot, ["first"], "skipping Second.Watch skipped First.Watch")
+
+        let adding = URLTaskManager(interceptors: [PerRequestInterceptor(First.Tag()), PerRequestInterceptor(Second.Tag())])
+        defer { adding.invalidateAndCancel() }
+        var added = URLRequest(url: server.url("/tags"))
+        URLTaskPolicy(adding: [Second.Tag.self]).apply(to: &added)
+        let (addedData, _) = try await adding.session.data(for: added)
+        XCTAssertEqual(String(decoding: addedData, as: UTF8.self), "first=- second=1", "adding Second.Tag added First.Tag")
+    }
+
+    /// The policy applies, and is never sent, through each URLSession API that runs through the
+    /// pipeline (downloads on Linux: `testADownloadCarryingAPolicyIsRefusedUnsent`).
+    func testThePolicyAppliesAndStaysOffTheWireThroughEveryAPI() async throws {
+        let delegate = RecordingDelegate()
+        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["Authorization": "Bearer app-token"])], delegate: delegate)
+        defer { manager.invalidateAndCancel() }
+        var request = URLRequest(url: server.url("/echo"))
+        URLTaskPolicy(skipping: [HeaderInterceptor.self]).apply(to: &request)
+        var post = request
+        post.httpMethod = "POST"
+        var answers: [String: String] = [:]
+
+        let (asyncData, _) = try await manager.session.data(for: request)
+        answers["data(for:)"] = String(decoding: asyncData, as: UTF8.self)
+        let handed = Latch<Data?>("completion handler")
+        manager.session.dataTask(with: request) { data, _, _ in handed.fulfill(data) }.resume()
+        answers["dataTask(with:completionHandler:)"] = try await handed.wait(timeout: .seconds(10)).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        let delegated = manager.session.dataTask(with: request)
+        delegated.resume()
+        try await delegate.completion(of: delegated)
+        answers["dataTask(with:) and a delegate"] = String(decoding: delegate.record(for: delegated).body, as: UTF8.self)
+        let (uploaded, _) = try await manager.session.upload(for: post, from: Data("body".utf8))
+        answers["upload(for:from:)"] = String(decoding: uploaded, as: UTF8.self)
+        let uploadHandled = Latch<Data?>("upload completion handler")
+        manager.session.uploadTask(with: post, from: Data("body".utf8)) { data, _, _ in uploadHandled.fulfill(data) }.resume()
+        answers["uploadTask(with:from:completionHandler:)"] = try await uploadHandled.wait(timeout: .seconds(10)).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+
+        for (api, answer) in answers { XCTAssertEqual(answer, "none", "\(api): the policy did not apply") }
+        XCTAssertEqual(answers.count, 5)
+        XCTAssertEqual(server.requestCount(path: "/echo"), 5)
+        XCTAssertTrue(server.requests.allSatisfy { $0.headers["X-URLTaskManager-Policy"] == nil }, "the policy reached the server")
+    }
+
+    /// A redirect the pipeline follows keeps the caller's policy; a delegate that answers with
+    /// the task's `originalRequest` (which carries the policy) pointed at the new URL sends no
+    /// policy either.
+    func testARedirectKeepsThePolicyAndNeverSendsIt() async throws {
+        server.route("/hop") { _ in .redirect(to: "/echo", status: 302) }
+        for delegate in [nil, ResendOriginal()] as [ResendOriginal?] {
+            let manager = URLTaskManager(interceptors: [HeaderInterceptor(["Authorization": "Bearer app-token"])], delegate: delegate)
+            defer { manager.invalidateAndCancel() }
+            var request = URLRequest(url: server.url("/hop"))
+            URLTaskPolicy(skipping: [HeaderInterceptor.self]).apply(to: &request)
+            let (data, response) = try await manager.session.data(for: request)
+            let who = delegate == nil ? "followed" : "resent by the delegate"
+            XCTAssertEqual(response.url?.path, "/echo", who)
+            XCTAssertEqual(String(decoding: data, as: UTF8.self), "none", "\(who): the redirected request lost its policy")
+            if let delegate { XCTAssertEqual(delegate.answered.snapshot, 1) }
+        }
+        XCTAssertEqual(server.requestCount(path: "/echo"), 2)
+        XCTAssertTrue(server.requests.allSatisfy { $0.headers["X-URLTaskManager-Policy"] == nil }, "the policy reached the server")
+    }
+
+    /// The header is the manager's own: one an interceptor sets (copying another request's
+    /// headers, say) is not sent either.
+    func testAnInterceptorCannotSendThePolicysHeader() async throws {
+        var carrier = URLRequest(url: server.url("/echo"))
+        URLTaskPolicy(skipping: [HeaderInterceptor.self]).apply(to: &carrier)
+        let policy = try XCTUnwrap(carrier.value(forHTTPHeaderField: "X-URLTaskManager-Policy"))
+        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["X-URLTaskManager-Policy": policy])])
+        defer { manager.invalidateAndCancel() }
+        let (_, response) = try await manager.session.data(from: server.url("/echo"))
+        XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)
+        XCTAssertEqual(server.requestCount(path: "/echo"), 1)
+        XCTAssertTrue(server.requests.allSatisfy { $0.headers["X-URLTaskManager-Policy"] == nil }, "the policy reached the server")
+    }
+
+    /// Policies are equal when they name the same types (not names) and the same answers and
+    /// hold time: what coalescing compares before two requests share a transfer. A pure value.
+    func testPoliciesAreEqualByTypeIdentity() {
+        let first = URLTaskPolicy(skipping: [First.Tag.self])
+        XCTAssertEqual(first, URLTaskPolicy(skipping: [First.Tag.self]))
+        XCTAssertNotEqual(first, URLTaskPolicy(skipping: [Second.Tag.self]))
+        XCTAssertNotEqual(URLTaskPolicy(adding: [First.Watch.self]), URLTaskPolicy(adding: [Second.Watch.self]))
+        XCTAssertNotEqual(first, URLTaskPolicy(skipping: [First.Tag.self], maximumHoldTime: .seconds(1)))
+        XCTAssertTrue(first.skipsInterceptor(First.Tag.self))
+        XCTAssertFalse(first.skipsInterceptor(Second.Tag.self))
+        XCTAssertTrue(URLTaskPolicy(adding: [Second.Watch.self]).adds(Second.Watch.self))
+        XCTAssertFalse(URLTaskPolicy(adding: [Second.Watch.self]).adds(First.Watch.self))
+        XCTAssertEqual(String(describing: First.Tag.self), String(describing: Second.Tag.self), "the names must collide")
+        XCTAssertTrue(first.skippedInterceptors.first?.name.hasSuffix("First.Tag") == true, "\(first.skippedInterceptors)")
+
+        var request = URLRequest(url: URL(string: "http://127.0.0.1/")!)
+        let full = URLTaskPolicy(
+            skipping: [First.Tag.self], skippingReactors: [RetryReactor.self], adding: [Second.Watch.self],
+            responseValidation: .successfulStatusCodes, maximumHoldTime: .milliseconds(250))
+        full.apply(to: &request)
+        XCTAssertEqual(URLTaskPolicy(of: request), full, "the header carries every part")
+        request.setValue("bm90IGEgcG9saWN5", forHTTPHeaderField: "X-URLTaskManager-Policy")
+        XCTAssertNil(URLTaskPolicy(of: request))
+    }
+
+    /// The policy's header placed in the configuration's `httpAdditionalHeaders` (copied there
+    /// with a request's other headers, say) is dropped: never sent, through the pipeline or a
+    /// download, and not a policy for every request.
+    func testAPolicyInTheConfigurationsAdditionalHeadersIsDroppedUnsent() async throws {
+        var carrier = URLRequest(url: server.url("/echo"))
+        URLTaskPolicy(skipping: [HeaderInterceptor.self]).apply(to: &carrier)
+        let configuration = URLSessionConfiguration.ephemeral
+        let policy = try XCTUnwrap(carrier.value(forHTTPHeaderField: "X-URLTaskManager-Policy"))
+        configuration.httpAdditionalHeaders = ["x-urltaskmanager-policy": policy]  // any spelling
+
+        let manager = URLTaskManager(interceptors: [HeaderInterceptor(["Authorization": "Bearer app-token"])], configuration: configuration)
+        defer { manager.invalidateAndCancel() }
+        let (data, _) = try await manager.session.data(from: server.url("/echo"))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "Bearer app-token", "a configuration's header acted as a policy")
+        // Without interceptors a download goes out unchecked (on Linux, by corelibs' own protocol,
+        // which adds the outer configuration's headers).
+        let plain = URLTaskManager(configuration: configuration)
+        defer { plain.invalidateAndCancel() }
+        let (file, _) = try await plain.session.download(for: URLRequest(url: server.url("/echo")))
+        XCTAssertEqual(try String(contentsOf: file, encoding: .utf8), "none")
+        try? FileManager.default.removeItem(at: file)
+        XCTAssertEqual(server.requestCount(path: "/echo"), 2)
+        XCTAssertTrue(server.requests.allSatisfy { $0.headers["X-URLTaskManager-Policy"] == nil }, "the policy reached the server")
+    }
+
     #if canImport(FoundationNetworking)
     func testADownloadCarryingAPolicyIsRefusedUnsent() async throws {
         let manager = URLTaskManager()
@@ -184,4 +329,63 @@ final class URLTaskPolicyTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: "/echo"), 0)
     }
     #endif
+}
+
+/// Answers every redirect with the task's original request (its headers, its policy) sent to the
+/// new URL: a common way to keep a request's headers across a redirect.
+// @unchecked Sendable: `answered` is a lock-holding box; nothing else is stored.
+private final class ResendOriginal: NSObject, URLSessionTaskDelegate, @unchecked Sendable {
+    let answered = LockedBox(0)
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest,
+        completionHandler: @escaping (URLRequest?) -> Void
+    ) {
+        answered.withLock { $0 += 1 }
+        var resent = task.originalRequest ?? request
+        resent.url = request.url
+        completionHandler(resent)
+    }
+}
+
+/// Parts whose types `String(describing:)` names "Tag" and "Watch", like `Second`'s.
+private enum First {
+    /// Sets `X-First`.
+    struct Tag: URLTaskInterceptor {
+        func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+            try await HeaderInterceptor(["X-First": "1"]).intercept(&task, context: context)
+        }
+    }
+
+    /// Records that it was asked about an outcome; never reacts.
+    struct Watch: URLTaskReactor {
+        let seen: LockedBox<[String]>
+        var configuration: URLTaskReactorConfiguration { .retry }
+        func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+            seen.withLock { $0.append("first") }
+            return false
+        }
+        func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
+    }
+}
+
+/// Parts named like `First`'s.
+private enum Second {
+    /// Sets `X-Second`.
+    struct Tag: URLTaskInterceptor {
+        func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+            try await HeaderInterceptor(["X-Second": "1"]).intercept(&task, context: context)
+        }
+    }
+
+    /// Records that it was asked about an outcome; never reacts.
+    struct Watch: URLTaskReactor {
+        let seen: LockedBox<[String]>
+        var configuration: URLTaskReactorConfiguration { .retry }
+        func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+            seen.withLock { $0.append("second") }
+            return false
+        }
+        func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
+    }
 }

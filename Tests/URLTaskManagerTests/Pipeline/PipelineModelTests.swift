@@ -93,7 +93,7 @@ final class PipelineModelTests: XCTestCase {
         private var violations: [String] = []
 
         let interceptorComponents: [URLTaskError.Component]
-        let interceptorTypeNames: [String]
+        let interceptorTypes: [URLTaskPolicy.ComponentType]
         let reactors: [ReactorStorage]
         let options: URLTaskManager.Options
         let additionalHeaders = SimulatedPipeline.noHeaders
@@ -115,7 +115,7 @@ final class PipelineModelTests: XCTestCase {
             self.scenario = scenario
             var rng = SplitMix64(state: seed)
             interceptorComponents = (0..<scenario.interceptors).map { .init(kind: .interceptor, index: $0, name: "I\($0)") }
-            interceptorTypeNames = interceptorComponents.map(\.name)
+            interceptorTypes = interceptorComponents.map { _ in URLTaskPolicy.ComponentType(SimulatedPipeline.self) }
             options = URLTaskManager.Options(responseValidation: scenario.validation ? .successfulStatusCodes : nil)
             callers = Array(repeating: CallerView(), count: scenario.tasks)
             runsStarted = Array(repeating: Array(repeating: 0, count: scenario.reactors.count), count: scenario.tasks)

@@ -17,12 +17,13 @@ final class ReactorStorage: Sendable {
     /// Who it is in errors and events: its index, and its type's name (disambiguated).
     let component: URLTaskError.Component
     var name: String { component.name }
-    /// Its type's name, as a ``URLTaskPolicy`` names the reactors a request skips.
-    var typeName: String { String(describing: type(of: reactor)) }
+    /// Its type, as a ``URLTaskPolicy`` names the reactors a request skips.
+    let type: URLTaskPolicy.ComponentType
 
     init(reactor: any URLTaskReactor, component: URLTaskError.Component) {
         self.index = component.index ?? 0
         self.reactor = reactor
+        self.type = URLTaskPolicy.ComponentType(Swift.type(of: reactor))
         self.configuration = reactor.configuration
         self.component = component
     }
