@@ -75,7 +75,12 @@ final class CompositionMatrixTests: XCTestCase {
         }
         if let auth { reactors.append(OAuth2RefreshReactor(authenticator: auth)) }
         if parts.contains(.offlineHold) {
-            reactors.append(OfflineHold(policy: .init(probeInterval: .milliseconds(50), maximumProbeInterval: .milliseconds(100))))
+            // It gives up after 0.5 s, well before the request's timeout: the request ends with
+            // the hold's answer, never with a transfer cancelled at its deadline.
+            reactors.append(
+                OfflineHold(
+                    policy: .init(
+                        probeInterval: .milliseconds(50), maximumProbeInterval: .milliseconds(100), maximumHold: .milliseconds(500))))
         }
         if parts.contains(.retry) {
             reactors.append(RetryReactor(policy: .init(backoff: .init(base: .milliseconds(1), maximum: .milliseconds(5)))))
@@ -146,9 +151,11 @@ final class CompositionMatrixTests: XCTestCase {
             file: file, line: line)
         // A 500: the server's answer, or the documented rejection; the same whatever else is there.
         await expect(URLRequest(url: world.failing.url("/x")), validation ? .taskError(.responseRejected) : .answer(500, ""), "a 500")
-        // An unreachable host: the URLError a plain session gives, whatever holds or retries it.
+        // An unreachable host: the URLError a plain session gives, whatever holds or retries it
+        // (its timeout leaves room for the retries and the hold on a slow machine, such as under
+        // the thread sanitizer, so that the refusal, not the deadline, ends it).
         var unreachable = URLRequest(url: world.dead)
-        unreachable.timeoutInterval = 0.6
+        unreachable.timeoutInterval = 5
         await expect(unreachable, .urlError(.cannotConnectToHost), "an unreachable host")
         if parts.contains(.policies) {
             var accepting = URLRequest(url: world.api.url("/missing"))
