@@ -37,8 +37,9 @@
 /// }
 /// ```
 ///
-/// Where it runs: on whatever thread moved the task to this interceptor, never the caller's
-/// and never inside a Swift task. That is a Dispatch thread for a new task, the thread that
+/// Where it runs: on whatever thread moved the task to this interceptor, never the caller's,
+/// and in no Swift task started for it (it may be inside another part's, a reactor's that just
+/// ended, say). That is a Dispatch thread for a new task, the thread that
 /// released a batch, ended a reactor's run or fired a retry's timer, and on Linux
 /// (swift-corelibs-foundation) also URLSession's own work queue, when a transport callback
 /// moves the task on (a redirect followed, a requeue): one serial queue that every session of
