@@ -7,8 +7,9 @@
 # Environment: BUILD_PATH (default .build), SMALL and LARGE (GETs per count, default 100 and
 # 2100), CONFIGURATIONS (indices of the benchmark's configurations, default "0 1 2 3 4 5":
 # plain, bare forwarding URLProtocol, manager without interceptors, 1 HeaderInterceptor, the
-# same with an events reader, OAuth2 bearer + refresh), CONCURRENCY (default 1: sequential GETs;
-# C: in groups of C at once).
+# same with an events reader, OAuth2 bearer + refresh; also 6 streamed forwarding URLProtocol,
+# 7 the HeaderInterceptor behind the async `intercept` only, 8 a `setValue` header interceptor),
+# CONCURRENCY (default 1: sequential GETs; C: in groups of C at once).
 #
 # The server (`Benchmarks serve-at 127.0.0.1 0`) runs outside valgrind; each count is one
 # process, `Benchmarks requests CONFIGURATION N URL` (N sequential GETs and nothing else) under

@@ -69,8 +69,9 @@ enum LatencyBenchmark {
         }
     }
 
-    /// The configurations of the default run: all but the streamed forwarding protocol, an
-    /// experiment run with `against ... --configurations 0,1,2,6`.
+    /// The configurations of the default run: all but the streamed forwarding protocol and the
+    /// async-only header, experiments run with `against ... --configurations 0,1,2,6` and
+    /// `--configurations 0,3,7,8`.
     static let defaultIndices = Array(0...5)
 
     /// The configurations compared, plain URLSession first (their indices name them on the
@@ -83,6 +84,8 @@ enum LatencyBenchmark {
         "  … with an events reader",
         "manager, OAuth2 bearer + refresh",
         "forwarding URLProtocol, streamed",
+        "manager, 1 Header, async path",
+        "manager, 1 setValue interceptor",
     ]
 
     /// Every configuration, or those at `indices`, in that order.
@@ -109,6 +112,13 @@ enum LatencyBenchmark {
             // The floor with the manager's way of delivering: three delegate events, not one
             // completion (see StreamingForwardingProtocol).
             return StreamingForwardingProtocol.makeSession()
+        case 7:
+            // Configuration 3's HeaderInterceptor behind the public async `intercept` alone: the
+            // same work, plus the Swift task the manager starts for an async interceptor.
+            return URLTaskManager(interceptors: [AsyncOnly(HeaderInterceptor(["X-Bench": "1"]))]).session
+        case 8:
+            // The same header as a third party writes it: `setValue` in the async `intercept`.
+            return URLTaskManager(interceptors: [SetValueHeader()]).session
         default:
             // A bearer header on every request and a refresh reactor that holds new tasks, so
             // the manager also keeps the per-host queue.
@@ -201,5 +211,27 @@ enum LatencyBenchmark {
                     + cell(String(format: index == 0 ? "%.1f" : "%+.1f", m.contextSwitches - plain.contextSwitches), 8))
         }
         print("")
+    }
+}
+
+/// An interceptor reached through the public async `intercept` only, as any interceptor of a
+/// third party is: configuration 3 against 7 is what the manager's synchronous path saves.
+struct AsyncOnly: URLTaskInterceptor {
+    let wrapped: any URLTaskInterceptor
+
+    init(_ wrapped: any URLTaskInterceptor) {
+        self.wrapped = wrapped
+    }
+
+    func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        try await wrapped.intercept(&task, context: context)
+    }
+}
+
+/// Sets `X-Bench: 1` as an app would write it: `setValue` in the async `intercept`.
+struct SetValueHeader: URLTaskInterceptor {
+    func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        task.request.setValue("1", forHTTPHeaderField: "X-Bench")
+        return .execute
     }
 }

@@ -58,11 +58,11 @@ public struct BearerInterceptor: URLTaskInterceptor {
     }
 }
 
-extension BearerInterceptor: SynchronousInterception {
+extension BearerInterceptor: SynchronousInterceptor {
     /// Decides without the authenticator's actor while its credential is settled and fresh
     /// (``OAuth2Authenticator/credentialWithoutWaiting()``); a load, a refresh in flight, a
     /// standing rejection or a token about to expire take the asynchronous path.
-    func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
+    public func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
         guard let url = task.request.url, authenticator.authorizes(url), !authenticator.isTokenRequest(task.request) else {
             return .execute
         }

@@ -84,9 +84,10 @@ public struct HeaderInterceptor: URLTaskInterceptor {
     }
 }
 
-extension HeaderInterceptor: SynchronousInterception {
-    /// Fixed values only: a computed one may suspend.
-    func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
+extension HeaderInterceptor: SynchronousInterceptor {
+    /// Sets fixed values without a Swift task; `nil` when a value is computed, because
+    /// computing it may suspend.
+    public func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
         guard fixedOnly else { return nil }
         for case (let name, .fixed(let value)) in fields { try set(name, value, on: &task) }
         return .execute

@@ -175,20 +175,22 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     ) -> Task<Void, Never>? {
         let interceptor = interceptors[index]
         let serialGate = serialGates[index]
-        var snapshot = task
-        if serialGate == nil, let synchronous = interceptor as? any SynchronousInterception {
+        if serialGate == nil, let synchronous = interceptor as? any SynchronousInterceptor {
             let (count, flushes) = batches[index].snapshot
             let context = InterceptContext(currentBatchCount: count)
+            var attempt = task
             do {
-                if let command = try synchronous.interceptWithoutSuspending(&snapshot, context: context) {
-                    decided(.success(command), snapshot, flushes)
+                if let command = try synchronous.interceptWithoutSuspending(&attempt, context: context) {
+                    decided(.success(command), attempt, flushes)
                     return nil
                 }
             } catch {
-                decided(.failure(error), snapshot, flushes)
+                decided(.failure(error), attempt, flushes)
                 return nil
             }
+            // `nil`: the async path starts again from the task as it came (`attempt` is dropped).
         }
+        var snapshot = task
         let batch = batches[index]
         return Task {
             await serialGate?.acquire()

@@ -43,7 +43,7 @@ import FoundationNetworking
 /// Each caller's events say whether it sent its request (``URLTaskEvent/Kind/sent(attempt:credentialVersions:)``)
 /// or shared another task's transfer (``URLTaskEvent/Kind/sharedTransfer(of:attempt:)``); this
 /// interceptor's own ``events(bufferingNewest:)`` tell each transfer's story.
-public final class CoalescingInterceptor: URLTaskInterceptor, SynchronousInterception {
+public final class CoalescingInterceptor: URLTaskInterceptor, SynchronousInterceptor {
     /// Which requests are shared.
     public struct Configuration: Sendable {
         /// The methods whose requests are shared (upper case). A request with a body is never shared.
@@ -148,7 +148,8 @@ public final class CoalescingInterceptor: URLTaskInterceptor, SynchronousInterce
         return .execute
     }
 
-    func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
+    /// Marks the request shareable without a Swift task: it never needs to wait.
+    public func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
         task.attemptValues[Passed.self] = true
         return .execute
     }
