@@ -167,7 +167,7 @@ final class CompositionMatrixTests: XCTestCase {
         }
         // Exactly once: one completion event per request.
         let expected = requests
-        try await completions.waitUntil("[\(label)] \(expected) completions") { $0.filter(\.isCompletion).count >= expected }
+        try await completions.waitFor("[\(label)] \(expected) completions") { $0.filter(\.isCompletion).count >= expected }
         let completed = completions.all.filter(\.isCompletion).map(\.task)
         XCTAssertEqual(completed.count, expected, "[\(label)] every task completes once", file: file, line: line)
         XCTAssertEqual(Set(completed).count, completed.count, "[\(label)] no task completes twice", file: file, line: line)

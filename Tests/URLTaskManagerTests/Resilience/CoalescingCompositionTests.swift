@@ -226,7 +226,7 @@ final class CoalescingCompositionTests: XCTestCase {
             let result = await call.value
             XCTAssertEqual(result.status, 200)
         }
-        try await collector.waitUntil("5 completions") { $0.filter(\.isCompletion).count == 5 }
+        try await collector.waitFor("5 completions") { $0.filter(\.isCompletion).count == 5 }
         let all = collector.all
         let sent = all.filter { if case .sent = $0.kind { return true } else { return false } }
         XCTAssertEqual(sent.count, 1)
@@ -256,27 +256,13 @@ final class LockedFlag: @unchecked Sendable {  // `stored` is guarded by `lock`.
     }
 }
 
-/// Collects a manager's task events, and waits for a condition on them with a deadline.
-final class EventCollector: @unchecked Sendable {  // `events` is guarded by `lock`.
-    private let lock = NSLock()
-    private var events: [URLTaskEvent] = []
-    private var reader: Task<Void, Never>?
+/// A manager's task events as they come (the events tests' collector), waited on with a deadline.
+typealias EventCollector = URLTaskEventTests.Collector
 
-    init(_ stream: AsyncStream<URLTaskEvent>) {
-        reader = Task { [weak self] in
-            for await event in stream { self?.append(event) }
-        }
-    }
-
-    deinit { reader?.cancel() }
-
-    private func append(_ event: URLTaskEvent) { lock.withLock { events.append(event) } }
-
-    var all: [URLTaskEvent] { lock.withLock { events } }
-
-    func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: @escaping @Sendable ([URLTaskEvent]) -> Bool) async throws
-    {
-        try await URLTaskManagerTests.waitUntil(what, timeout: timeout) { condition(self.all) }
+extension URLTaskEventTests.Collector {
+    /// Returns once `condition` holds of the events so far; throws after 10 s.
+    func waitFor(_ what: String, _ condition: @escaping @Sendable ([URLTaskEvent]) -> Bool) async throws {
+        try await URLTaskManagerTests.waitUntil(what, timeout: .seconds(10)) { condition(self.all) }
     }
 }
 
@@ -300,7 +286,7 @@ extension CoalescingCompositionTests {
             let manager = URLTaskManager(interceptors: [coalescing])
             let collector = EventCollector(manager.events())
             let first = Task { await fetched(manager.session, URLRequest(url: server.url("/slow"))) }
-            try await collector.waitUntil("the first answer began") {
+            try await collector.waitFor("the first answer began") {
                 $0.contains { if case .responseHead = $0.kind { return true } else { return false } }
             }
             let late = await fetched(manager.session, URLRequest(url: server.url("/slow")))
@@ -335,7 +321,7 @@ extension CoalescingCompositionTests {
             return await group.reduce(into: []) { $0.append($1) }
         }
         XCTAssertEqual(results.filter { $0.status == 200 }.count, 30, "\(ReactorTestKit.tally(results))")
-        try await collector.waitUntil("30 completions") { $0.filter(\.isCompletion).count == 30 }
+        try await collector.waitFor("30 completions") { $0.filter(\.isCompletion).count == 30 }
         let all = collector.all
         let sent = all.filter { if case .sent = $0.kind { return true } else { return false } }.count
         let curl = all.filter { if case .annotated("curl", _) = $0.kind { return true } else { return false } }.count
