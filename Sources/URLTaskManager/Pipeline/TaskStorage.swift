@@ -492,7 +492,9 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             task.attemptValues[ExclusiveTransfer.self] != true,
             let key = SharingKey(request, policy: policy, configuration: sharing.configuration)
         else { return nil }
-        return TransferShare(key: key, task: id, request: request) { [self] role in
+        // Weakly: the subscription keeps this closure, and the task keeps the subscription.
+        return TransferShare(key: key, task: id, request: request) { [weak self] role in
+            guard let self else { return }
             switch role {
             case .sends, .sendsAlone:
                 if let observer { announceSent(to: observer, task: task, attempt: attempt, body: body) }

@@ -331,3 +331,39 @@ extension CoalescingCompositionTests {
         XCTAssertEqual(spans, api.apiRequests.count, "one span per request the server received")
     }
 }
+
+extension CoalescingCompositionTests {
+    /// Every task that listened to a shared transfer is released once it completed, those whose
+    /// callers cancelled included: a subscription and its task never keep each other alive.
+    func testListenersThatCancelOrCompleteAreAllReleased() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let gate = Gate()
+        server.route("/r") { _ in
+            _ = gate.wait(timeout: .seconds(10))
+            return .text("done")
+        }
+        let coalescing = CoalescingInterceptor()
+        let manager = URLTaskManager(interceptors: [coalescing])
+        let collector = EventCollector(manager.events())
+        let events = Kit.Events(coalescing.events())
+        let url = server.url("/r")
+        let leader = Task { await fetched(manager.session, URLRequest(url: url)) }
+        try await events.wait("the first started") { if case .started = $0 { return true } else { return false } }
+        let leaving = Task { await fetched(manager.session, URLRequest(url: url)) }
+        let staying = Task { await fetched(manager.session, URLRequest(url: url)) }
+        try await events.wait("2 joined", count: 2) { if case .joined = $0 { return true } else { return false } }
+        leader.cancel()
+        leaving.cancel()
+        let cancelled = [await leader.value, await leaving.value]
+        XCTAssertEqual(cancelled.map(\.urlErrorCode), [.cancelled, .cancelled])
+        gate.open()
+        let answered = await staying.value
+        XCTAssertEqual(answered.text, "done", "the transfer went on for the one still listening")
+        try await collector.waitFor("3 completions") { $0.filter(\.isCompletion).count == 3 }
+        let ids = Set(collector.all.map(\.task))
+        XCTAssertEqual(ids.count, 3)
+        try await waitUntil("every task released") { ids.allSatisfy { !TaskObserverDirectory.shared.hasEntry(for: $0) } }
+        XCTAssertEqual(coalescing.sharedRequestsInFlight, 0)
+    }
+}

@@ -118,6 +118,10 @@ final class TransferSubscription: TransferHandle, TransportEvents, @unchecked Se
     func stop() -> (any TransferHandle)? {
         lock.withLock {
             stopped = true
+            // The task hears nothing more (its machine has ended the transfer), and the task and
+            // this subscription no longer hold each other. A redirect still queued is answered
+            // by the drain, which finds no task.
+            events = nil
             return alone
         }
     }
