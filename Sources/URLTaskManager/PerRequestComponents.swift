@@ -16,7 +16,12 @@ import FoundationNetworking
 /// var request = URLRequest(url: url)
 /// URLTaskPolicy(adding: [HeaderInterceptor.self]).apply(to: &request)  // this request only
 /// ```
-public struct PerRequestInterceptor<Wrapped: URLTaskInterceptor>: URLTaskInterceptor {
+///
+/// It is a ``SynchronousInterceptor`` whatever it wraps, so wrapping costs no Swift task the
+/// wrapped interceptor would not: a request that does not add it passes without one, and one that
+/// adds it takes the wrapped interceptor's own path (inline when that one is a
+/// ``SynchronousInterceptor`` and decides there, the async ``intercept(_:context:)`` otherwise).
+public struct PerRequestInterceptor<Wrapped: URLTaskInterceptor>: SynchronousInterceptor {
     private let wrapped: Wrapped
 
     /// `wrapped`, for the requests that add its type.
@@ -24,11 +29,24 @@ public struct PerRequestInterceptor<Wrapped: URLTaskInterceptor>: URLTaskInterce
         self.wrapped = wrapped
     }
 
+    /// Lets a request that does not add `Wrapped` through without a Swift task; for one that
+    /// does, the wrapped interceptor's answer when it is a ``SynchronousInterceptor`` (its `nil`
+    /// included), else `nil`, so the manager calls ``intercept(_:context:)``.
+    public func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
+        guard task.policy?.adds(Wrapped.self) == true else { return .execute }
+        guard let synchronous = wrapped as? any SynchronousInterceptor else { return nil }
+        return try synchronous.interceptWithoutSuspending(&task, context: context)
+    }
+
+    /// The wrapped interceptor's `intercept` for a request that adds `Wrapped`; `.execute`,
+    /// untouched, for every other request.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard task.policy?.adds(Wrapped.self) == true else { return .execute }
         return try await wrapped.intercept(&task, context: context)
     }
 
+    /// The wrapped interceptor's: when it is `true`, every request through this one takes the
+    /// async path behind one serial gate, as with the wrapped interceptor itself.
     public var interceptsOneAtATime: Bool { wrapped.interceptsOneAtATime }
 
     /// The wrapped interceptor's: it runs where that one would.

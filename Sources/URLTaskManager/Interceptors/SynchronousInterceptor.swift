@@ -17,7 +17,8 @@
 /// the async ``URLTaskInterceptor/intercept(_:context:)`` in a Swift task, as for any
 /// interceptor, with the task as it was before (a change made to it before returning `nil` is
 /// dropped). So the async method must still do the whole work on its own: it is also what
-/// ``URLTaskManager/download(for:)``'s check and ``PerRequestInterceptor`` call.
+/// ``URLTaskManager/download(for:)``'s check calls. A ``PerRequestInterceptor`` wrapping one
+/// forwards both methods to it.
 ///
 /// ```swift
 /// /// The API key, from memory once loaded; loading it may suspend.

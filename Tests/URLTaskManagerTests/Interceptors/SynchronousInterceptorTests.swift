@@ -70,4 +70,30 @@ final class SynchronousInterceptorTests: OKServerTestCase {
         XCTAssertEqual(log.all, ["async, in a Swift task: true"])
         XCTAssertEqual(server.requests(path: "/gated").map { $0.headers["X-Path"] }, ["async"])
     }
+
+    func testAPerRequestInterceptorRunsWhatItWrapsInlineForARequestThatAddsIt() async throws {
+        let log = ProbeLog<String>()
+        let manager = URLTaskManager(interceptors: [PerRequestInterceptor(Stamp(log: log))])
+        defer { manager.invalidateAndCancel() }
+        var request = URLRequest(url: server.url("/per-request"))
+        URLTaskPolicy(adding: [Stamp.self]).apply(to: &request)
+
+        let result = await fetched(manager.session, request)
+
+        XCTAssertEqual(result.status, 200, "\(result)")
+        XCTAssertEqual(log.all, ["synchronous, in a Swift task: false"])
+        XCTAssertEqual(server.requests(path: "/per-request").map { $0.headers["X-Path"] }, ["synchronous"])
+    }
+
+    func testAPerRequestInterceptorLeavesARequestThatDoesNotAddItUntouched() async throws {
+        let log = ProbeLog<String>()
+        let manager = URLTaskManager(interceptors: [PerRequestInterceptor(Stamp(log: log))])
+        defer { manager.invalidateAndCancel() }
+
+        let result = await fetched(manager.session, URLRequest(url: server.url("/not-added")))
+
+        XCTAssertEqual(result.status, 200, "\(result)")
+        XCTAssertEqual(log.all, [])
+        XCTAssertEqual(server.requests(path: "/not-added").map { $0.headers["X-Path"] }, [nil])
+    }
 }
