@@ -28,11 +28,10 @@ struct OAuth2Origin: Hashable, Sendable {
 }
 
 extension OAuth2Origin {
-    /// The key requests share connections under, as URLSession pools them: scheme, host and
-    /// port (default ports filled in); `""` for a URL without a host. The per-host connection
-    /// slots and the resilience components' per-host state are keyed by it.
+    /// The key requests share connections under, as URLSession pools them: the
+    /// ``URLOrigin``'s description; `""` for a URL without a host. The per-host connection
+    /// slots are keyed by it.
     static func poolKey(of url: URL?) -> String {
-        guard let origin = url.flatMap(OAuth2Origin.init) else { return "" }
-        return "\(origin.scheme)://\(origin.host):\(origin.port ?? 0)"
+        URLOrigin(url)?.description ?? ""
     }
 }

@@ -6,7 +6,7 @@ import FoundationNetworking
 
 /// The subscribers of a stream of events, and the one check every task makes: is anyone
 /// listening? The manager's task events (``URLTaskEvent``) and each resilience component's
-/// decisions go through one of these.
+/// decisions (through ``DecisionEvents``) go through one of these.
 ///
 /// A task started while nobody listens records nothing and emits nothing (its ``TaskObserver``
 /// is `nil`). Events go to each subscriber's `AsyncStream`, which keeps the newest ones when

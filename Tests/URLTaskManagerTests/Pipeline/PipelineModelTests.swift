@@ -138,7 +138,7 @@ final class PipelineModelTests: XCTestCase {
                 scenario.sharing
                 ? SharedTransfers(
                     configuration: .init(headersThatNeverIdentifyACaller: ["x-model-task"], lateJoinLimit: 8),
-                    hub: EventHub<CoalescingInterceptor.Event>())
+                    decisions: DecisionEvents<CoalescingInterceptor.Event>())
                 : nil
             admissionStorage = AdmissionStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
             batchStorages = (0..<scenario.interceptors).map { BatchStorage(interceptorIndex: $0, runtime: self) }

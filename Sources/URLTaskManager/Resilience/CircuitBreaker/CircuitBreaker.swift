@@ -86,7 +86,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     /// When circuits open and close.
     public let policy: Policy
     private let storage: CircuitBreakerStorage
-    private let hub = EventHub<Event>()
+    private let decisions = DecisionEvents<Event>()
     /// The clock cool-downs and windows are measured on (a test's own, to skip a cool-down).
     private let now: @Sendable () -> ContinuousClock.Instant
 
@@ -103,12 +103,12 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
 
     /// A stream of the breaker's decisions; it ends when the breaker is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
-        hub.subscribe(bufferingNewest: limit)
+        decisions.subscribe(bufferingNewest: limit)
     }
 
     /// Whether `url`'s host has an open (or half-open) circuit right now.
     public func isOpen(for url: URL) -> Bool {
-        storage.isOpen(host: OAuth2Origin.poolKey(of: url))
+        storage.isOpen(host: URLOrigin(url)?.description ?? "")
     }
 
     /// Lets the task go while its host's circuit is closed, or as the probe of a half-open one;
@@ -116,18 +116,18 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     /// carrying a ``CircuitOpenError``.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
-        let host = OAuth2Origin.poolKey(of: task.request.url)
+        let host = URLOrigin(task.request.url)?.description ?? ""
         switch storage.requestArrives(task.id, host: host, now: now()) {
         case .pass:
             return .execute
         case .probe:
             // The probe must hear the server itself: it never listens to another's transfer.
             task.attemptValues[ExclusiveTransfer.self] = true
-            hub.emit(.probing(task: task.id, host: host))
+            decisions.emit(.probing(task: task.id, host: host))
             task.annotate("circuit-breaker", "probe for \(host)")
             return .execute
         case .reject(let retryAfter):
-            hub.emit(.rejected(task: task.id, host: host))
+            decisions.emit(.rejected(task: task.id, host: host))
             task.annotate("circuit-breaker", "refused: the circuit for \(host) is open")
             return .fail(URLTaskError(code: .circuitOpen, underlying: CircuitOpenError(host: host, retryAfter: retryAfter)))
         }
@@ -136,17 +136,17 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
     /// Counts the outcome against its host's circuit; never takes the task.
     public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
         guard !policy.exempts(task.originalRequest) else { return false }
-        let host = OAuth2Origin.poolKey(of: task.request.url)
+        let host = URLOrigin(task.request.url)?.description ?? ""
         switch storage.outcome(of: task.id, host: host, failed: policy.isFailure(outcome), now: now()) {
         case .none: break
         case .opened(let failures):
-            hub.emit(.opened(host: host, failures: failures, task: task.id))
+            decisions.emit(.opened(host: host, failures: failures, task: task.id))
             task.annotate("circuit-breaker", "opened the circuit for \(host) after \(failures) failures")
         case .closed:
-            hub.emit(.closed(host: host))
+            decisions.emit(.closed(host: host))
             task.annotate("circuit-breaker", "closed the circuit for \(host)")
         case .reopened:
-            hub.emit(.reopened(host: host))
+            decisions.emit(.reopened(host: host))
             task.annotate("circuit-breaker", "reopened the circuit for \(host)")
         }
         return false

@@ -121,7 +121,7 @@ public final class CoalescingInterceptor: URLTaskInterceptor, SynchronousInterce
 
     /// Which requests are shared.
     public let configuration: Configuration
-    private let hub = EventHub<Event>()
+    private let decisions = DecisionEvents<Event>()
     private let managers = SharedTransfersDirectory()
 
     /// Shares requests as `configuration` says, in the manager it is given to.
@@ -135,7 +135,7 @@ public final class CoalescingInterceptor: URLTaskInterceptor, SynchronousInterce
 
     /// A stream of what happened to shared transfers; it ends when the interceptor is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
-        hub.subscribe(bufferingNewest: limit)
+        decisions.subscribe(bufferingNewest: limit)
     }
 
     /// How many shareable transfers are on their way in the managers this interceptor belongs
@@ -157,7 +157,7 @@ public final class CoalescingInterceptor: URLTaskInterceptor, SynchronousInterce
     /// The sharing of one manager's transfers, made as the manager is: a transfer is never
     /// shared across managers (their sessions, cookies and credentials differ).
     func makeSharedTransfers() -> SharedTransfers {
-        let transfers = SharedTransfers(configuration: configuration, hub: hub)
+        let transfers = SharedTransfers(configuration: configuration, decisions: decisions)
         managers.add(transfers)
         return transfers
     }

@@ -113,7 +113,7 @@ public final class OfflineHold: URLTaskReactor {
 
     /// A stream of the hold's decisions; it ends when the hold is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
-        storage.hub.subscribe(bufferingNewest: limit)
+        storage.decisions.subscribe(bufferingNewest: limit)
     }
 
     /// Takes transport failures with one of ``Policy/codes`` (reported only before any byte of
@@ -127,17 +127,17 @@ public final class OfflineHold: URLTaskReactor {
     /// error when the task's time is up.
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
         guard case .failure(let error) = outcome, let url = task.request.url else { return }
-        let host = OAuth2Origin.poolKey(of: url)
+        let host = URLOrigin(url)?.description ?? ""
         let limit = policy.maximumHold ?? Self.holdLimit(timeoutInterval: task.request.timeoutInterval)
         let code = (error as? URLError)?.code ?? .unknown
-        storage.hub.emit(.held(task: task.id, host: host, code: code))
+        storage.decisions.emit(.held(task: task.id, host: host, code: code))
         task.annotate("offline-hold", "held: \(host) cannot be reached (\(code.rawValue))")
         switch await storage.hold(task.id, host: host, url: url, limit: limit) {
         case .reachable:
             task.annotate("offline-hold", "\(host) answered a probe: sending again")
             return
         case .expired:
-            storage.hub.emit(.expired(task: task.id, host: host))
+            storage.decisions.emit(.expired(task: task.id, host: host))
             task.annotate("offline-hold", "gave up at the request's timeout")
             throw error
         case .cancelled:
@@ -172,7 +172,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         var deadline: Task<Void, Never>?
     }
 
-    let hub = EventHub<OfflineHold.Event>()
+    let decisions = DecisionEvents<OfflineHold.Event>()
     private let policy: OfflineHold.Policy
     private let lock = NSLock()
     private var machine = OfflineHoldStateMachine()
@@ -297,7 +297,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
                 return machine.probeSucceeded(host: host).compactMap { held.removeValue(forKey: $0) }
             }
             guard !released.isEmpty else { return true }
-            hub.emit(.reachable(host: host, tasks: released.map(\.task)))
+            decisions.emit(.reachable(host: host, tasks: released.map(\.task)))
             for entry in released {
                 entry.deadline?.cancel()
                 entry.continuation.resume(returning: .reachable)
@@ -305,7 +305,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
             return true
         }
         guard let failures = lock.withLock({ machine.probeFailed(host: host) }) else { return true }
-        hub.emit(.probeFailed(host: host, failures: failures))
+        decisions.emit(.probeFailed(host: host, failures: failures))
         return false
     }
 

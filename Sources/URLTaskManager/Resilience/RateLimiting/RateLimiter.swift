@@ -75,7 +75,7 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
     /// How fast requests may go.
     public let policy: Policy
     private let storage: RateLimiterStorage
-    private let hub = EventHub<Event>()
+    private let decisions = DecisionEvents<Event>()
 
     /// A limiter with one bucket per host, as `policy` says.
     public init(policy: Policy) {
@@ -85,25 +85,25 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
 
     /// A stream of the limiter's decisions; it ends when the limiter is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
-        hub.subscribe(bufferingNewest: limit)
+        decisions.subscribe(bufferingNewest: limit)
     }
 
     /// Lets the task go when its host's bucket has a token and nobody is ahead of it; until then
     /// it waits here, in line.
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
-        let host = OAuth2Origin.poolKey(of: task.request.url)
+        let host = URLOrigin(task.request.url)?.description ?? ""
         let waiter = storage.makeWaiter()
         let id = task.id
         let started = ContinuousClock.now
         let storage = storage
-        let hub = hub
+        let decisions = decisions
         let annotated = task
         let turn: RateLimiterStorage.Turn = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 switch storage.arrive(waiter, host: host, continuation: continuation) {
                 case .wait(let position, _):
-                    hub.emit(.delayed(task: id, host: host, position: position))
+                    decisions.emit(.delayed(task: id, host: host, position: position))
                     annotated.annotate("rate-limit", "waits for \(host), \(position) in line")
                 case .go, .refuse: break
                 }
@@ -115,12 +115,12 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
         case .go(let waited):
             if waited {
                 let waitedFor = started.duration(to: .now)
-                hub.emit(.released(task: id, host: host, waited: waitedFor))
+                decisions.emit(.released(task: id, host: host, waited: waitedFor))
                 task.annotate("rate-limit", "sent after waiting \(waitedFor.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
             }
             return .execute
         case .refused(let queued):
-            hub.emit(.refused(task: id, host: host))
+            decisions.emit(.refused(task: id, host: host))
             task.annotate("rate-limit", "refused: \(queued) requests wait for \(host)")
             return .fail(URLTaskError(code: .rateLimitQueueFull, underlying: RateLimitQueueFullError(host: host, queued: queued)))
         case .cancelled:
@@ -135,9 +135,9 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
             let header = response.value(forHTTPHeaderField: "Retry-After"), let delay = Self.delay(retryAfter: header, now: Date())
         else { return false }
         let duration = min(delay, policy.maximumPause)
-        let host = OAuth2Origin.poolKey(of: task.request.url)
+        let host = URLOrigin(task.request.url)?.description ?? ""
         storage.pause(host: host, for: duration)
-        hub.emit(.paused(host: host, duration: duration, status: response.statusCode))
+        decisions.emit(.paused(host: host, duration: duration, status: response.statusCode))
         task.annotate("rate-limit", "paused \(host) for \(duration) after \(response.statusCode)")
         return false
     }

@@ -45,16 +45,16 @@ final class SharedTransfers: @unchecked Sendable {
     }
 
     let configuration: CoalescingInterceptor.Configuration
-    let hub: EventHub<CoalescingInterceptor.Event>
+    let decisions: DecisionEvents<CoalescingInterceptor.Event>
     private let lock = NSLock()
     private var machine = Machine()
     private var subscriptions: [Machine.Subscriber: TransferSubscription] = [:]
     private var records: [Transfer: Record] = [:]
     private var lastSubscriber: UInt64 = 0
 
-    init(configuration: CoalescingInterceptor.Configuration, hub: EventHub<CoalescingInterceptor.Event>) {
+    init(configuration: CoalescingInterceptor.Configuration, decisions: DecisionEvents<CoalescingInterceptor.Event>) {
         self.configuration = configuration
-        self.hub = hub
+        self.decisions = decisions
     }
 
     /// Transfers that can still be joined or are being answered.
@@ -97,11 +97,11 @@ final class SharedTransfers: @unchecked Sendable {
         }
         switch arrival {
         case .lead:
-            hub.emit(.started(task: share.task, method: share.key.method, url: URLTaskEvent.redacted(share.request.url)))
+            decisions.emit(.started(task: share.task, method: share.key.method, url: URLTaskEvent.redacted(share.request.url)))
         case .join:
-            hub.emit(.joined(task: share.task, method: share.key.method, url: URLTaskEvent.redacted(share.request.url)))
+            decisions.emit(.joined(task: share.task, method: share.key.method, url: URLTaskEvent.redacted(share.request.url)))
         case .alone:
-            hub.emit(.notShared(tasks: [share.task], reason: "the answer under way varies on a header this request does not share"))
+            decisions.emit(.notShared(tasks: [share.task], reason: "the answer under way varies on a header this request does not share"))
         }
         return arrival
     }
@@ -154,7 +154,7 @@ final class SharedTransfers: @unchecked Sendable {
             return (action, inner, decide)
         }
         decide?(nil)
-        if action != .none { hub.emit(.left(task: subscription.task, sharedCancelled: action == .cancelTransfer)) }
+        if action != .none { decisions.emit(.left(task: subscription.task, sharedCancelled: action == .cancelTransfer)) }
         if let inner { stops.append(inner) }
         return stops
     }
@@ -198,7 +198,7 @@ final class SharedTransfers: @unchecked Sendable {
             return (listening, separated, inner)
         }
         if !separated.isEmpty {
-            hub.emit(.notShared(tasks: separated.map(\.task), reason: "the answer varies on a header these requests do not share"))
+            decisions.emit(.notShared(tasks: separated.map(\.task), reason: "the answer varies on a header these requests do not share"))
         }
         for subscription in listening { subscription.deliver(.response(response)) }
         return (separated, inner)
@@ -231,9 +231,9 @@ final class SharedTransfers: @unchecked Sendable {
         }
         guard !listening.isEmpty else { return }
         if let error {
-            hub.emit(.failed(tasks: listening.map(\.task), error: error))
+            decisions.emit(.failed(tasks: listening.map(\.task), error: error))
         } else {
-            hub.emit(.answered(tasks: listening.map(\.task), status: record?.status ?? 0, bodyBytes: record?.bytes ?? 0))
+            decisions.emit(.answered(tasks: listening.map(\.task), status: record?.status ?? 0, bodyBytes: record?.bytes ?? 0))
         }
         for subscription in listening { subscription.deliver(.complete(error)) }
     }
