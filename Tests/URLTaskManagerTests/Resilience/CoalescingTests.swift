@@ -178,7 +178,11 @@ final class CoalescingTests: XCTestCase {
         gate.open()
         let answered = await patient.value
         XCTAssertEqual(answered.text, "done")
-        XCTAssertEqual(server.requestCount(path: "/slow"), 2, "the first caller's (shared with the patient one), the impatient one's")
+        // The first caller's request (shared with the patient one) and, if it got there within
+        // its 0.5 s, the impatient one's own: never a third (on a loaded machine the impatient
+        // request can time out before it reaches the server).
+        XCTAssertLessThanOrEqual(server.requestCount(path: "/slow"), 2)
+        XCTAssertEqual(events.count { if case .joined = $0 { return true } else { return false } }, 1, "only the patient one listened")
 
         // Everyone leaves: the shared request is cancelled.
         let gate2 = Gate()
