@@ -19,7 +19,7 @@ final class CompositionMatrixTests: XCTestCase {
 
     /// The servers the workload talks to: the API (the credential's origin), a failing host, a
     /// foreign host (never the credential's), and a port nobody listens on.
-    final class World: @unchecked Sendable {  // immutable after init; the servers lock themselves.
+    final class World: Sendable {
         let api: LoopbackServer
         let failing: LoopbackServer
         let foreign: LoopbackServer

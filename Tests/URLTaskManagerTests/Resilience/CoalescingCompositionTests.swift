@@ -166,7 +166,7 @@ final class CoalescingCompositionTests: XCTestCase {
     func testTheBreakersProbeIsNeverAListenerAndItsSuccessClosesTheCircuit() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
-        let healthy = LockedFlag()
+        let healthy = ManagedFlag(false)
         let probeGate = Gate()
         server.route("/h") { _ in
             guard healthy.value else { return .status(503) }
@@ -243,16 +243,6 @@ final class CoalescingCompositionTests: XCTestCase {
             XCTAssertEqual(completion.attempts, 1)
         }
         XCTAssertEqual(server.requestCount(path: "/e"), 1)
-    }
-}
-
-/// A flag the server's handler reads and the test sets.
-final class LockedFlag: @unchecked Sendable {  // `stored` is guarded by `lock`.
-    private let lock = NSLock()
-    private var stored = false
-    var value: Bool {
-        get { lock.withLock { stored } }
-        set { lock.withLock { stored = newValue } }
     }
 }
 
