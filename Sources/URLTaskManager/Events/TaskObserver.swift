@@ -76,7 +76,6 @@ final class TaskObserver: @unchecked Sendable {
     }
 
     func sent(attempt: Int, credentialVersions: [String: Int], body: URLTaskBody) {
-        let now = ContinuousClock.now
         let length: Int64?
         switch body {
         case .none: length = 0
@@ -84,25 +83,27 @@ final class TaskObserver: @unchecked Sendable {
         case .file(let url): length = (try? url.resourceValues(forKeys: [.fileSizeKey]).fileSize).map(Int64.init)
         case .stream: length = nil
         }
-        lock.withLock {
-            if firstSent == nil { firstSent = now }
-            sentAt = now
-            attempts += 1
-            bytesSent = bytesSent.flatMap { sent in length.map { sent + $0 } }
-        }
+        attemptBegan(sending: length)
         emit(.sent(attempt: attempt, credentialVersions: credentialVersions))
     }
 
     /// The task's request was not sent: it listens to the identical request `leader` sent
     /// (``CoalescingInterceptor``), and its answer is that transfer's.
     func joinedSharedTransfer(of leader: URLTask.ID, attempt: Int) {
+        attemptBegan(sending: 0)
+        emit(.sharedTransfer(of: leader, attempt: attempt))
+    }
+
+    /// An attempt went to the network (or listens to a transfer on it) now, with `length` body
+    /// bytes of its own (`nil`: unknown): its timings and counts start here.
+    private func attemptBegan(sending length: Int64?) {
         let now = ContinuousClock.now
         lock.withLock {
             if firstSent == nil { firstSent = now }
             sentAt = now
             attempts += 1
+            bytesSent = bytesSent.flatMap { sent in length.map { sent + $0 } }
         }
-        emit(.sharedTransfer(of: leader, attempt: attempt))
     }
 
     func responseHead(_ response: URLResponse) {

@@ -115,14 +115,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
                 self.startTransfer(request, body: body, callerURL: callerURL, events: events, share: share, started: started)
             }
         }
-        switch lock.withLock({ lifecycle.transferStarting() }) {
-        case .run:
-            break
-        case .refuseCancelled:
-            return started(.failure(URLError.cancelled(url: callerURL)))
-        case .refuseInvalidated:
-            return started(.failure(URLTaskError.managerInvalidated))
-        }
+        if let refusal = transferStarting(callerURL: callerURL) { return started(.failure(refusal)) }
         guard let share, let sharing else {
             let task = transport.start(request, body: body, events: events)
             perform(lock.withLock { lifecycle.transferStarted() })
@@ -133,6 +126,16 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
         }
         perform(lock.withLock { lifecycle.transferStarted() })
         started(.success(transfer))
+    }
+
+    /// A transfer is about to be handed to the inner session: `nil` if it may be (every such
+    /// call is followed by `transferStarted()`), or the error its task fails with.
+    private func transferStarting(callerURL: URL?) -> (any Error)? {
+        switch lock.withLock({ lifecycle.transferStarting() }) {
+        case .run: nil
+        case .refuseCancelled: URLError.cancelled(url: callerURL)
+        case .refuseInvalidated: URLTaskError.managerInvalidated
+        }
     }
 
     func stopTransfer(_ transfer: any TransferHandle) {
@@ -148,15 +151,10 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// shared with it (its `Vary`), on its own; its events reach it through its subscription.
     func sendAlone(_ subscription: TransferSubscription) {
         runtime.async { [self] in
-            switch lock.withLock({ lifecycle.transferStarting() }) {
-            case .run:
-                break
-            case .refuseCancelled:
-                return subscription.transportDidComplete(error: URLError.cancelled(url: subscription.request.url))
-            case .refuseInvalidated:
-                return subscription.transportDidComplete(error: URLTaskError.managerInvalidated)
+            if let refusal = transferStarting(callerURL: subscription.request.url) {
+                return subscription.transportDidComplete(error: refusal)
             }
-            subscription.announce(.sendsAlone(reason: "the answer varies on a header it does not share"))
+            subscription.announce(.sendsAlone)
             let task = transport.start(subscription.request, body: .none, events: subscription)
             perform(lock.withLock { lifecycle.transferStarted() })
             if !subscription.sentAlone(task) { transport.cancel(task) }

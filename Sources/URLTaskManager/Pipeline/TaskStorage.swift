@@ -490,7 +490,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     private func sharing(of request: URLRequest, body: URLTaskBody, task: URLTask, attempt: Int) -> TransferShare? {
         guard let sharing = environment.sharing, case .none = body, task.attemptValues[CoalescingInterceptor.Passed.self] == true,
             task.attemptValues[ExclusiveTransfer.self] != true,
-            let key = SharingKey(request, policy: policy, configuration: sharing.configuration)
+            let key = SharingKey(request, policy: policy, rules: sharing.rules)
         else { return nil }
         // Weakly: the subscription keeps this closure, and the task keeps the subscription.
         return TransferShare(key: key, task: id, request: request) { [weak self] role in

@@ -273,7 +273,7 @@ final class PipelineModelTests: XCTestCase {
 
         func sendAlone(_ subscription: TransferSubscription) {
             schedule("sent alone (task \(subscription.task))") { [self] in
-                subscription.announce(.sendsAlone(reason: "the model's Vary"))
+                subscription.announce(.sendsAlone)
                 let t = Int(subscription.request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? -1
                 let transfer = SimulatedTransfer(task: t, request: subscription.request, events: subscription, world: self)
                 transfer.script(persistent: lock.withLock { persistent[t] })

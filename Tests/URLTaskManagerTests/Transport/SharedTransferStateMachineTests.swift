@@ -111,3 +111,20 @@ extension SharedTransferStateMachineTests {
         XCTAssertEqual(machine.arrived(subscriber(2), key: "k"), .lead(transfer(2)))
     }
 }
+
+extension SharedTransferStateMachineTests {
+    /// The configuration's header patterns as the key applies them: names without case, a
+    /// trailing `*` as a prefix, and credentials, `Range` and `If-*` never ignored.
+    func testSharingRulesIgnoreOnlyWhatTheConfigurationListsAndNeverACredential() {
+        let rules = SharingRules(
+            .init(headersThatNeverIdentifyACaller: ["X-Request-Id", "x-trace-*", "Authorization", "If-*", "range"]))
+        XCTAssertTrue(rules.ignoresHeader("x-request-id"))
+        XCTAssertTrue(rules.ignoresHeader("x-trace-span"))
+        XCTAssertFalse(rules.ignoresHeader("x-trace"), "the prefix is `x-trace-`")
+        XCTAssertFalse(rules.ignoresHeader("x-api-key"))
+        XCTAssertFalse(rules.ignoresHeader("authorization"), "never, even when listed")
+        XCTAssertFalse(rules.ignoresHeader("if-none-match"))
+        XCTAssertFalse(rules.ignoresHeader("range"))
+        XCTAssertEqual(rules.methods, ["GET", "HEAD"])
+    }
+}

@@ -77,23 +77,6 @@ public final class CoalescingInterceptor: URLTaskInterceptor, SynchronousInterce
             self.lateJoinLimit = max(0, lateJoinLimit)
         }
 
-        /// Whether `lowercasedName` may differ between requests that share a transfer.
-        func ignoresHeader(_ lowercasedName: String) -> Bool {
-            if Self.alwaysIdentifying(lowercasedName) { return false }
-            for pattern in headersThatNeverIdentifyACaller {
-                let pattern = pattern.lowercased()
-                if pattern.hasSuffix("*") {
-                    if lowercasedName.hasPrefix(pattern.dropLast()) { return true }
-                } else if pattern == lowercasedName {
-                    return true
-                }
-            }
-            return false
-        }
-
-        private static func alwaysIdentifying(_ name: String) -> Bool {
-            name == "authorization" || name == "cookie" || name == "proxy-authorization" || name == "range" || name.hasPrefix("if-")
-        }
     }
 
     /// What happened to shared transfers, for logs and tests (``events(bufferingNewest:)``).

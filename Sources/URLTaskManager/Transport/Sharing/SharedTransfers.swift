@@ -45,6 +45,8 @@ final class SharedTransfers: @unchecked Sendable {
     }
 
     let configuration: CoalescingInterceptor.Configuration
+    /// What makes two requests identical, worked out once from `configuration`.
+    let rules: SharingRules
     let decisions: DecisionEvents<CoalescingInterceptor.Event>
     private let lock = NSLock()
     private var machine = Machine()
@@ -54,6 +56,7 @@ final class SharedTransfers: @unchecked Sendable {
 
     init(configuration: CoalescingInterceptor.Configuration, decisions: DecisionEvents<CoalescingInterceptor.Event>) {
         self.configuration = configuration
+        self.rules = SharingRules(configuration)
         self.decisions = decisions
     }
 

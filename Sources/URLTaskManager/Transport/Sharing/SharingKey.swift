@@ -17,14 +17,14 @@ struct SharingKey: Hashable, Sendable {
     let handlesCookies: Bool
 
     /// The key of `request` (as it will be sent), or `nil` when it is never shared: a method the
-    /// configuration does not share, or no URL.
-    init?(_ request: URLRequest, policy: URLTaskPolicy?, configuration: CoalescingInterceptor.Configuration) {
+    /// rules do not share, or no URL.
+    init?(_ request: URLRequest, policy: URLTaskPolicy?, rules: SharingRules) {
         let method = (request.httpMethod ?? "GET").uppercased()
-        guard configuration.methods.contains(method), let url = request.url else { return nil }
+        guard rules.methods.contains(method), let url = request.url else { return nil }
         var headers: [String: String] = [:]
         for (name, value) in request.allHTTPHeaderFields ?? [:] {
             let lower = name.lowercased()
-            if configuration.ignoresHeader(lower) { continue }
+            if rules.ignoresHeader(lower) { continue }
             headers[lower] = value
         }
         self.method = method
@@ -48,6 +48,33 @@ struct SharingKey: Hashable, Sendable {
     }
 }
 
+/// A ``CoalescingInterceptor/Configuration`` as the key asks it, worked out once per manager
+/// (its header patterns lower-cased and split) rather than for every header of every request.
+struct SharingRules: Sendable {
+    /// The methods whose requests are shared (upper case).
+    let methods: Set<String>
+    private let ignoredNames: Set<String>
+    private let ignoredPrefixes: [String]
+
+    init(_ configuration: CoalescingInterceptor.Configuration) {
+        methods = configuration.methods
+        let patterns = configuration.headersThatNeverIdentifyACaller.map { $0.lowercased() }
+        ignoredNames = Set(patterns.filter { !$0.hasSuffix("*") })
+        ignoredPrefixes = patterns.filter { $0.hasSuffix("*") }.map { String($0.dropLast()) }
+    }
+
+    /// Whether `lowercasedName` may differ between requests that share a transfer: never a
+    /// credential, a `Range` or an `If-*` header, whatever the configuration lists.
+    func ignoresHeader(_ lowercasedName: String) -> Bool {
+        if Self.alwaysIdentifying(lowercasedName) { return false }
+        return ignoredNames.contains(lowercasedName) || ignoredPrefixes.contains { lowercasedName.hasPrefix($0) }
+    }
+
+    private static func alwaysIdentifying(_ name: String) -> Bool {
+        name == "authorization" || name == "cookie" || name == "proxy-authorization" || name == "range" || name.hasPrefix("if-")
+    }
+}
+
 /// A task's request to share its transfer, made by its ``TaskStorage`` as it is about to send.
 struct TransferShare: Sendable {
     /// The task's part in the transfer, announced in its events before any of the transfer's
@@ -57,9 +84,9 @@ struct TransferShare: Sendable {
         case sends
         /// It listens to the transfer `leader`'s request started.
         case joins(leader: URLTask.ID)
-        /// It had joined, but the answer may not be shared with it (``reason``): its own request
+        /// It had joined, but the answer may not be shared with it (its `Vary`): its own request
         /// is sent now.
-        case sendsAlone(reason: String)
+        case sendsAlone
     }
 
     let key: SharingKey

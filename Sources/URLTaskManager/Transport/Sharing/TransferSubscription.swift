@@ -11,7 +11,7 @@ import FoundationNetworking
 /// it said whose answer it is. The queue is drained by one thread at a time, never under the lock.
 /// If the answer turns out not to be shareable with this task (its `Vary`), the task's own
 /// request is sent alone and its events reach the task through the same queue.
-// @unchecked Sendable: `queue`, `live`, `draining`, `events` and `alone` are guarded by `lock`.
+// @unchecked Sendable: `queue`, `live`, `draining`, `events`, `alone` and `stopped` are guarded by `lock`.
 final class TransferSubscription: TransferHandle, TransportEvents, @unchecked Sendable {
     typealias Subscriber = SharedTransferStateMachine<SharingKey>.Subscriber
     typealias Transfer = SharedTransferStateMachine<SharingKey>.Transfer
