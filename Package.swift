@@ -6,17 +6,28 @@ let package = Package(
     platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9)],
     products: [
         .library(name: "URLTaskManager", targets: ["URLTaskManager"]),
+        .library(name: "URLTaskResilience", targets: ["URLTaskResilience"]),
+        .library(name: "URLTaskOAuth2", targets: ["URLTaskOAuth2"]),
         .library(name: "LoopbackServer", targets: ["LoopbackServer"]),
         .executable(name: "Examples", targets: ["Examples"]),
     ],
     targets: [
-        .target(name: "URLTaskManager"),
+        // The engine: the session, interceptors, transport, reactors, events and the parts every
+        // app needs (headers, batching, retries, validation, cURL, trace context).
+        .target(name: "URLTaskManager", dependencies: ["URLTaskCrypto"]),
+        // Built on URLTaskManager's public API alone, as an app's own parts would be.
+        .target(name: "URLTaskResilience", dependencies: ["URLTaskManager"]),
+        .target(name: "URLTaskOAuth2", dependencies: ["URLTaskManager", "URLTaskCrypto"]),
+        // SHA-256 and secure random bytes (PKCE, trace ids): no dependency, not a product.
+        .target(name: "URLTaskCrypto"),
         .target(name: "LoopbackServer"),
         // The system's zlib, for the gzip-upload example alone (not a package dependency).
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", providers: [.apt(["zlib1g-dev"])]),
-        .executableTarget(name: "Examples", dependencies: ["URLTaskManager", "LoopbackServer", "CZlib"]),
-        .executableTarget(name: "Benchmarks", dependencies: ["URLTaskManager", "LoopbackServer"]),
-        .testTarget(name: "URLTaskManagerTests", dependencies: ["URLTaskManager", "LoopbackServer"]),
+        .executableTarget(name: "Examples", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "LoopbackServer", "CZlib"]),
+        .executableTarget(name: "Benchmarks", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "LoopbackServer"]),
+        .testTarget(
+            name: "URLTaskManagerTests", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskCrypto", "LoopbackServer"]
+        ),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the DocC documentation of the package's two libraries, URLTaskManager and
-# LoopbackServer, into one static site, with the toolchain's own `docc` (no package dependency),
+# Builds the DocC documentation of the package's libraries, URLTaskManager, URLTaskResilience,
+# URLTaskOAuth2 and LoopbackServer, into one static site, with the toolchain's own `docc` (no package dependency),
 # and fails on any DocC warning.
 #
 #   scripts/build-docs.sh [OUTPUT_DIR]     (default: .build-docs-site in the package root)
@@ -14,8 +14,9 @@
 #    doc comment of its own or implements a protocol requirement (whose comment DocC shows), and
 #    the landing page curates every top-level symbol (a new public type must be added to a
 #    topic group in <Library>.docc/<Library>.md).
-# Then `docc merge` puts both archives in one site: documentation/urltaskmanager/ and
-# documentation/loopbackserver/, with a page listing both at documentation/.
+# Then `docc merge` puts the archives in one site: documentation/urltaskmanager/,
+# documentation/urltaskresilience/, documentation/urltaskoauth2/ and documentation/loopbackserver/,
+# with a page listing them at documentation/.
 #
 # Environment: DOCS_BUILD_PATH (default .build-docs-symbols), DOCS_HOSTING_BASE_PATH (default
 # none: the site is served from its root).
@@ -36,7 +37,7 @@ case "$output" in /*) ;; *) output="$root/$output" ;; esac
 build_path="${DOCS_BUILD_PATH:-.build-docs-symbols}"
 symbol_graphs="$root/$build_path/symbol-graphs"
 archives="$root/$build_path/archives"
-libraries=(URLTaskManager LoopbackServer)
+libraries=(URLTaskManager URLTaskResilience URLTaskOAuth2 LoopbackServer)
 
 hosting=()
 if [ -n "${DOCS_HOSTING_BASE_PATH:-}" ]; then
@@ -85,6 +86,9 @@ prefix = f"s:{len(library)}{library}"
 foreign, undocumented, symbols = [], [], 0
 for name in os.listdir(graphs):
     graph = json.load(open(os.path.join(graphs, name)))
+    # `Library@Other.symbols.json`: the library's public extensions of another module's types,
+    # whose symbols are named in that module (a `URLRequest` helper, an extension of the manager).
+    extension_graph = "@" in name
     symbols += len(graph["symbols"])
     # A member that implements a protocol requirement shows that requirement's comment.
     implementations = {r["source"] for r in graph["relationships"]
@@ -92,7 +96,7 @@ for name in os.listdir(graphs):
     for symbol in graph["symbols"]:
         usr = symbol["identifier"]["precise"]
         path = ".".join(symbol["pathComponents"])
-        if not usr.startswith(prefix):
+        if not usr.startswith(prefix) and not extension_graph:
             foreign.append(f"{path} ({usr})")
         if not symbol.get("docComment") and usr not in implementations:
             undocumented.append(path)
@@ -140,4 +144,4 @@ found = sorted(os.listdir(os.path.join(site, "data", "documentation")))
 if found != expected:
     sys.exit("error: the merged site documents " + ", ".join(found) + ", not " + ", ".join(expected))
 PY
-echo "docs built: $output/index.html (landing pages: documentation/urltaskmanager/ and documentation/loopbackserver/)"
+echo "docs built: $output/index.html (one landing page per library under documentation/)"

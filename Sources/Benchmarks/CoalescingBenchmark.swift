@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskResilience
 
 /// `swift run -c release Benchmarks coalescing`: 100 concurrent identical GETs of a 64 KiB answer
 /// the server takes 100 ms to give, through a plain URLSession, a manager without coalescing, and

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import URLTaskManager
+import URLTaskOAuth2
 
 /// Plain URLSession beside the manager's configurations: sequential and concurrent GETs.
 enum LatencyBenchmark {

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskOAuth2
 
 /// `swift run -c release Benchmarks soak-refresh [REQUESTS] [IN-FLIGHT]`: the OAuth2 kit under
 /// tokens revoked again and again, as issue 28 measured the loop guard. REQUESTS GETs (100,000),

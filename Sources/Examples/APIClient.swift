@@ -3,6 +3,8 @@ import Foundation
 import FoundationNetworking
 #endif
 import URLTaskManager
+import URLTaskResilience
+import URLTaskOAuth2
 
 // DocC authentication: begin
 /// What an app keeps for one OAuth2 backend: the session it uses, and the authenticator it

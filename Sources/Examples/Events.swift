@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskResilience
 
 extension Scenario {
     static let events = Scenario(name: "events", summary: "One log line per task event, secrets redacted: a retried 503, then a 200") {

@@ -1,6 +1,7 @@
 import Foundation
 import LoopbackServer
 import URLTaskManager
+import URLTaskOAuth2
 
 extension Scenario {
     static let expiredToken = Scenario(name: "expired-token", summary: "50 requests with an expired token: one refresh, all succeed") {

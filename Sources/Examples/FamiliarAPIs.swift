@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskOAuth2
 
 extension Scenario {
     static let familiarAPIs = Scenario(

@@ -4,6 +4,8 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskOAuth2
+import URLTaskResilience
 
 // DocC putting-it-together app: begin
 /// A command-line tool (or a server) with two backends and one session. The notes API acts for

@@ -4,6 +4,8 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskOAuth2
+import URLTaskResilience
 
 extension Scenario {
     static let coalescing = Scenario(

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskResilience
 
 extension Scenario {
     static let retries = Scenario(name: "retries", summary: "A flaky endpoint answers 503 with Retry-After; GET is retried, POST is not") {

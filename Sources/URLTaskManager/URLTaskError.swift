@@ -13,7 +13,7 @@ import FoundationNetworking
 /// 1. **A `URLError` reaches the caller as itself**, wherever it was produced: the transport
 ///    (exactly as a plain `URLSession` reports it), an interceptor that throws or fails the task
 ///    with one, a reactor's work that throws one (a token refresh whose endpoint cannot be
-///    reached), an ``OfflineHold`` that gives up (the original error). When a component produced
+///    reached), an `OfflineHold` that gives up (the original error). When a component produced
 ///    it, its user info names that component under ``componentUserInfoKey``. So
 ///    `catch let error as URLError where error.code == .notConnectedToInternet` handles the
 ///    network being down however the stack is built.
@@ -110,19 +110,19 @@ public struct URLTaskError: Error, Sendable {
         /// has its status and headers, ``bodyPrefix`` the start of its body, ``reason`` why.
         public static let responseRejected = Code(.responseRejected)
 
-        /// The request was not sent because its host's circuit is open: a ``CircuitBreaker``
-        /// saw it fail repeatedly. ``underlying`` is the ``CircuitOpenError``, with the host and
+        /// The request was not sent because its host's circuit is open: a `CircuitBreaker`
+        /// saw it fail repeatedly. ``underlying`` is the `CircuitOpenError`, with the host and
         /// when the next probe may go. Nothing reached the network; try again later.
         public static let circuitOpen = Code(.circuitOpen)
         /// The request was not sent because too many already wait for its host under a
-        /// ``RateLimiter``'s rate (its ``RateLimiter/Policy/maximumQueueLength``). ``underlying``
-        /// is the ``RateLimitQueueFullError``. Nothing reached the network; try again later.
+        /// `RateLimiter`'s rate (its `RateLimiter.Policy.maximumQueueLength`). ``underlying``
+        /// is the `RateLimitQueueFullError`. Nothing reached the network; try again later.
         public static let rateLimitQueueFull = Code(.rateLimitQueueFull)
         /// The request could not have the credential it needs: the token endpoint refused the
         /// refresh (`invalid_grant`: the session is over), answered with an error or with
         /// something that is not a token, there is no refresh token, or the user signed out
-        /// (``URLTaskManager/signOut(of:)``). ``underlying`` is the ``OAuth2Error``: its
-        /// ``OAuth2Error/requiresSignIn`` says whether only a new sign-in helps. Every request
+        /// (`signOut(of:)`, from `URLTaskOAuth2`). ``underlying`` is the `OAuth2Error`: its
+        /// `OAuth2Error.requiresSignIn` says whether only a new sign-in helps. Every request
         /// of the failed refresh receives it, whether its 401 started the refresh or it waited
         /// for a token renewed before it expired. A refresh that failed on the network is not
         /// this: its `URLError` reaches the caller as itself.
@@ -246,7 +246,11 @@ public struct URLTaskError: Error, Sendable {
     /// a `URLTaskError` as it is, with `component` filled in if it had none; anything else
     /// wrapped in a `URLTaskError` with `code` (``Code-swift.struct/interceptorFailed`` or
     /// ``Code-swift.struct/reactorFailed``). The only place the pipeline wraps an error.
-    static func delivered(_ error: any Error, from component: Component, code: Code) -> any Error {
+    ///
+    /// Public for a part that fails a task on behalf of another (the OAuth2 kit's interceptor
+    /// reports its authenticator's failed refresh as the refresh reactor's): what it throws then
+    /// reaches the caller exactly as if that component had failed the task itself.
+    public static func delivered(_ error: any Error, from component: Component, code: Code) -> any Error {
         switch error {
         case let urlError as URLError:
             guard urlError.userInfo[componentUserInfoKey] == nil else { return urlError }

@@ -38,9 +38,9 @@ public final class URLTaskManager: Sendable {
     ///
     /// The manager checks how the parts are assembled, and stops the program here, with a message
     /// naming the parts and the way to fix it, when the order breaks a part's placement
-    /// (``URLTaskPlacement``: a ``RateLimiter`` interceptor before a ``CircuitBreaker``, a
-    /// ``RetryReactor`` before an ``OfflineHold``), or when an object that is both an interceptor
-    /// and a reactor (``CircuitBreaker``, ``RateLimiter``) is given to one list only. Either
+    /// (``URLTaskPlacement``: a `RateLimiter` interceptor before a `CircuitBreaker`, a
+    /// `RetryReactor` before an `OfflineHold`), or when an object that is both an interceptor
+    /// and a reactor (`CircuitBreaker`, `RateLimiter`) is given to one list only. Either
     /// mistake would otherwise silently turn a part off; both are in the code, not in the data,
     /// so the first run finds them.
     ///
@@ -113,24 +113,9 @@ public final class URLTaskManager: Sendable {
     ///
     /// `matches` sees each task as it stands (its request with the headers its interceptors
     /// applied, its values) and is called under the task's lock: keep it quick, call nothing.
-    /// ``signOut(of:)`` uses it to stop every request that carries a credential being revoked.
+    /// The OAuth2 kit's `signOut(of:)` uses it to stop every request that carries a credential being revoked.
     public func failTasks(with error: any Error, where matches: @escaping (URLTask) -> Bool) {
         pipeline.failTasks(with: error, where: matches)
-    }
-
-    /// Signs `authenticator` out and stops every task of this session that carries its
-    /// credential or waits on it: requests held in a batch or queued for a connection with
-    /// the old token never go out, requests on the network are cancelled, and each fails with a
-    /// ``URLTaskError`` coded ``URLTaskError/Code-swift.struct/authenticationFailed`` carrying
-    /// ``OAuth2Error/notSignedIn``. Requests started afterwards go without a token (and their
-    /// 401 reaches the caller). Signing out through the authenticator alone leaves requests
-    /// that already carry the token to go out with it.
-    public func signOut(of authenticator: OAuth2Authenticator) async throws {
-        try await authenticator.signOut()
-        let key = ObjectIdentifier(authenticator)
-        failTasks(with: URLTaskError(code: .authenticationFailed, underlying: OAuth2Error.notSignedIn)) { task in
-            task.attemptValues[AppliedCredentialVersions.self]?[key] != nil
-        }
     }
 
     /// Releases every task held by every interceptor's batch now.

@@ -2,8 +2,8 @@
 /// keeps the order right.
 ///
 /// The interceptors run, and the reactors are asked, in the order given to the manager, and for a
-/// few parts that order decides whether they work at all: a ``CircuitBreaker`` reactor placed
-/// after a ``RetryReactor`` never sees the failures the retry takes, so its circuit never opens.
+/// few parts that order decides whether they work at all: a `CircuitBreaker` reactor placed
+/// after a `RetryReactor` never sees the failures the retry takes, so its circuit never opens.
 /// Such a part declares its placement (``URLTaskInterceptor/interceptorPlacement``,
 /// ``URLTaskReactor/reactorPlacement``; two names, because a part that is both may belong in
 /// different places in the two chains), and ``URLTaskManager/init(interceptors:reactors:configuration:delegate:delegateQueue:options:)``
@@ -18,10 +18,10 @@
 ///
 /// | Part | As an interceptor | As a reactor |
 /// | --- | --- | --- |
-/// | ``CircuitBreaker`` | `first`: it refuses a request before another part spends work on it | `first`: it only observes, so it comes before every reactor that takes an outcome |
-/// | ``RateLimiter`` | `last`: a request takes a token once no other part will hold, answer or refuse it | `first`, as the breaker |
-/// | ``OfflineHold`` | | `late`: before ``RetryReactor``, which would otherwise retry an unreachable host itself |
-/// | ``RetryReactor`` | | `last`: the fallback, after every reactor that handles a failure better |
+/// | `CircuitBreaker` | `first`: it refuses a request before another part spends work on it | `first`: it only observes, so it comes before every reactor that takes an outcome |
+/// | `RateLimiter` | `last`: a request takes a token once no other part will hold, answer or refuse it | `first`, as the breaker |
+/// | `OfflineHold` | | `late`: before `RetryReactor`, which would otherwise retry an unreachable host itself |
+/// | `RetryReactor` | | `last`: the fallback, after every reactor that handles a failure better |
 /// | every other part of the package | ``anywhere`` | ``anywhere`` |
 ///
 /// A wrapper (``PerRequestInterceptor``, ``PerRequestReactor``) has the placement of the part it
@@ -37,17 +37,17 @@ public struct URLTaskPlacement: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Before every part placed `early`, `late` or `last`: a part that must decide before the
-    /// others do any work (``CircuitBreaker``'s refusal), or see every outcome (an observing reactor).
+    /// others do any work (`CircuitBreaker`'s refusal), or see every outcome (an observing reactor).
     public static let first = Self(rank: 0, name: "first")
     /// After the `first` parts, before the `late` and `last` ones.
     public static let early = Self(rank: 1, name: "early")
     /// Not checked: wherever it is given, before, between or after the placed parts. The default.
     public static let anywhere = Self(rank: nil, name: "anywhere")
-    /// After the `first` and `early` parts, before the `last` ones (``OfflineHold``, before the
+    /// After the `first` and `early` parts, before the `last` ones (`OfflineHold`, before the
     /// retry).
     public static let late = Self(rank: 2, name: "late")
     /// After every part placed `first`, `early` or `late`: a part that acts once the others are
-    /// done (``RateLimiter``'s wait, ``RetryReactor``'s fallback).
+    /// done (`RateLimiter`'s wait, `RetryReactor`'s fallback).
     public static let last = Self(rank: 3, name: "last")
 
     /// Its name, as in the static property (`"first"`).
@@ -100,7 +100,7 @@ extension URLTaskPlacement {
 extension URLTaskManager {
     /// Why the manager cannot run these chains as given, or `nil`: an order a part's placement
     /// forbids (``URLTaskPlacement``), or an object that is both an interceptor and a reactor
-    /// given to one list only (half of it would silently never run: a ``CircuitBreaker`` among the
+    /// given to one list only (half of it would silently never run: a `CircuitBreaker` among the
     /// interceptors alone never sees a failure, so it never opens). Pure, so that the messages are
     /// tested without stopping the test; the initializer stops with them.
     static func assemblyProblem(interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor]) -> String? {

@@ -14,7 +14,12 @@ let package = Package(
     targets: [
         .executableTarget(
             name: "MyApp",
-            dependencies: [.product(name: "URLTaskManager", package: "URLTaskManager")]
+            dependencies: [
+                .product(name: "URLTaskManager", package: "URLTaskManager"),
+                // Only if you use them: retries and the resilience parts; the OAuth2 kit.
+                .product(name: "URLTaskResilience", package: "URLTaskManager"),
+                .product(name: "URLTaskOAuth2", package: "URLTaskManager"),
+            ]
         ),
         .testTarget(
             name: "MyAppTests",

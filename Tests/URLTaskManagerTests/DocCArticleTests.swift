@@ -7,7 +7,10 @@ import XCTest
 /// drift apart.
 final class DocCArticleTests: XCTestCase {
     /// The package's DocC catalogs, one per library product.
-    private let catalogs = ["Sources/URLTaskManager/URLTaskManager.docc", "Sources/LoopbackServer/LoopbackServer.docc"]
+    private let catalogs = [
+        "Sources/URLTaskManager/URLTaskManager.docc", "Sources/URLTaskResilience/URLTaskResilience.docc",
+        "Sources/URLTaskOAuth2/URLTaskOAuth2.docc", "Sources/LoopbackServer/LoopbackServer.docc",
+    ]
 
     /// Every Markdown file in the catalogs, by its path inside the package.
     private func articles() throws -> [(name: String, text: String)] {

@@ -4,6 +4,8 @@ import FoundationNetworking
 #endif
 import XCTest
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
+@testable import URLTaskResilience
 
 /// The manager's check of how its parts are assembled (``URLTaskPlacement``, and the parts that
 /// are both an interceptor and a reactor): a pure function of the two lists, tested here without

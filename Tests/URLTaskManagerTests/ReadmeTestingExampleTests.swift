@@ -6,6 +6,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 import URLTaskManager
+import URLTaskOAuth2
 
 /// Your interceptor...
 struct Signer: URLTaskInterceptor {

@@ -1,4 +1,5 @@
 import Foundation
+import URLTaskCrypto
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

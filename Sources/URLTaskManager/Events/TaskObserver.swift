@@ -88,7 +88,7 @@ final class TaskObserver: @unchecked Sendable {
     }
 
     /// The task's request was not sent: it listens to the identical request `leader` sent
-    /// (``CoalescingInterceptor``), and its answer is that transfer's.
+    /// (`CoalescingInterceptor`), and its answer is that transfer's.
     func joinedSharedTransfer(of leader: URLTask.ID, attempt: Int) {
         attemptBegan(sending: 0)
         emit(.sharedTransfer(of: leader, attempt: attempt))

@@ -36,7 +36,7 @@ public struct URLTaskEvent: Sendable, CustomStringConvertible {
         /// credential version its headers were decided under (a number, never a token).
         case sent(attempt: Int, credentialVersions: [String: Int])
         /// The request was not sent: an identical one, sent by task `of`, was already on its way,
-        /// and this task's answer is that transfer's (``CoalescingInterceptor``). Its response
+        /// and this task's answer is that transfer's (`CoalescingInterceptor`). Its response
         /// head, bytes and completion follow as for a request it sent itself.
         case sharedTransfer(of: URLTask.ID, attempt: Int)
         /// The response head arrived, this long after the request was sent.

@@ -3,14 +3,15 @@
 /// corelibs' `URLRequest.setValue(_:forHTTPHeaderField:)` capitalizes the name through
 /// Foundation's locale-aware `capitalized` on every call (`x-request-id` is stored as
 /// `X-Request-Id`). An interceptor that sets the same header on every request names it once with
-/// this type and sets it with ``Foundation/URLRequest/replaceHeader(_:with:)``.
-struct HeaderName: Sendable, Hashable {
+/// this type and sets it with `URLRequest.replaceHeader(_:with:)`.
+public struct HeaderName: Sendable, Hashable {
     /// The name as the caller spelled it.
-    let spelled: String
+    public let spelled: String
     /// The name as the platform's `setValue` would store it.
-    let stored: String
+    public let stored: String
 
-    init(_ name: String) {
+    /// Works out the stored spelling of `name` once, for an interceptor to keep.
+    public init(_ name: String) {
         spelled = name
         #if canImport(FoundationNetworking)
         stored = name.capitalized
@@ -21,7 +22,7 @@ struct HeaderName: Sendable, Hashable {
 
     /// Whether `other` is this field under any spelling (field names are ASCII tokens and
     /// compare without regard to case).
-    func matches(_ other: String) -> Bool {
+    public func matches(_ other: String) -> Bool {
         other.utf8.count == stored.utf8.count && zip(other.utf8, stored.utf8).allSatisfy { Self.lowered($0) == Self.lowered($1) }
     }
 

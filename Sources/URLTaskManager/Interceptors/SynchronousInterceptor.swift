@@ -8,8 +8,8 @@
 /// instructions more per request sequentially (1.8 % to 2.1 % of a whole request) and 20,650
 /// with 10 requests at once (2.8 %), and more context switches in most timed runs
 /// (see <doc:Performance>).
-/// ``HeaderInterceptor`` with fixed values, ``BearerInterceptor`` while its token is fresh and
-/// ``CoalescingInterceptor`` take this path.
+/// ``HeaderInterceptor`` with fixed values, `BearerInterceptor` while its token is fresh and
+/// `CoalescingInterceptor` take this path.
 ///
 /// The manager first calls ``interceptWithoutSuspending(_:context:)``. Returning a command ends
 /// this interceptor's turn, exactly as if `intercept` had returned it; throwing fails the task

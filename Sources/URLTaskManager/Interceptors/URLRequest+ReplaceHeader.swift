@@ -6,7 +6,7 @@ import FoundationNetworking
 extension URLRequest {
     /// Sets `value` under `name`, replacing the field under any spelling: what
     /// `setValue(_:forHTTPHeaderField:)` does, for the library's interceptors that set a header
-    /// on every request.
+    /// on every request, and for yours.
     ///
     /// On corelibs `setValue` capitalizes the name with Foundation's locale-aware `capitalized`
     /// and checks the value character by character on every call, about 12,000 instructions,
@@ -15,7 +15,7 @@ extension URLRequest {
     /// by byte before it is sent (``HeaderValidation/firstProblem(in:)``), which fails the task
     /// with ``URLTaskError/Code-swift.struct/invalidHeader`` where corelibs' `setValue` would
     /// have dropped the header without a word.
-    mutating func replaceHeader(_ name: HeaderName, with value: String) {
+    public mutating func replaceHeader(_ name: HeaderName, with value: String) {
         #if canImport(FoundationNetworking)
         var fields = allHTTPHeaderFields ?? [:]
         for existing in fields.keys where existing != name.stored && name.matches(existing) {

@@ -27,7 +27,7 @@ public protocol URLTaskInterceptor: Sendable {
     var interceptsOneAtATime: Bool { get }
 
     /// Where this interceptor belongs among the others, when the order decides whether it works
-    /// (``CircuitBreaker`` is ``URLTaskPlacement/first``, so that it refuses a request before
+    /// (`CircuitBreaker` is ``URLTaskPlacement/first``, so that it refuses a request before
     /// another interceptor spends work on it). The manager checks the order it is given against
     /// every interceptor's placement and stops at init when it is wrong. Defaults to
     /// ``URLTaskPlacement/anywhere``: not checked, it runs wherever you put it.

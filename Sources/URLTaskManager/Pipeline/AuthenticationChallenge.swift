@@ -24,7 +24,7 @@ enum AuthenticationChallenge {
     static func make(for response: HTTPURLResponse, previousFailureCount: Int, storage: URLCredentialStorage?) -> URLAuthenticationChallenge
     {
         let (method, realm) = schemeAndRealm(response) ?? (NSURLAuthenticationMethodHTTPBasic, nil)
-        let origin = response.url.flatMap(OAuth2Origin.init)
+        let origin = URLOrigin(response.url)
         let space = URLProtectionSpace(
             host: origin?.host ?? "",
             port: origin?.port ?? 0,

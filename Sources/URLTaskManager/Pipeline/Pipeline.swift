@@ -31,7 +31,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     let additionalHeaders: AdditionalHeaders
     /// Dispatch and Swift tasks: the pipeline's threads and timers.
     let runtime: any PipelineRuntime = LiveRuntime()
-    /// The transfers identical requests share, with the manager's ``CoalescingInterceptor``;
+    /// The transfers identical requests share, with the manager's `CoalescingInterceptor`;
     /// `nil` without one.
     let sharing: SharedTransfers?
 
@@ -61,7 +61,8 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
         let (additionalHeaders, transportConfiguration) = AdditionalHeaders.split(configuration)
         self.additionalHeaders = additionalHeaders
         self.transport = Transport(configuration: transportConfiguration)
-        self.sharing = interceptors.lazy.compactMap { $0 as? CoalescingInterceptor }.first?.makeSharedTransfers()
+        self.sharing = interceptors.lazy.compactMap { ($0 as? any TransferSharingInterceptor)?.transferSharing }.first?
+            .makeSharedTransfers()
     }
 
     deinit {

@@ -57,10 +57,10 @@ enum Redirect {
             known ? .unsupportedURL : .badURL, url: known ? response.url : target, description: known ? "unsupported URL" : "bad URL")
     }
 
-    /// Same scheme, host and port (default ports filled in), as ``OAuth2Origin`` compares
-    /// the origins a credential may go to; a URL without a host matches nothing.
+    /// Same scheme, host and port (default ports filled in), as ``URLOrigin`` compares
+    /// them (and the OAuth2 kit the origins a credential may go to); a URL without a host matches nothing.
     static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
-        guard let a = OAuth2Origin(a), let b = OAuth2Origin(b) else { return false }
+        guard let a = URLOrigin(a), let b = URLOrigin(b) else { return false }
         return a == b
     }
 }

@@ -420,7 +420,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
 
     /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
     static func host(of request: URLRequest) -> String {
-        OAuth2Origin.poolKey(of: request.url)
+        URLOrigin(request.url)?.description ?? ""
     }
 
     /// Bounds a wait for a connection slot by the request's timeout, as URLSession's own queue
@@ -485,10 +485,10 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     }
 
     /// How this task may share its transfer with identical requests in flight, or `nil`: the
-    /// manager has a ``CoalescingInterceptor`` and the task passed it, has no body, is not a
+    /// manager has a ``TransferSharingInterceptor`` and the task is marked ``ShareableTransfer``, has no body, is not a
     /// part's own exclusive request (``ExclusiveTransfer``), and its method is shared.
     private func sharing(of request: URLRequest, body: URLTaskBody, task: URLTask, attempt: Int) -> TransferShare? {
-        guard let sharing = environment.sharing, case .none = body, task.attemptValues[CoalescingInterceptor.Passed.self] == true,
+        guard let sharing = environment.sharing, case .none = body, task.attemptValues[ShareableTransfer.self] == true,
             task.attemptValues[ExclusiveTransfer.self] != true,
             let key = SharingKey(request, policy: policy, rules: sharing.rules)
         else { return nil }

@@ -82,7 +82,7 @@ public protocol URLTaskReactor: Sendable {
 
     /// Where this reactor belongs among the others, when the order decides whether it works: a
     /// reactor that only observes outcomes is ``URLTaskPlacement/first``, as it sees none that an
-    /// earlier reactor takes; ``RetryReactor``, the fallback, is ``URLTaskPlacement/last``. The
+    /// earlier reactor takes; `RetryReactor`, the fallback, is ``URLTaskPlacement/last``. The
     /// manager checks the order it is given against every reactor's placement and stops at init
     /// when it is wrong. Defaults to ``URLTaskPlacement/anywhere``: not checked, it is asked
     /// wherever you put it.

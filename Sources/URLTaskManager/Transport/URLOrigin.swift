@@ -11,7 +11,7 @@ import Foundation
 /// and `http://h/b` are one origin, `http://h:8080` and `https://h` are two others. Paths,
 /// queries, users and fragments do not count.
 ///
-/// The built-in ``CircuitBreaker``, ``RateLimiter`` and ``OfflineHold`` key their state by it;
+/// The built-in `CircuitBreaker`, `RateLimiter` and `OfflineHold` key their state by it;
 /// a part of your own that does the same agrees with them on what a host is.
 public struct URLOrigin: Hashable, Sendable, CustomStringConvertible {
     /// The scheme, lowercased (`https`).

@@ -3,6 +3,7 @@ import LoopbackServer
 import XCTest
 
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -3,6 +3,8 @@ import LoopbackServer
 import XCTest
 
 @testable import URLTaskManager
+import URLTaskCrypto
+@testable import URLTaskOAuth2
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// `onRefreshFailure` runs on its own task: an app's hook that shows a sign-in screen (and so
 /// takes as long as the user does) never holds the requests that were waiting for the refresh.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// The OAuth2 kit over real HTTP: late 401s, rotation, proactive refresh, host isolation,
 /// two backends, sign-out.

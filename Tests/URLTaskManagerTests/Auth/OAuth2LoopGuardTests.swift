@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// The loop guard of ``URLTaskReactorConfiguration/authentication`` (3 runs in 10 s) over real
 /// HTTP with the OAuth2 kit: it counts refusals of the tokens refreshes produced, not the

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import XCTest
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// A token endpoint that fails fast is asked once per failure episode, not once per arriving
 /// request: within ``OAuth2Authenticator/refreshBackoff`` the requests that need a token fail

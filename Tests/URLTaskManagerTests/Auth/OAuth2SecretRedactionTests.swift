@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import XCTest
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// No description the library builds contains a secret it knows, whatever the token endpoint
 /// echoes: not the refresh or access token, the client secret, the Basic value or the

@@ -1,6 +1,7 @@
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// Chained sign-in (both or neither), and the kit's pure parts: the token request and
 /// response, the credential.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// Signing out sticks: a refresh that finished just before cannot put its credential back in
 /// the store, however slow the store's `save` is.

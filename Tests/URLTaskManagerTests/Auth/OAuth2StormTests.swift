@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// 1,000 concurrent requests against a server that refuses the token the client believes valid
 /// (revoked server-side): one refresh, no stale token after it started, everyone answered.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// The token endpoint against RFC 6749: client authentication (§2.3.1), what its errors mean
 /// (§5.2), `expires_in` (§5.1), and how fast a refresh fails when the endpoint goes away.

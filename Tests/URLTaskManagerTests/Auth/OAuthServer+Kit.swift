@@ -1,6 +1,7 @@
 import Foundation
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// The OAuth2 kit's view of LoopbackServer's demo OAuth server.
 extension OAuthServer {

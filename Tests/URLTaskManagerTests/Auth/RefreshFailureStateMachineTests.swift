@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
 
 /// Every transition of ``RefreshFailureStateMachine``, without I/O.
 final class RefreshFailureStateMachineTests: XCTestCase {

@@ -5,6 +5,8 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
+@testable import URLTaskResilience
 
 /// Every pair of the built-in parts, and the README's recommended stack, run one workload over
 /// real HTTP: each request's outcome must be the one the parts present promise (an answer, a

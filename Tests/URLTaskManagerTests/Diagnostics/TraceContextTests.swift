@@ -3,6 +3,7 @@ import LoopbackServer
 import XCTest
 
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

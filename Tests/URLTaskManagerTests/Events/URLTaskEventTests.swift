@@ -1,6 +1,7 @@
 import Foundation
 import LoopbackServer
 import URLTaskManager
+import URLTaskOAuth2
 import XCTest
 
 #if canImport(FoundationNetworking)

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskResilience
 import XCTest
 
 // DocC idempotency-key: begin

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager
+import URLTaskResilience
 import XCTest
 
 /// Per-request policies (skip interceptors or reactors, accept other answers, hold less) and

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import XCTest
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 /// What goes on the wire frames exactly the bytes sent: a caller's `Content-Length` that
 /// disagrees with the body never reaches the server, so the rest of the body cannot be read

@@ -1,6 +1,7 @@
 import Foundation
 import LoopbackServer
 import URLTaskManager
+import URLTaskResilience
 import XCTest
 
 #if canImport(FoundationNetworking)

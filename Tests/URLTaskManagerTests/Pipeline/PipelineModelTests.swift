@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import XCTest
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 /// Drives the real storages of one pipeline through random interleavings: ``TaskStorage`` with
 /// its ``TaskStateMachine`` for each task, ``AdmissionStorage`` (reactor runs, gates, credential
@@ -216,7 +217,7 @@ final class PipelineModelTests: XCTestCase {
                 let flushes = batches[index].snapshot.flushes
                 var changed = task
                 changed.request.setValue("attempt \(task.attempt)", forHTTPHeaderField: "Authorization")
-                if scenario.sharing { changed.attemptValues[CoalescingInterceptor.Passed.self] = true }
+                if scenario.sharing { changed.attemptValues[ShareableTransfer.self] = true }
                 let roll = draw(0..<100)
                 let command: InterceptCommand
                 if scenario.batching, index == 0, roll < 30 {

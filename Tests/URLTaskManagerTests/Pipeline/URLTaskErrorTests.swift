@@ -3,6 +3,8 @@ import Foundation
 import FoundationNetworking
 #endif
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
+@testable import URLTaskResilience
 import XCTest
 
 /// `URLTaskError` as a struct over a code: easy to match, names its component by index and

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 /// ``RetryReactor`` over real HTTP, and ``RetryPolicy``'s arithmetic.
 final class RetryReactorTests: XCTestCase {

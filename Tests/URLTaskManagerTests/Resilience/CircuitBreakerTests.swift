@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 /// ``CircuitBreaker`` over real HTTP on 127.0.0.1, with a clock the test moves.
 final class CircuitBreakerTests: XCTestCase {

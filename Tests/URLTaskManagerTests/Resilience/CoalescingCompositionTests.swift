@@ -5,6 +5,8 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
+@testable import URLTaskResilience
 
 /// ``CoalescingInterceptor`` beside the parts it used to break (0.2.0's findings, each a test):
 /// sharing never crosses callers that differ, keeps each caller's policy, never swallows a

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 /// ``CoalescingInterceptor`` over real HTTP on 127.0.0.1.
 final class CoalescingTests: XCTestCase {

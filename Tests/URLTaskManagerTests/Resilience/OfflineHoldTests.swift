@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 /// ``OfflineHold`` over real HTTP on 127.0.0.1. A host "comes back" when a server starts again
 /// on the port where the first one was stopped.

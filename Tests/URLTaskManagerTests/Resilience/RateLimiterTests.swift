@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 /// ``RateLimiter`` over real HTTP on 127.0.0.1, with short real durations and event waits.
 final class RateLimiterTests: XCTestCase {

@@ -5,6 +5,8 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
+@testable import URLTaskResilience
 
 /// The resilience components with the OAuth2 kit, in the documented order, over real HTTP.
 final class ResilienceCompositionTests: XCTestCase {

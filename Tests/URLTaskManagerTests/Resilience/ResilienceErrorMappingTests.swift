@@ -5,6 +5,8 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+@testable import URLTaskOAuth2
+@testable import URLTaskResilience
 
 /// One error rule whatever the stack: each failure the recommended stack (the Resilience
 /// article's interceptors and reactors, coalescing included, with response validation) can

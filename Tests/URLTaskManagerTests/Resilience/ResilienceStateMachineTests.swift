@@ -1,5 +1,6 @@
 import XCTest
 @testable import URLTaskManager
+@testable import URLTaskResilience
 
 /// The resilience state machines (sharing has its own: `SharedTransferStateMachineTests`), driven event by event with explicit time: no I/O.
 final class ResilienceStateMachineTests: XCTestCase {

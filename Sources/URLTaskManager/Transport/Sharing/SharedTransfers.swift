@@ -3,7 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// One manager's shared transfers (``CoalescingInterceptor``): its
+/// One manager's shared transfers (`CoalescingInterceptor`): its
 /// ``SharedTransferStateMachine`` under a lock, each task's ``TransferSubscription``, and the
 /// fan-out of every transfer's events to the tasks listening to it.
 ///
@@ -44,17 +44,17 @@ final class SharedTransfers: @unchecked Sendable {
         case alone
     }
 
-    let configuration: CoalescingInterceptor.Configuration
+    let configuration: TransferSharing.Configuration
     /// What makes two requests identical, worked out once from `configuration`.
     let rules: SharingRules
-    let decisions: DecisionEvents<CoalescingInterceptor.Event>
+    let decisions: DecisionEvents<TransferSharing.Event>
     private let lock = NSLock()
     private var machine = Machine()
     private var subscriptions: [Machine.Subscriber: TransferSubscription] = [:]
     private var records: [Transfer: Record] = [:]
     private var lastSubscriber: UInt64 = 0
 
-    init(configuration: CoalescingInterceptor.Configuration, decisions: DecisionEvents<CoalescingInterceptor.Event>) {
+    init(configuration: TransferSharing.Configuration, decisions: DecisionEvents<TransferSharing.Event>) {
         self.configuration = configuration
         self.rules = SharingRules(configuration)
         self.decisions = decisions

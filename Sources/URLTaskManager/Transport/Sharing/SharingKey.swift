@@ -48,7 +48,7 @@ struct SharingKey: Hashable, Sendable {
     }
 }
 
-/// A ``CoalescingInterceptor/Configuration`` as the key asks it, worked out once per manager
+/// A `CoalescingInterceptor.Configuration` as the key asks it, worked out once per manager
 /// (its header patterns lower-cased and split) rather than for every header of every request.
 struct SharingRules: Sendable {
     /// The methods whose requests are shared (upper case).
@@ -56,7 +56,7 @@ struct SharingRules: Sendable {
     private let ignoredNames: Set<String>
     private let ignoredPrefixes: [String]
 
-    init(_ configuration: CoalescingInterceptor.Configuration) {
+    init(_ configuration: TransferSharing.Configuration) {
         methods = configuration.methods
         let patterns = configuration.headersThatNeverIdentifyACaller.map { $0.lowercased() }
         ignoredNames = Set(patterns.filter { !$0.hasSuffix("*") })

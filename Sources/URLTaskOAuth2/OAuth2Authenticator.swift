@@ -1,0 +1,446 @@
+import Foundation
+import URLTaskManager
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The one owner of an OAuth 2.0 credential: it loads it, hands it out, renews it once for
+/// everyone, and saves it.
+///
+/// A manager uses it through a ``BearerInterceptor`` (which applies the token to requests for
+/// the authenticator's origins, renewing it first when it is about to expire) and an
+/// ``OAuth2RefreshReactor`` (which renews it when a request comes back 401). Both only ask the
+/// authenticator; it is an actor so that, however many requests ask at once, there is one
+/// credential, one refresh in flight, and one answer.
+///
+/// ```swift
+/// let auth = OAuth2Authenticator(
+///     origins: [URL(string: "https://api.example.com")!],
+///     tokenEndpoint: OAuth2TokenEndpoint(url: URL(string: "https://auth.example.com/token")!, clientID: "app"),
+///     store: KeychainStore(),
+///     onRefreshFailure: { _ in await MainActor.run { AppModel.shared.showSignIn() } }
+/// )
+/// let manager = URLTaskManager(
+///     interceptors: [BearerInterceptor(authenticator: auth)],
+///     reactors: [OAuth2RefreshReactor(authenticator: auth)]
+/// )
+/// ```
+///
+/// Two backends with their own tokens are two authenticators and two pairs in one manager;
+/// each pair only touches its own origins, and one backend's refresh never holds the other's
+/// requests:
+///
+/// ```swift
+/// let manager = URLTaskManager(
+///     interceptors: [BearerInterceptor(authenticator: api), BearerInterceptor(authenticator: media)],
+///     reactors: [OAuth2RefreshReactor(authenticator: api), OAuth2RefreshReactor(authenticator: media), RetryReactor()]
+/// )
+/// ```
+///
+/// When one service's token is needed to obtain another's, sign in to both with
+/// ``signIn(_:using:then:using:)``: both are stored, or neither.
+///
+/// **Versions.** Every change of the credential (sign-in, refresh, sign-out) increments
+/// ``version``. The interceptor records on each task the version it applied; when that task
+/// comes back 401 after the credential already changed, the reactor does not refresh again, the
+/// task is just sent again with the current token (the "late 401" of a storm of requests that
+/// all left with the old token).
+///
+/// **Hard cases.**
+/// - A refresh that fails because the server rejected the refresh token (`invalid_grant`, see
+///   ``OAuth2Error/requiresSignIn``) is final: `onRefreshFailure` is called once, and every
+///   request for these origins then fails at once with the same error, without touching the
+///   network, until ``signIn(_:)``. Other failures (the token endpoint unreachable, a 5xx, a
+///   client configuration error such as `invalid_client`, see
+///   ``OAuth2Error/isConfigurationError``) are tried again by the first request that needs a
+///   token once ``refreshBackoff`` has passed, so a fix on the server's side is picked up
+///   without a relaunch; until then, requests that need a refresh fail at once with the same
+///   error, without a token request (an endpoint failing fast would otherwise be asked once
+///   per arriving request).
+/// - `onRefreshFailure` runs on a task of its own and nobody waits for it: the requests
+///   waiting for the refresh fail as soon as the token endpoint's answer arrives, even while the
+///   hook is still showing a sign-in screen. It is called once per failure episode: at the
+///   first failed refresh after a success or a sign-in, and again only if a later one in the
+///   same episode requires signing in (see `RefreshFailureStateMachine`).
+/// - Signing in or out while a refresh is in flight wins: the refresh's result is dropped.
+/// - Writes to the store happen one at a time, in the order of the changes they record, so the
+///   store ends up holding what the last change made even when a slow `save` (a Keychain write)
+///   is overtaken. Once ``signOut()`` returns, the store is empty and no refresh begun before it
+///   can store or apply a credential: a refresh's save that is still under way is waited for
+///   and then cleared, and one that has not started yet is skipped. Likewise a ``signIn(_:)``
+///   overtaking a refresh's save is what the store keeps.
+/// - A refreshed credential is made current before it is saved: the server may have rotated the
+///   refresh token, making the old one useless. If saving fails, requests still use the new
+///   credential and `onRefreshFailure` hears the store's error, because at the next launch the
+///   user will have to sign in again.
+/// - A token endpoint that issues tokens living shorter than ``refreshLeeway`` would be asked for
+///   a new one before every request; a credential this authenticator just refreshed is therefore
+///   renewed early only once it has actually expired.
+/// - A refresh that has started runs to its end even if every request waiting for it is
+///   cancelled: the new token is still worth keeping, and cancelling a rotation half-way could
+///   lose the new refresh token. Its end is bounded: the token endpoint's whole answer by
+///   ``OAuth2TokenEndpoint/timeout``, and a refresh whose ``OAuth2RefreshReactor`` run timed
+///   out is cancelled with it.
+public actor OAuth2Authenticator {
+    /// Obtains a new credential from the current one.
+    public typealias Refresh = @Sendable (OAuth2Credential) async throws -> OAuth2Credential
+
+    /// How long before its expiry a token is renewed instead of sent.
+    public nonisolated let refreshLeeway: Duration
+
+    /// How long after a failed refresh (one that does not require signing in) requests that
+    /// need a new token fail at once with that failure's error instead of asking the token
+    /// endpoint again. The first request after it tries again.
+    public nonisolated let refreshBackoff: Duration
+
+    /// The ``refreshBackoff`` unless you pass another: long enough that a storm of requests
+    /// against a failing token endpoint costs one token request, short enough that a
+    /// recovered endpoint is used again within seconds.
+    public static let defaultRefreshBackoff: Duration = .seconds(5)
+
+    private nonisolated let origins: Set<URLOrigin>
+    private nonisolated let tokenRequestMatcher: @Sendable (URLRequest) -> Bool
+    private let refresher: Refresh
+    private let store: any CredentialStore
+    private let onRefreshFailure: (@Sendable (any Error) async -> Void)?
+
+    private var credential: OAuth2Credential? { didSet { publish() } }
+    private var loaded = false { didSet { publish() } }
+    private var loading: Task<OAuth2Credential?, any Error>?
+    private var refreshing: Task<OAuth2Credential, any Error>? { didSet { publish() } }
+    /// The version a refresh produced last: it is not renewed early (see the hard cases).
+    private var refreshedVersion: Int? { didSet { publish() } }
+    /// Failed refreshes: the back-off after a temporary failure, a rejection that only a
+    /// sign-in ends, and whether the failure hook heard of the current episode.
+    private var failures: RefreshFailureStateMachine { didSet { publish() } }
+    /// The store write enqueued last. Each write starts once the one before it has ended, so
+    /// the store's calls land in the order of the changes they record (see the hard cases).
+    private var lastWrite: Task<Void, any Error>?
+
+    /// The credential version: incremented on every change of the credential (sign-in, refresh,
+    /// sign-out). Readable without awaiting, because the manager's engine compares it with the
+    /// version a request was sent with when deciding whether a 401 is late (see
+    /// ``OAuth2RefreshReactor/credentialVersion(of:)``).
+    public nonisolated var version: Int { published.value.version }
+    private var storedVersion = 0 { didSet { publish() } }
+    /// What the actor's state says about the credential, readable without awaiting (see
+    /// ``credentialWithoutWaiting()``); republished on every change of that state.
+    private nonisolated let published = PublishedCredential()
+
+    /// An authenticator that renews its credential with the refresh-token grant (RFC 6749 §6).
+    ///
+    /// - Parameters:
+    ///   - origins: The scheme, host and port of every API the token is for, such as
+    ///     `https://api.example.com`. The token is never sent anywhere else: origins compare as
+    ///     `URLOrigin`s, so `https://api.example.com` covers neither `http://api.example.com` (the
+    ///     token would cross the network in clear), `https://api.example.com:8443`, nor
+    ///     `https://evil.api.example.com`.
+    ///   - tokenEndpoint: Where refresh tokens are exchanged. Its requests are never given the
+    ///     bearer token nor held behind a refresh, even if they go through the manager.
+    ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
+    ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
+    ///   - refreshBackoff: After a failed refresh, requests that need a new token fail with its
+    ///     error for this long without asking the token endpoint (``defaultRefreshBackoff``).
+    ///   - onRefreshFailure: Called once per failure episode (and when a refreshed credential
+    ///     could not be saved): the place to show a sign-in screen. It runs on a task of its own;
+    ///     the requests waiting for the refresh fail without waiting for it, so it may take as
+    ///     long as the user does. Check ``OAuth2Error/requiresSignIn`` before asking the user to
+    ///     sign in: a configuration error or an unreachable server is not the user's to fix.
+    public init(
+        origins: [URL],
+        tokenEndpoint: OAuth2TokenEndpoint,
+        store: any CredentialStore = InMemoryCredentialStore(),
+        refreshLeeway: Duration = .seconds(60),
+        refreshBackoff: Duration = OAuth2Authenticator.defaultRefreshBackoff,
+        onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil
+    ) {
+        self.init(
+            origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff,
+            isTokenRequest: { tokenEndpoint.matches($0) }, onRefreshFailure: onRefreshFailure,
+            refresh: { try await tokenEndpoint.refresh($0) }
+        )
+    }
+
+    /// An authenticator with your own renewal: another grant, another token format, a login
+    /// chain (see ``signIn(_:using:then:using:)``).
+    ///
+    /// Throw an ``OAuth2Error`` whose ``OAuth2Error/requiresSignIn`` is `true` from `refresh`
+    /// when only a new sign-in can help; any other error is treated as temporary.
+    ///
+    /// - Parameters:
+    ///   - origins: The scheme, host and port of every API the token is for. The token is never
+    ///     sent anywhere else.
+    ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
+    ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
+    ///   - refreshBackoff: After a failed refresh, requests that need a new token fail with its
+    ///     error for this long without calling `refresh` (``defaultRefreshBackoff``).
+    ///   - isTokenRequest: The requests `refresh` sends, if it sends them through a manager
+    ///     that uses this authenticator: they are then neither given the token nor held.
+    ///   - onRefreshFailure: Called once per failure episode, on a task of its own, as for
+    ///     ``init(origins:tokenEndpoint:store:refreshLeeway:refreshBackoff:onRefreshFailure:)``.
+    ///   - refresh: Returns a new credential for the current one.
+    public init(
+        origins: [URL],
+        store: any CredentialStore = InMemoryCredentialStore(),
+        refreshLeeway: Duration = .seconds(60),
+        refreshBackoff: Duration = OAuth2Authenticator.defaultRefreshBackoff,
+        isTokenRequest: @escaping @Sendable (URLRequest) -> Bool = { _ in false },
+        onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil,
+        refresh: @escaping Refresh
+    ) {
+        self.origins = Set(origins.compactMap { URLOrigin($0) })
+        self.store = store
+        self.refreshLeeway = refreshLeeway
+        self.refreshBackoff = refreshBackoff
+        self.failures = RefreshFailureStateMachine(backoff: refreshBackoff)
+        self.tokenRequestMatcher = isTokenRequest
+        self.onRefreshFailure = onRefreshFailure
+        self.refresher = refresh
+    }
+
+    // MARK: Questions the interceptor and the reactor ask
+
+    /// Whether the token may be sent to `url`: its scheme, host and port are one of the origins.
+    public nonisolated func authorizes(_ url: URL) -> Bool {
+        URLOrigin(url).map(origins.contains) ?? false
+    }
+
+    /// Whether `request` is one of the authenticator's own token requests.
+    public nonisolated func isTokenRequest(_ request: URLRequest) -> Bool {
+        tokenRequestMatcher(request)
+    }
+
+    /// The credential to send now and its version, or `nil` when signed out.
+    ///
+    /// Waits for a refresh in flight rather than return the token it replaces, and renews a
+    /// token that expires within ``refreshLeeway`` first (one refresh for all callers).
+    /// Throws the refresh's error, or the rejection that ended the session.
+    public func validCredential() async throws -> (credential: OAuth2Credential, version: Int)? {
+        try await ensureLoaded()
+        if let refreshing { _ = try await refreshing.value }
+        try throwIfRejected()
+        guard let credential else { return nil }
+        let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
+        if credential.isExpired(within: leeway) {
+            try throwIfBackingOff()
+            _ = try await startRefresh().value
+        }
+        return self.credential.map { ($0, storedVersion) }
+    }
+
+    /// The credential to send now and its version, when that needs no waiting: it is loaded, no
+    /// refresh is in flight, no rejection stands, and it does not expire within the leeway.
+    /// `.some(nil)` means signed out; `nil` means ask ``validCredential()``. What the
+    /// ``BearerInterceptor`` reads on every request, without a hop onto this actor.
+    public nonisolated func credentialWithoutWaiting() -> (credential: OAuth2Credential, version: Int)?? {
+        let snapshot = published.value
+        guard snapshot.settled else { return nil }
+        guard let credential = snapshot.credential else { return .some(nil) }
+        guard !credential.isExpired(within: snapshot.leeway) else { return nil }
+        return (credential, snapshot.version)
+    }
+
+    /// Renews the credential because a request sent with version `sentVersion` was refused,
+    /// unless it has changed since (then the request should simply be sent again) or a refresh
+    /// is already in flight (then this waits for it).
+    public func refresh(ifUnchangedSince sentVersion: Int) async throws {
+        try await ensureLoaded()
+        if let refreshing {
+            _ = try await refreshing.value
+            return
+        }
+        guard sentVersion == storedVersion else { return }
+        try throwIfBackingOff()
+        _ = try await startRefresh().value
+    }
+
+    /// Cancels the refresh in flight, if any: its token request stops and the refresh fails
+    /// (a failure like any other: back-off, hook). Called when the refresh reactor's run timed
+    /// out; a refresh nobody has given up on runs to its end (see the hard cases).
+    func abandonRefresh() {
+        refreshing?.cancel()
+    }
+
+    // MARK: The app's side
+
+    /// The current credential, as loaded or last set, without renewing it.
+    public func currentCredential() async throws -> OAuth2Credential? {
+        try await ensureLoaded()
+        return credential
+    }
+
+    /// Renews the credential now (or waits for the refresh in flight) and returns it.
+    ///
+    /// The app's own call is not held back by ``refreshBackoff`` (a "try again" button should
+    /// try again); a standing rejection still throws until ``signIn(_:)``.
+    @discardableResult
+    public func refresh() async throws -> OAuth2Credential {
+        try await ensureLoaded()
+        if let refreshing { return try await refreshing.value }
+        try throwIfRejected()
+        return try await startRefresh().value
+    }
+
+    /// Saves `credential` and makes it current. Nothing changes if the store fails.
+    ///
+    /// A save of a refreshed credential still under way is waited for first, so it cannot land
+    /// after this one and leave the store holding the credential this sign-in replaced.
+    public func signIn(_ credential: OAuth2Credential) async throws {
+        try await enqueueWrite { [self, store] in
+            try await store.save(credential)
+            await replace(with: credential)
+        }.value
+    }
+
+    /// Forgets the credential, here and in the store. Requests are then sent without a token.
+    ///
+    /// The credential is forgotten at once; the store is cleared after any save already under
+    /// way (a refresh that finished just before), so when this returns the store is empty and no
+    /// earlier refresh can put a credential back.
+    public func signOut() async throws {
+        replace(with: nil)
+        try await enqueueWrite { [store] in try await store.clear() }.value
+    }
+
+    // MARK: Internals
+
+    /// Runs `write` once every store write enqueued before it has ended, whether it succeeded or
+    /// not. The order of the store's calls is then the order of this actor's changes, which a
+    /// store that is not an actor (a Keychain wrapper) could not promise on its own.
+    private func enqueueWrite(_ write: @escaping @Sendable () async throws -> Void) -> Task<Void, any Error> {
+        let previous = lastWrite
+        let task = Task {
+            _ = await previous?.result
+            try await write()
+        }
+        lastWrite = task
+        return task
+    }
+
+    /// Saves a credential this actor made current at `version`, unless a sign-in or sign-out
+    /// has replaced it before the write's turn came: that change's own write wins.
+    private func save(_ credential: OAuth2Credential, madeCurrentAt current: Int) async throws {
+        try await enqueueWrite { [self, store] in
+            guard version == current else { return }
+            try await store.save(credential)
+        }.value
+    }
+
+    /// Tells `onRefreshFailure` on a task of its own: the requests waiting for the refresh
+    /// must not wait for a hook that may be showing a sign-in screen.
+    private func reportFailure(_ error: any Error) {
+        guard let onRefreshFailure else { return }
+        Task { await onRefreshFailure(error) }
+    }
+
+    /// Republishes the state ``credentialWithoutWaiting()`` and ``version`` read.
+    private func publish() {
+        let rejected = failures.rejection != nil
+        published.set(
+            PublishedCredential.Snapshot(
+                credential: credential,
+                version: storedVersion,
+                settled: loaded && refreshing == nil && !rejected,
+                leeway: storedVersion == refreshedVersion ? .zero : refreshLeeway
+            ))
+    }
+
+    private func replace(with credential: OAuth2Credential?) {
+        self.credential = credential
+        loaded = true
+        storedVersion += 1
+        failures.credentialReplaced()
+    }
+
+    private func throwIfRejected() throws {
+        if let rejection = failures.rejection { throw rejection }
+    }
+
+    /// Throws the standing failure's error if no refresh may start now: a rejection, or a
+    /// temporary failure within ``refreshBackoff``.
+    private func throwIfBackingOff() throws {
+        if case .fail(let error) = failures.mayStartRefresh(at: .now) { throw error }
+    }
+
+    /// Loads the stored credential once; concurrent first callers share the load.
+    private func ensureLoaded() async throws {
+        guard !loaded else { return }
+        let task = loading ?? Task { [store] in try await store.load() }
+        loading = task
+        do {
+            let stored = try await task.value
+            if !loaded {
+                credential = stored
+                loaded = true
+            }
+            loading = nil
+        } catch {
+            if loading == task { loading = nil }
+            throw error
+        }
+    }
+
+    private func startRefresh() -> Task<OAuth2Credential, any Error> {
+        if let refreshing { return refreshing }
+        let task = Task { try await self.performRefresh() }
+        refreshing = task
+        return task
+    }
+
+    /// The body of the one refresh in flight; every caller awaits its task.
+    private func performRefresh() async throws -> OAuth2Credential {
+        let startVersion = storedVersion
+        let refreshed: OAuth2Credential
+        do {
+            guard let credential else { throw OAuth2Error.notSignedIn }
+            refreshed = try await refresher(credential)
+        } catch {
+            refreshing = nil
+            guard storedVersion == startVersion else {
+                // Signed in or out meanwhile: the failure belongs to a credential that is gone.
+                reportFailure(error)
+                throw error
+            }
+            let requiresSignIn = (error as? OAuth2Error)?.requiresSignIn == true
+            if case .report(let first) = failures.refreshFailed(error, requiresSignIn: requiresSignIn, at: .now) {
+                reportFailure(first)
+            }
+            throw error
+        }
+        refreshing = nil
+        if storedVersion == startVersion { failures.refreshSucceeded() }
+        guard storedVersion == startVersion else {
+            // Signed in or out meanwhile: that credential wins.
+            guard let credential else { throw OAuth2Error.notSignedIn }
+            return credential
+        }
+        replace(with: refreshed)
+        refreshedVersion = storedVersion
+        do {
+            try await save(refreshed, madeCurrentAt: storedVersion)
+        } catch {
+            reportFailure(error)
+        }
+        return refreshed
+    }
+}
+
+/// The authenticator's state as the bearer interceptor needs it, readable from any thread.
+private final class PublishedCredential: @unchecked Sendable {  // `snapshot` is guarded by `lock`.
+    struct Snapshot {
+        var credential: OAuth2Credential?
+        var version = 0
+        /// Loaded, no refresh in flight, no rejection standing.
+        var settled = false
+        var leeway = Duration.zero
+    }
+
+    private let lock = NSLock()
+    private var snapshot = Snapshot()
+
+    var value: Snapshot { lock.withLock { snapshot } }
+
+    func set(_ new: Snapshot) {
+        lock.withLock { snapshot = new }
+    }
+}

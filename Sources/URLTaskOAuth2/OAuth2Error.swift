@@ -1,0 +1,118 @@
+import Foundation
+import URLTaskManager
+
+/// Why the OAuth2 kit could not produce a token.
+///
+/// Requests fail with these as the `URLTaskError.underlying` error of a `URLTaskError` coded
+/// `URLTaskError.Code.authenticationFailed`, whichever path found the problem (a
+/// 401 that triggered a refresh, a token renewed before it expired, a sign-out through
+/// `URLTaskManager.signOut(of:)`), so an app handles "the session is over" in one place.
+///
+/// Three kinds of failure call for three different reactions, and the two properties tell them
+/// apart: ``requiresSignIn`` (the user must sign in again), ``isConfigurationError`` (the app or
+/// the server's client registration is wrong: signing in again would not help, a developer must
+/// look), and neither (temporary: the next request tries again).
+public enum OAuth2Error: Error, Sendable, Equatable {
+    /// There is no credential to refresh: never signed in, or signed out meanwhile.
+    case notSignedIn
+    /// The credential has no refresh token, so the refresh-token grant cannot renew it.
+    case noRefreshToken
+    /// The token endpoint answered with an error (RFC 6749 §5.2): `error` is its code, such as
+    /// `invalid_grant` for a refresh token that was revoked, expired or already rotated.
+    case tokenRequestRejected(status: Int, error: String?, description: String?)
+    /// The token endpoint answered 2xx with something that is not a usable bearer token
+    /// response: no `access_token`, another `token_type`, or an `expires_in` that is not a
+    /// positive number of seconds.
+    case invalidTokenResponse(reason: String)
+
+    /// The `error` code the token endpoint answered with, as it sent it (RFC 6749 §5.2), or
+    /// `nil`. The server chose this text: it may echo anything the request carried, so log it
+    /// only where a secret may be logged. ``description`` names only registered codes.
+    public var serverErrorCode: String? {
+        guard case .tokenRequestRejected(_, let error, _) = self else { return nil }
+        return error
+    }
+
+    /// The token endpoint's `error_description`, as it sent it, or `nil`. Never part of
+    /// ``description``: a server may echo the refresh token, the client's credentials or the
+    /// password in it, and this library does not know every form an echo can take. For apps
+    /// that want the server's words, knowing what they may contain.
+    public var serverDescription: String? {
+        guard case .tokenRequestRejected(_, _, let description) = self else { return nil }
+        return description
+    }
+
+    /// The error codes ``description`` names: RFC 6749 §5.2 and §4.1.2.1, RFC 6750 §3.1,
+    /// RFC 8628 §3.5 and RFC 8693 §2.2.2. Any other code is the server's text, which may hold
+    /// anything (see ``serverErrorCode``).
+    static let registeredErrorCodes: Set<String> = [
+        "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type", "invalid_scope",
+        "access_denied", "server_error", "temporarily_unavailable", "invalid_token", "insufficient_scope",
+        "authorization_pending", "slow_down", "expired_token", "invalid_target",
+    ]
+
+    /// The RFC 6749 §5.2 codes that say the client, not the user's grant, is wrong.
+    static let configurationErrorCodes: Set<String> = [
+        "invalid_client", "invalid_request", "invalid_scope", "unauthorized_client", "unsupported_grant_type",
+    ]
+
+    /// Whether only a new sign-in can fix this. The authenticator then stops asking the token
+    /// endpoint (and stops sending requests) until ``OAuth2Authenticator/signIn(_:)``: retrying
+    /// a refresh token the server has rejected cannot succeed.
+    ///
+    /// Only a 4xx `invalid_grant` counts (the grant, that is the refresh token, is revoked,
+    /// expired or already used), besides having no credential or no refresh token at all. A
+    /// 400 or 401 with another code or none is not the user's to fix (see
+    /// ``isConfigurationError``), and a 5xx, a malformed answer or a transport error is
+    /// temporary: the next request tries again.
+    public var requiresSignIn: Bool {
+        switch self {
+        case .notSignedIn, .noRefreshToken: true
+        case .tokenRequestRejected(let status, let error, _): (400..<500).contains(status) && error == "invalid_grant"
+        case .invalidTokenResponse: false
+        }
+    }
+
+    /// Whether the token endpoint refused the client rather than the user's grant: a wrong
+    /// client ID or secret, a client authentication method the server does not accept, a grant
+    /// or scope the client is not registered for. Signing in again would fail the same way, so
+    /// an app should report it (to its developers) rather than show a sign-in screen.
+    ///
+    /// The codes `invalid_client`, `invalid_request`, `invalid_scope`, `unauthorized_client` and
+    /// `unsupported_grant_type` count, and so does a 401 without `invalid_grant` (with another
+    /// code or no body at all): a token endpoint answers 401 when client authentication failed
+    /// (RFC 6749 §5.2). A 400 without a code is neither this nor ``requiresSignIn``: it is
+    /// treated as temporary. The authenticator does not end the session on a configuration
+    /// error, so a fix on the server's side is picked up by the next request.
+    public var isConfigurationError: Bool {
+        guard case .tokenRequestRejected(let status, let error, _) = self else { return false }
+        if let error, Self.configurationErrorCodes.contains(error) { return true }
+        return status == 401 && error != "invalid_grant"
+    }
+}
+
+extension OAuth2Error: CustomStringConvertible, LocalizedError {
+    /// What happened, with the status and a registered error code; never a token, a secret or
+    /// a password, whatever the server echoed. Nothing the server wrote freely is part of it:
+    /// its `error_description` is ``serverDescription``, an unregistered code
+    /// ``serverErrorCode``.
+    public var description: String {
+        switch self {
+        case .notSignedIn:
+            "Not signed in"
+        case .noRefreshToken:
+            "The credential has no refresh token"
+        case .tokenRequestRejected(let status, let error, let description):
+            "The token endpoint answered \(status)"
+                + (error.map { Self.registeredErrorCodes.contains($0) ? " \($0)" : " with an unregistered error code" } ?? "")
+                + (description == nil ? "" : " (its error_description is in serverDescription)")
+                + (isConfigurationError
+                    ? " (a client configuration problem: check the client ID, secret, authentication method, grant and scope)" : "")
+        case .invalidTokenResponse(let reason):
+            "The token endpoint's answer is not a bearer token: \(reason)"
+        }
+    }
+
+    /// The same text as ``description``: what `localizedDescription` and the `NSError` form show.
+    public var errorDescription: String? { description }
+}

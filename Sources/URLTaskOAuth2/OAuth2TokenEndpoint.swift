@@ -1,0 +1,336 @@
+import Foundation
+import URLTaskManager
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// An OAuth 2.0 token endpoint, and the requests the kit sends to it.
+///
+/// ``refresh(_:)`` is the refresh-token grant of RFC 6749 §6: a form `POST` of
+/// `grant_type=refresh_token&refresh_token=...`, answered by a JSON token response. The same
+/// request with other parameters signs in (``requestToken(_:previous:)``), for example a token
+/// exchange where one service's token buys another's.
+///
+/// **Client authentication** (RFC 6749 §2.3.1). A confidential client (one with a
+/// ``clientSecret``) authenticates with HTTP Basic by default, the method every server must
+/// support; ``ClientAuthentication/requestBody`` puts `client_id` and `client_secret` in the form
+/// instead, for servers that only take that. A public client (no secret) sends `client_id` in
+/// the form (§3.2.1).
+///
+/// **Timeouts and dead connections.** Every request the kit holds waits for a refresh, so a
+/// token request that hangs holds the whole app. Token requests therefore carry their own
+/// ``timeout`` (10 seconds unless you say otherwise: a token endpoint answers in well under a
+/// second, and a failed refresh is tried again after the authenticator's back-off) and ask for
+/// `Connection: close`: refreshes are minutes apart, and a keep-alive connection left idle that
+/// long is the one a NAT or a load balancer has silently dropped, which the next refresh would
+/// only find out about when its timeout fires. Measured on Linux against a connection that
+/// stopped answering: 30 s to fail with a pooled connection, a fresh connection and an
+/// immediate answer with `Connection: close`. (Apple's URLSession may ignore a `Connection`
+/// header it manages itself; the timeout still bounds the wait there.)
+///
+/// **A 401 with `WWW-Authenticate`.** A token endpoint that refuses the client's credentials
+/// answers 401 with `WWW-Authenticate: Basic` (RFC 6749 §5.2). URLSession takes that as a
+/// challenge; without a delegate, swift-corelibs-foundation then never completes the `POST`,
+/// not even at its timeout. ``defaultSession`` therefore refuses such challenges (the kit has
+/// no other credentials to offer), and the refusal becomes
+/// ``OAuth2Error/tokenRequestRejected(status:error:description:)`` with the 401 (on Linux
+/// without the body's `error` code, which URLSession drops; a 401 counts as a
+/// configuration error either way). A session of your own needs a delegate that does the same.
+///
+/// **Why a plain session.** The token request must not go through a manager that applies the
+/// token it renews: the ``BearerInterceptor`` would attach the expiring token to it (or wait
+/// for the very refresh it is part of), the refresh reactor's gate would hold it behind its own
+/// refresh, and a 401 from it would start another refresh. It must not be cached or leave
+/// cookies either. So by default it goes through ``defaultSession``, an ephemeral session with no
+/// cache and no cookies; pass your own `URLSession` for pinning or a proxy. (If you pass the
+/// manager's session anyway, ``OAuth2RefreshReactor`` exempts the token endpoint and
+/// ``BearerInterceptor`` skips it, so it still works, but there is no reason to.)
+public struct OAuth2TokenEndpoint: Sendable {
+    /// The token endpoint URL.
+    public var url: URL {
+        didSet { address = (URLOrigin(url), url.path) }
+    }
+    /// The origin and path of ``url``, which ``matches(_:)`` compares every request with (twice
+    /// per request a manager sends): worked out once rather than parsed from the URL each time.
+    private var address: (origin: URLOrigin?, path: String)
+    /// Sent as `client_id`, if set.
+    public var clientID: String?
+    /// The client's secret, if it has one (confidential clients only: an app binary keeps no
+    /// secret). Sent as ``clientAuthentication`` says.
+    public var clientSecret: String?
+    /// How a confidential client proves who it is; ignored without a ``clientSecret``.
+    public var clientAuthentication: ClientAuthentication
+    /// How long a token request may take, from sending it to the end of the answer, before it
+    /// fails with `URLError.timedOut` (it is also each request's `timeoutInterval`); `nil`
+    /// leaves the session's own `timeoutIntervalForRequest`, which bounds only the silence
+    /// between two bytes. Short, because every request waiting for a
+    /// refresh waits this long too (see the type's "Timeouts and dead connections").
+    public var timeout: Duration?
+    /// The session the requests go through.
+    public var session: URLSession
+
+    /// How a confidential client authenticates to the token endpoint (RFC 6749 §2.3.1).
+    public enum ClientAuthentication: Sendable, Hashable {
+        /// `Authorization: Basic` with the form-urlencoded `client_id` and `client_secret`
+        /// joined by `:`. The default: every server must support it, and it keeps the secret out
+        /// of the form, which servers and proxies are more likely to log.
+        case basic
+        /// `client_id` and `client_secret` in the form body, which §2.3.1 allows and some
+        /// servers require (`client_secret_post` in OpenID Connect terms).
+        case requestBody
+    }
+
+    /// The ``timeout`` unless you pass another: long enough for a token endpoint under load,
+    /// short enough that requests waiting for a refresh are not held long by a dead one.
+    public static let defaultTimeout: Duration = .seconds(10)
+
+    /// The session used unless you pass one: ephemeral, no cache, no cookies, and the same
+    /// 10-second request timeout as ``defaultTimeout`` so a hung token endpoint cannot hold
+    /// requests for long. One per process, shared, so endpoints do not each leak a session.
+    public static let defaultSession: URLSession = {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.httpShouldSetCookies = false
+        configuration.httpCookieAcceptPolicy = .never
+        configuration.timeoutIntervalForRequest = defaultTimeout / .seconds(1)
+        return URLSession(configuration: configuration, delegate: TokenSessionDelegate(), delegateQueue: nil)
+    }()
+
+    /// Describes a token endpoint.
+    ///
+    /// - Parameters:
+    ///   - url: The token endpoint URL.
+    ///   - clientID: Sent as `client_id`, if set.
+    ///   - clientSecret: The client's secret, if it has one (confidential clients only).
+    ///   - clientAuthentication: How a confidential client sends its secret; HTTP Basic unless
+    ///     the server only accepts it in the form.
+    ///   - timeout: How long a token request may wait for an answer (``defaultTimeout``).
+    ///   - session: The session the requests go through (``defaultSession``).
+    public init(
+        url: URL, clientID: String? = nil, clientSecret: String? = nil,
+        clientAuthentication: ClientAuthentication = .basic, timeout: Duration? = OAuth2TokenEndpoint.defaultTimeout,
+        session: URLSession = OAuth2TokenEndpoint.defaultSession
+    ) {
+        self.url = url
+        self.address = (URLOrigin(url), url.path)
+        self.clientID = clientID
+        self.clientSecret = clientSecret
+        self.clientAuthentication = clientAuthentication
+        self.timeout = timeout
+        self.session = session
+    }
+
+    /// Renews `credential` with its refresh token.
+    ///
+    /// When the answer carries a new `refresh_token` (rotation), the returned credential holds
+    /// it and the old one must be considered dead; when it carries none, the old one is kept, as
+    /// RFC 6749 §6 says. The same goes for `scope`.
+    public func refresh(_ credential: OAuth2Credential) async throws -> OAuth2Credential {
+        guard let refreshToken = credential.refreshToken else { throw OAuth2Error.noRefreshToken }
+        return try await requestToken(["grant_type": "refresh_token", "refresh_token": refreshToken], previous: credential)
+    }
+
+    /// Signs in with a username and password: the resource owner password credentials grant
+    /// (RFC 6749 §4.3).
+    ///
+    /// Use it only with a first-party server that offers it (OAuth 2.1 drops this grant; a
+    /// browser-based flow is preferred where there is one). Pass the result to
+    /// ``OAuth2Authenticator/signIn(_:)``. The password is sent in the form body only, never
+    /// in the URL, and is not kept.
+    public func signIn(username: String, password: String, scope: String? = nil) async throws -> OAuth2Credential {
+        var fields = ["grant_type": "password", "username": username, "password": password]
+        if let scope { fields["scope"] = scope }
+        return try await requestToken(fields)
+    }
+
+    /// Obtains this service's token in exchange for another service's access token: the
+    /// token exchange grant (RFC 8693), for a login chain where one token buys the next (see
+    /// ``OAuth2Authenticator/signIn(_:using:then:using:)``).
+    public func exchange(_ subject: OAuth2Credential, scope: String? = nil) async throws -> OAuth2Credential {
+        var fields = [
+            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+            "subject_token": subject.accessToken,
+            "subject_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        ]
+        if let scope { fields["scope"] = scope }
+        return try await requestToken(fields)
+    }
+
+    /// Posts `parameters` as a form, authenticated as ``clientAuthentication`` says, and reads
+    /// the token response. Fields the response leaves out (`refresh_token`, `scope`) are taken
+    /// from `previous`.
+    public func requestToken(_ parameters: [String: String], previous: OAuth2Credential? = nil) async throws -> OAuth2Credential {
+        let request = tokenRequest(parameters)
+        // `expires_in` counts from when the server answered; counting from before the request
+        // left errs on the side of renewing early.
+        let issuedAt = Date()
+        let (data, response) = try await send(request)
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        guard (200..<300).contains(status) else {
+            throw OAuth2Error.tokenRequestRejected(
+                status: status, error: object?["error"] as? String, description: object?["error_description"] as? String)
+        }
+        guard let object else { throw OAuth2Error.invalidTokenResponse(reason: "the body is not a JSON object") }
+        return try Self.credential(from: object, issuedAt: issuedAt, previous: previous)
+    }
+
+    /// Sends `request`, within ``timeout`` for the whole answer; an HTTP authentication
+    /// challenge the session's ``TokenSessionDelegate`` refused (URLSession then reports a
+    /// cancel) becomes the rejection it stands for.
+    private func send(_ request: URLRequest) async throws -> (Data, URLResponse) {
+        let delegate = session.delegate as? TokenSessionDelegate
+        do {
+            let answer = try await answer(to: request)
+            _ = delegate?.takeRefusal(of: request)
+            return answer
+        } catch let error as URLError where error.code == .cancelled {
+            guard let status = delegate?.takeRefusal(of: request) else { throw error }
+            throw OAuth2Error.tokenRequestRejected(status: status, error: nil, description: nil)
+        }
+    }
+
+    /// The token endpoint's answer to `request`, bounded by ``timeout`` as a whole: a request's
+    /// own `timeoutInterval` only bounds the silence between two bytes, so an endpoint that
+    /// drips its answer a byte at a time would hold every request waiting for the refresh for
+    /// as long as it drips. Past the timeout the transfer is cancelled and the refresh fails
+    /// with `URLError.timedOut`.
+    private func answer(to request: URLRequest) async throws -> (Data, URLResponse) {
+        try await session.boundedData(for: request, deadline: timeout)
+    }
+
+    /// The `POST` that carries `parameters` plus the client's authentication.
+    func tokenRequest(_ parameters: [String: String]) -> URLRequest {
+        var fields = parameters
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.cachePolicy = .reloadIgnoringLocalCacheData
+        if let timeout { request.timeoutInterval = timeout / .seconds(1) }
+        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        request.setValue("application/json", forHTTPHeaderField: "Accept")
+        request.setValue("close", forHTTPHeaderField: "Connection")
+        switch (clientID, clientSecret, clientAuthentication) {
+        case (let id?, let secret?, .basic):
+            request.setValue(Self.basicAuthorization(clientID: id, secret: secret), forHTTPHeaderField: "Authorization")
+        default:
+            if let clientID { fields["client_id"] = clientID }
+            if let clientSecret { fields["client_secret"] = clientSecret }
+        }
+        request.httpBody = Data(Self.formEncoded(fields).utf8)
+        return request
+    }
+
+    /// `Basic base64(urlencode(id) ":" urlencode(secret))`: RFC 6749 §2.3.1 encodes each part
+    /// as a form value first, so an id or secret holding `:` or non-ASCII survives the split.
+    static func basicAuthorization(clientID: String, secret: String) -> String {
+        "Basic " + Data("\(formEscaped(clientID)):\(formEscaped(secret))".utf8).base64EncodedString()
+    }
+
+    /// Whether `request` is addressed to this endpoint (same origin and path).
+    public func matches(_ request: URLRequest) -> Bool {
+        guard let target = request.url, let origin = address.origin, URLOrigin(target) == origin else { return false }
+        return target.path == address.path
+    }
+
+    /// Reads a token response (RFC 6749 §5.1).
+    static func credential(from object: [String: Any], issuedAt: Date, previous: OAuth2Credential?) throws -> OAuth2Credential {
+        guard let accessToken = object["access_token"] as? String, !accessToken.isEmpty else {
+            throw OAuth2Error.invalidTokenResponse(reason: "no access_token")
+        }
+        if let type = object["token_type"] as? String, type.lowercased() != "bearer" {
+            // The type is not echoed: the server chose the text, and it may hold anything.
+            throw OAuth2Error.invalidTokenResponse(reason: "token_type is not Bearer")
+        }
+        let lifetime = try Self.lifetime(object["expires_in"])
+        return OAuth2Credential(
+            accessToken: accessToken,
+            refreshToken: (object["refresh_token"] as? String) ?? previous?.refreshToken,
+            expiresAt: lifetime.map { issuedAt.addingTimeInterval($0) } ?? .distantFuture,
+            scope: (object["scope"] as? String) ?? previous?.scope
+        )
+    }
+
+    /// The longest lifetime taken from `expires_in`: beyond it a token is as good as
+    /// permanent, and `Date` arithmetic on absurd values (1e30 seconds) stops being meaningful.
+    static let maximumLifetime: TimeInterval = 10 * 365 * 24 * 60 * 60
+
+    /// The token's lifetime in seconds from `expires_in` (RFC 6749 §5.1), or `nil` when the
+    /// server left it out (the token is then renewed when a 401 says so).
+    ///
+    /// A number, or a string holding one (some servers send that). A lifetime that is not a
+    /// positive finite number (negative, zero, NaN, infinite, or not a number at all) makes the
+    /// answer invalid: such a token is expired on arrival, and accepting it would make every
+    /// request ask for another. Lifetimes beyond ``maximumLifetime`` are cut to it.
+    static func lifetime(_ value: Any?) throws -> TimeInterval? {
+        let seconds: Double?
+        switch value {
+        case nil, is NSNull: return nil
+        case let string as String: seconds = Double(string.trimmingCharacters(in: .whitespaces))
+        case let number as NSNumber: seconds = number.doubleValue
+        default: seconds = nil
+        }
+        guard let seconds else { throw OAuth2Error.invalidTokenResponse(reason: "expires_in is not a number") }
+        guard seconds.isFinite, seconds > 0 else {
+            throw OAuth2Error.invalidTokenResponse(reason: "expires_in is not a positive number of seconds")
+        }
+        return min(seconds, maximumLifetime)
+    }
+
+    /// `application/x-www-form-urlencoded`, every byte but the unreserved ones escaped (a
+    /// refresh token may contain `+`, `/`, `=` and `&`). Sorted, so the body is stable.
+    static func formEncoded(_ fields: [String: String]) -> String {
+        fields.sorted { $0.key < $1.key }.map { "\(formEscaped($0.key))=\(formEscaped($0.value))" }.joined(separator: "&")
+    }
+
+    /// One form name or value, every byte but the unreserved ones percent-escaped.
+    static func formEscaped(_ string: String) -> String {
+        let unreserved = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
+        return string.addingPercentEncoding(withAllowedCharacters: unreserved) ?? string
+    }
+}
+
+extension OAuth2TokenEndpoint: CustomStringConvertible, CustomDebugStringConvertible {
+    /// The URL, the client ID and how the client authenticates; never the client secret
+    /// (the synthesized description of a struct would print every stored property).
+    public var description: String {
+        "OAuth2TokenEndpoint(url: \(url.absoluteString), clientID: \(clientID ?? "none"), clientSecret: \(clientSecret == nil ? "none" : "set"), "
+            + "clientAuthentication: \(clientAuthentication))"
+    }
+
+    /// The same as ``description``: `String(reflecting:)` and the debugger do not show the secret either.
+    public var debugDescription: String { description }
+}
+
+/// The answer of a token request, handed from the task that received it to the one that waits.
+/// The delegate of ``OAuth2TokenEndpoint/defaultSession``: refuses the HTTP authentication
+/// challenge of a token endpoint's 401 (see "A 401 with `WWW-Authenticate`" on the endpoint)
+/// and remembers the status, so the refusal can be reported as the rejection it is.
+final class TokenSessionDelegate: NSObject, URLSessionTaskDelegate, @unchecked Sendable {  // `refused` is guarded by `lock`.
+    private static let httpAuthentication: Set<String> = [
+        NSURLAuthenticationMethodDefault, NSURLAuthenticationMethodHTTPBasic, NSURLAuthenticationMethodHTTPDigest,
+        NSURLAuthenticationMethodNTLM, NSURLAuthenticationMethodNegotiate,
+    ]
+    private let lock = NSLock()
+    private var refused: [URLRequest: Int] = [:]
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        // Server trust and client certificates keep the system's handling.
+        guard Self.httpAuthentication.contains(challenge.protectionSpace.authenticationMethod) else {
+            completionHandler(.performDefaultHandling, nil)
+            return
+        }
+        if let request = task.originalRequest, let status = (challenge.failureResponse as? HTTPURLResponse)?.statusCode {
+            lock.withLock { refused[request] = status }
+        }
+        completionHandler(.rejectProtectionSpace, nil)
+    }
+
+    /// The status of the challenge refused for `request`, if there was one; forgets it.
+    func takeRefusal(of request: URLRequest) -> Int? {
+        lock.withLock { refused.removeValue(forKey: request) }
+    }
+}

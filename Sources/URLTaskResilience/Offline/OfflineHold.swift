@@ -1,0 +1,320 @@
+import Foundation
+import URLTaskManager
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Network)
+import Network
+#endif
+
+/// Holds requests that failed because their host could not be reached, and sends them again
+/// when it can be.
+///
+/// A request whose transport fails before any byte arrived with one of ``Policy/codes``
+/// (`notConnectedToInternet`, `cannotConnectToHost`, `networkConnectionLost` by default) is not
+/// failed: it waits while its host is **probed** (a `HEAD` to the host's root through a session of
+/// its own, any HTTP answer counts), first after ``Policy/probeInterval``, then at doubling
+/// intervals up to ``Policy/maximumProbeInterval``. When a probe is answered, every request held for
+/// that host goes through the interceptors again (fresh headers) and is sent. A request still held
+/// when its `timeoutInterval` is about to pass (or after ``Policy/maximumHold``) fails with the
+/// original `URLError`, as a plain session would have failed it at once (its user info names
+/// `OfflineHold` under `URLTaskError.componentUserInfoKey`). A caller that cancels leaves at
+/// once.
+///
+/// Probing works everywhere (Linux included). On Apple platforms an `NWPathMonitor` also probes
+/// every held host at once when the network path becomes usable (compiled only where the
+/// `Network` framework exists).
+///
+/// ```swift
+/// let manager = URLTaskManager(reactors: [OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()])
+/// ```
+/// It is placed `URLTaskPlacement.late` (the manager checks it): before a ``RetryReactor``, which
+/// would otherwise retry these failures itself, and after the observers (a ``CircuitBreaker``
+/// sees the failure before the hold takes it). So these transport errors also count toward
+/// opening the host's circuit: give the breaker an ``CircuitBreaker/Policy/isFailure`` that
+/// ignores these codes if held requests should not open it.
+public final class OfflineHold: URLTaskReactor {
+    /// Which failures are held, and how hosts are probed.
+    public struct Policy: Sendable {
+        /// The transport errors that mean "the host cannot be reached".
+        public var codes: Set<URLError.Code>
+        /// The wait before the first probe, doubled after each failed probe.
+        public var probeInterval: Duration
+        /// The longest wait between probes.
+        public var maximumProbeInterval: Duration
+        /// How long a probe may take.
+        public var probeTimeout: Duration
+        /// The URL probed for a held request's URL; by default the root of its host. `nil` holds
+        /// nothing for that URL.
+        public var probeURL: @Sendable (URL) -> URL?
+        /// The longest a request is held; `nil` holds it until just before its `timeoutInterval`
+        /// passes.
+        public var maximumHold: Duration?
+        /// How many times one request may be held.
+        public var maximumHoldsPerTask: Int
+        /// Requests never held.
+        public var exempts: @Sendable (URLRequest) -> Bool
+
+        /// Holds the three "unreachable" errors, probes after 0.5 s and then at most every 10 s.
+        public init(
+            codes: Set<URLError.Code> = [.notConnectedToInternet, .cannotConnectToHost, .networkConnectionLost],
+            probeInterval: Duration = .milliseconds(500), maximumProbeInterval: Duration = .seconds(10),
+            probeTimeout: Duration = .seconds(5),
+            probeURL: @escaping @Sendable (URL) -> URL? = OfflineHold.hostRoot, maximumHold: Duration? = nil, maximumHoldsPerTask: Int = 10,
+            exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
+        ) {
+            self.codes = codes
+            self.probeInterval = probeInterval
+            self.maximumProbeInterval = maximumProbeInterval
+            self.probeTimeout = probeTimeout
+            self.probeURL = probeURL
+            self.maximumHold = maximumHold
+            self.maximumHoldsPerTask = maximumHoldsPerTask
+            self.exempts = exempts
+        }
+    }
+
+    /// What the hold decided, for logs and tests (``events(bufferingNewest:)``).
+    public enum Event: Sendable {
+        /// `task` could not reach `host` (`code`) and is held.
+        case held(task: URLTask.ID, host: String, code: URLError.Code)
+        /// A probe of `host` failed; `failures` in a row.
+        case probeFailed(host: String, failures: Int)
+        /// `host` answered a probe: `tasks` are sent again.
+        case reachable(host: String, tasks: [URLTask.ID])
+        /// `task` was held until its time ran out and fails with its original error.
+        case expired(task: URLTask.ID, host: String)
+    }
+
+    /// The default ``Policy/probeURL``: the root of the request's host.
+    public static let hostRoot: @Sendable (URL) -> URL? = { url in
+        guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false), parts.host != nil else { return nil }
+        parts.path = "/"
+        parts.query = nil
+        parts.fragment = nil
+        parts.user = nil
+        parts.password = nil
+        return parts.url
+    }
+
+    /// Which failures are held, and how hosts are probed.
+    public let policy: Policy
+    /// Per task, held requests may be held again up to ``Policy/maximumHoldsPerTask`` times.
+    public let configuration: URLTaskReactorConfiguration
+    private let storage: OfflineHoldStorage
+
+    /// A hold for the failures `policy` names.
+    public init(policy: Policy = Policy()) {
+        self.policy = policy
+        self.configuration = URLTaskReactorConfiguration(
+            sharing: .perTask, requeue: true, reintercept: true, holdsNewTasks: false, timeout: nil,
+            maximumReactionsPerTask: max(1, policy.maximumHoldsPerTask), loopGuard: nil, exempts: policy.exempts)
+        self.storage = OfflineHoldStorage(policy: policy)
+    }
+
+    /// A stream of the hold's decisions; it ends when the hold is released.
+    public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
+        storage.decisions.subscribe(bufferingNewest: limit)
+    }
+
+    /// Takes transport failures with one of ``Policy/codes`` (reported only before any byte of
+    /// the answer arrived) for URLs that have a probe URL.
+    public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+        guard let code = outcome.urlErrorCode, policy.codes.contains(code), let url = task.request.url else { return false }
+        return policy.probeURL(url) != nil
+    }
+
+    /// Waits until the host answers a probe (the task is then sent again), or throws the original
+    /// error when the task's time is up.
+    public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
+        guard case .failure(let error) = outcome, let url = task.request.url else { return }
+        let host = URLOrigin(url)?.description ?? ""
+        let limit = policy.maximumHold ?? Self.holdLimit(timeoutInterval: task.request.timeoutInterval)
+        let code = (error as? URLError)?.code ?? .unknown
+        storage.decisions.emit(.held(task: task.id, host: host, code: code))
+        task.annotate("offline-hold", "held: \(host) cannot be reached (\(code.rawValue))")
+        switch await storage.hold(task.id, host: host, url: url, limit: limit) {
+        case .reachable:
+            task.annotate("offline-hold", "\(host) answered a probe: sending again")
+            return
+        case .expired:
+            storage.decisions.emit(.expired(task: task.id, host: host))
+            task.annotate("offline-hold", "gave up at the request's timeout")
+            throw error
+        case .cancelled:
+            throw CancellationError()
+        }
+    }
+
+    /// `URLTaskPlacement.late`: before a ``RetryReactor`` (`URLTaskPlacement.last`), after the
+    /// observers (`URLTaskPlacement.first`).
+    public var reactorPlacement: URLTaskPlacement { .late }
+
+    /// Just before the manager's own timer for the request would fail it with `timedOut`.
+    static func holdLimit(timeoutInterval: TimeInterval) -> Duration? {
+        guard timeoutInterval > 0, timeoutInterval.isFinite else { return nil }
+        let margin = min(0.25, timeoutInterval / 10)
+        return .milliseconds(Int((timeoutInterval - margin) * 1000))
+    }
+}
+
+/// The held requests' continuations, one probing loop per host and the probe session. Nothing is
+/// resumed, started or cancelled while the lock is held.
+final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is guarded by `lock`.
+    enum Resolution: Sendable {
+        case reachable
+        case expired
+        case cancelled
+    }
+
+    private struct Held {
+        let task: URLTask.ID
+        let continuation: CheckedContinuation<Resolution, Never>
+        var deadline: Task<Void, Never>?
+    }
+
+    let decisions = DecisionEvents<OfflineHold.Event>()
+    private let policy: OfflineHold.Policy
+    private let lock = NSLock()
+    private var machine = OfflineHoldStateMachine()
+    private var held: [OfflineHoldStateMachine.Waiter: Held] = [:]
+    private var cancelledEarly: Set<OfflineHoldStateMachine.Waiter> = []
+    private var probers: [String: Task<Void, Never>] = [:]
+    /// A held request's URL per probed host, from which ``OfflineHold/Policy/probeURL`` makes
+    /// each probe's URL.
+    private var targets: [String: URL] = [:]
+    private var lastWaiter: UInt64 = 0
+    private let probeSession: URLSession
+    #if canImport(Network)
+    private let monitor = NWPathMonitor()
+    #endif
+
+    init(policy: OfflineHold.Policy) {
+        self.policy = policy
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = (policy.probeTimeout / .seconds(1))
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        self.probeSession = URLSession(configuration: configuration)
+        #if canImport(Network)
+        monitor.pathUpdateHandler = { [weak self] path in
+            if path.status == .satisfied { self?.probeEveryHostNow() }
+        }
+        monitor.start(queue: DispatchQueue.global())
+        #endif
+    }
+
+    deinit {
+        #if canImport(Network)
+        monitor.cancel()
+        #endif
+        probeSession.finishTasksAndInvalidate()
+    }
+
+    func hold(_ task: URLTask.ID, host: String, url: URL, limit: Duration?) async -> Resolution {
+        let waiter: OfflineHoldStateMachine.Waiter = lock.withLock {
+            lastWaiter += 1
+            return OfflineHoldStateMachine.Waiter(rawValue: lastWaiter)
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let start: Bool? = lock.withLock {
+                    if cancelledEarly.remove(waiter) != nil { return nil }
+                    held[waiter] = Held(task: task, continuation: continuation)
+                    targets[host] = url
+                    return machine.held(waiter, host: host) == .startProbing
+                }
+                guard let start else { return continuation.resume(returning: .cancelled) }
+                if let limit {
+                    let deadline = Task { [weak self] in
+                        try? await Task.sleep(for: limit)
+                        guard !Task.isCancelled else { return }
+                        self?.release(waiter, with: .expired)
+                    }
+                    let resolved = lock.withLock {
+                        guard held[waiter] != nil else { return true }
+                        held[waiter]?.deadline = deadline
+                        return false
+                    }
+                    if resolved { deadline.cancel() }
+                }
+                if start { startProbing(host) }
+            }
+        } onCancel: {
+            release(waiter, with: .cancelled)
+        }
+    }
+
+    /// Ends one request's hold (cancelled, or its time ran out).
+    private func release(_ waiter: OfflineHoldStateMachine.Waiter, with resolution: Resolution) {
+        let (entry, stop): (Held?, Task<Void, Never>?) = lock.withLock {
+            guard let entry = held.removeValue(forKey: waiter) else {
+                if resolution == .cancelled { cancelledEarly.insert(waiter) }
+                return (nil, nil)
+            }
+            var stop: Task<Void, Never>?
+            if case .stopProbing(let host) = machine.left(waiter) {
+                stop = probers.removeValue(forKey: host)
+                targets[host] = nil
+            }
+            return (entry, stop)
+        }
+        guard let entry else { return }
+        entry.deadline?.cancel()
+        stop?.cancel()
+        entry.continuation.resume(returning: resolution)
+    }
+
+    private func startProbing(_ host: String) {
+        let prober = Task { [weak self, policy] in
+            var interval = policy.probeInterval
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                guard !Task.isCancelled, let self else { return }
+                if await self.probe(host) { return }
+                interval = min(interval * 2, policy.maximumProbeInterval)
+            }
+        }
+        let stale: Task<Void, Never>? = lock.withLock {
+            guard machine.probedHosts.contains(host) else { return prober }
+            let old = probers[host]
+            probers[host] = prober
+            return old
+        }
+        stale?.cancel()
+    }
+
+    /// Probes `host` once; on an answer, releases every request held for it. Returns whether it
+    /// answered.
+    private func probe(_ host: String) async -> Bool {
+        guard let target = lock.withLock({ targets[host] }), let url = policy.probeURL(target) else { return false }
+        var request = URLRequest(
+            url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: (policy.probeTimeout / .seconds(1)))
+        request.httpMethod = "HEAD"
+        let answered = (try? await probeSession.data(for: request))?.1 is HTTPURLResponse
+        if answered {
+            let released: [Held] = lock.withLock {
+                probers[host] = nil
+                targets[host] = nil
+                return machine.probeSucceeded(host: host).compactMap { held.removeValue(forKey: $0) }
+            }
+            guard !released.isEmpty else { return true }
+            decisions.emit(.reachable(host: host, tasks: released.map(\.task)))
+            for entry in released {
+                entry.deadline?.cancel()
+                entry.continuation.resume(returning: .reachable)
+            }
+            return true
+        }
+        guard let failures = lock.withLock({ machine.probeFailed(host: host) }) else { return true }
+        decisions.emit(.probeFailed(host: host, failures: failures))
+        return false
+    }
+
+    /// The network path became usable (Apple platforms): probe every held host now.
+    private func probeEveryHostNow() {
+        let hosts = lock.withLock { machine.probedHosts }
+        for host in hosts {
+            Task { [weak self] in _ = await self?.probe(host) }
+        }
+    }
+}

@@ -1,0 +1,300 @@
+import Foundation
+import URLTaskManager
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Holds requests so that no host gets more than a set rate, in arrival order, and pauses a host
+/// that answers `429` or `503` with `Retry-After`.
+///
+/// Each host (scheme, host, port) has a token bucket: ``Policy/rate`` requests a second, up to
+/// ``Policy/burst`` at once after a quiet spell. A request that finds no token waits in this
+/// interceptor, in line, until its turn. The wait counts toward the request's `timeoutInterval`
+/// (the manager fails it with `URLError.timedOut` when that passes, as for any interceptor that
+/// waits); a caller that cancels leaves the line at once.
+///
+/// It is also a reactor that never takes an outcome: it reads `Retry-After` on a `429` or `503`
+/// and pauses that host's bucket for that long (at most ``Policy/maximumPause``); requests to
+/// other hosts go on. Give the same instance to both lists:
+///
+/// ```swift
+/// let limiter = RateLimiter(policy: .init(rate: 10, burst: 5))
+/// let manager = URLTaskManager(interceptors: [limiter], reactors: [limiter, RetryReactor()])
+/// ```
+///
+/// It is placed `URLTaskPlacement.last` among the interceptors and `URLTaskPlacement.first`
+/// among the reactors (the manager checks it): a request takes a token only once no other
+/// interceptor will hold, answer or refuse it, and the limiter sees the `429` a ``RetryReactor``
+/// retries, so the retried request waits for the pause too. An interceptor of yours that answers
+/// without the network (a cache) belongs before it: give yours a placement other than
+/// `URLTaskPlacement.last` to have the manager check that.
+public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
+    /// How fast requests may go.
+    public struct Policy: Sendable {
+        /// Requests per second, per host.
+        public var rate: Double
+        /// How many requests may go at once after a quiet spell.
+        public var burst: Int
+        /// The most requests that may wait for one host; more fail at once with a `URLTaskError`
+        /// coded `URLTaskError.Code.rateLimitQueueFull` carrying a
+        /// ``RateLimitQueueFullError``. `nil` for no limit.
+        public var maximumQueueLength: Int?
+        /// Statuses whose `Retry-After` pauses the host.
+        public var pausingStatuses: Set<Int>
+        /// The longest pause a `Retry-After` may impose.
+        public var maximumPause: Duration
+        /// Requests that are not limited.
+        public var exempts: @Sendable (URLRequest) -> Bool
+
+        /// `rate` requests a second and bursts of `burst` per host; `429` and `503` pause for
+        /// their `Retry-After`, at most a minute.
+        public init(
+            rate: Double, burst: Int = 1, maximumQueueLength: Int? = nil, pausingStatuses: Set<Int> = [429, 503],
+            maximumPause: Duration = .seconds(60), exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
+        ) {
+            self.rate = rate
+            self.burst = burst
+            self.maximumQueueLength = maximumQueueLength
+            self.pausingStatuses = pausingStatuses
+            self.maximumPause = maximumPause
+            self.exempts = exempts
+        }
+    }
+
+    /// What the limiter decided, for logs and tests (``events(bufferingNewest:)``).
+    public enum Event: Sendable {
+        /// `task` waits for a token; it is `position`th in line.
+        case delayed(task: URLTask.ID, host: String, position: Int)
+        /// `task` got its token after waiting `waited`.
+        case released(task: URLTask.ID, host: String, waited: Duration)
+        /// `host` answered `status` with `Retry-After`: nothing goes to it for `duration`.
+        case paused(host: String, duration: Duration, status: Int)
+        /// `task` failed with ``RateLimitQueueFullError``.
+        case refused(task: URLTask.ID, host: String)
+    }
+
+    /// How fast requests may go.
+    public let policy: Policy
+    private let storage: RateLimiterStorage
+    private let decisions = DecisionEvents<Event>()
+
+    /// A limiter with one bucket per host, as `policy` says.
+    public init(policy: Policy) {
+        self.policy = policy
+        self.storage = RateLimiterStorage(policy: policy)
+    }
+
+    /// A stream of the limiter's decisions; it ends when the limiter is released.
+    public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
+        decisions.subscribe(bufferingNewest: limit)
+    }
+
+    /// Lets the task go when its host's bucket has a token and nobody is ahead of it; until then
+    /// it waits here, in line.
+    public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        guard !policy.exempts(task.originalRequest) else { return .execute }
+        let host = URLOrigin(task.request.url)?.description ?? ""
+        let waiter = storage.makeWaiter()
+        let id = task.id
+        let started = ContinuousClock.now
+        let storage = storage
+        let decisions = decisions
+        let annotated = task
+        let turn: RateLimiterStorage.Turn = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                switch storage.arrive(waiter, host: host, continuation: continuation) {
+                case .wait(let position, _):
+                    decisions.emit(.delayed(task: id, host: host, position: position))
+                    annotated.annotate("rate-limit", "waits for \(host), \(position) in line")
+                case .go, .refuse: break
+                }
+            }
+        } onCancel: {
+            storage.leave(waiter, host: host)
+        }
+        switch turn {
+        case .go(let waited):
+            if waited {
+                let waitedFor = started.duration(to: .now)
+                decisions.emit(.released(task: id, host: host, waited: waitedFor))
+                task.annotate("rate-limit", "sent after waiting \(waitedFor.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
+            }
+            return .execute
+        case .refused(let queued):
+            decisions.emit(.refused(task: id, host: host))
+            task.annotate("rate-limit", "refused: \(queued) requests wait for \(host)")
+            return .fail(URLTaskError(code: .rateLimitQueueFull, underlying: RateLimitQueueFullError(host: host, queued: queued)))
+        case .cancelled:
+            throw CancellationError()
+        }
+    }
+
+    /// Pauses the host on a `429` or `503` with `Retry-After`; never takes the task.
+    public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+        guard case .response(let response) = outcome, policy.pausingStatuses.contains(response.statusCode),
+            !policy.exempts(task.originalRequest),
+            let header = response.value(forHTTPHeaderField: "Retry-After"), let delay = Self.delay(retryAfter: header, now: Date())
+        else { return false }
+        let duration = min(delay, policy.maximumPause)
+        let host = URLOrigin(task.request.url)?.description ?? ""
+        storage.pause(host: host, for: duration)
+        decisions.emit(.paused(host: host, duration: duration, status: response.statusCode))
+        task.annotate("rate-limit", "paused \(host) for \(duration) after \(response.statusCode)")
+        return false
+    }
+
+    /// Never called: the limiter takes no outcome.
+    public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
+
+    /// `URLTaskPlacement.last`: a request takes a token once no other interceptor will hold,
+    /// answer or refuse it.
+    public var interceptorPlacement: URLTaskPlacement { .last }
+
+    /// `URLTaskPlacement.first`: it only observes, and sees only the `429`s and `503`s no
+    /// earlier reactor took (a retried one would not pause its host).
+    public var reactorPlacement: URLTaskPlacement { .first }
+
+    /// The wait a `Retry-After` value asks for: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
+    static func delay(retryAfter value: String, now: Date) -> Duration? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Int(trimmed) { return seconds >= 0 ? .seconds(seconds) : nil }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: trimmed) else { return nil }
+        return .milliseconds(max(0, Int((date.timeIntervalSince(now) * 1000).rounded(.up))))
+    }
+}
+
+/// Why a request was failed without being sent: too many requests already wait for its host.
+/// The caller finds it as the `URLTaskError.underlying` error of a `URLTaskError` coded
+/// `URLTaskError.Code.rateLimitQueueFull`.
+public struct RateLimitQueueFullError: Error, Sendable, CustomStringConvertible, LocalizedError {
+    /// The host (`scheme://host:port`).
+    public let host: String
+    /// How many requests were waiting.
+    public let queued: Int
+
+    /// An error for `host`, where `queued` requests wait.
+    public init(host: String, queued: Int) {
+        self.host = host
+        self.queued = queued
+    }
+
+    /// The host and the length of the line: nothing secret.
+    public var description: String { "\(queued) requests already wait for \(host) under its rate limit; not sent" }
+    /// The same as ``description``, for `localizedDescription`.
+    public var errorDescription: String? { description }
+}
+
+/// One ``TokenBucketStateMachine`` per host, the waiting requests' continuations and one timer
+/// per host. Nothing is resumed while the lock is held.
+final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is guarded by `lock`.
+    enum Turn: Sendable {
+        case go(waited: Bool)
+        case refused(queued: Int)
+        case cancelled
+    }
+
+    private let lock = NSLock()
+    private let policy: RateLimiter.Policy
+    private var buckets: [String: TokenBucketStateMachine] = [:]
+    private var waiting: [TokenBucketStateMachine.Waiter: CheckedContinuation<Turn, Never>] = [:]
+    private var cancelledEarly: Set<TokenBucketStateMachine.Waiter> = []
+    /// The earliest wake-up armed per host.
+    private var armed: [String: ContinuousClock.Instant] = [:]
+    private var lastWaiter: UInt64 = 0
+
+    init(policy: RateLimiter.Policy) {
+        self.policy = policy
+    }
+
+    func makeWaiter() -> TokenBucketStateMachine.Waiter {
+        lock.withLock {
+            lastWaiter += 1
+            return TokenBucketStateMachine.Waiter(rawValue: lastWaiter)
+        }
+    }
+
+    private func bucket(_ host: String, now: ContinuousClock.Instant) -> TokenBucketStateMachine {
+        buckets[host]
+            ?? TokenBucketStateMachine(rate: policy.rate, burst: policy.burst, maximumQueueLength: policy.maximumQueueLength, now: now)
+    }
+
+    func arrive(
+        _ waiter: TokenBucketStateMachine.Waiter, host: String, continuation: CheckedContinuation<Turn, Never>
+    )
+        -> TokenBucketStateMachine.ArrivalAction
+    {
+        let now = ContinuousClock.now
+        let (action, wake): (TokenBucketStateMachine.ArrivalAction, ContinuousClock.Instant?) = lock.withLock {
+            if cancelledEarly.remove(waiter) != nil { return (.refuse(queued: -1), nil) }
+            var bucket = bucket(host, now: now)
+            let action = bucket.arrive(waiter, now: now)
+            buckets[host] = bucket
+            guard case .wait(_, let wakeAt) = action else { return (action, nil) }
+            waiting[waiter] = continuation
+            return (action, arm(host, at: wakeAt))
+        }
+        switch action {
+        case .go: continuation.resume(returning: .go(waited: false))
+        case .refuse(let queued): continuation.resume(returning: queued < 0 ? .cancelled : .refused(queued: queued))
+        case .wait: break
+        }
+        if let wake { schedule(host, at: wake) }
+        return action
+    }
+
+    func leave(_ waiter: TokenBucketStateMachine.Waiter, host: String) {
+        let continuation: CheckedContinuation<Turn, Never>? = lock.withLock {
+            guard let continuation = waiting.removeValue(forKey: waiter) else {
+                cancelledEarly.insert(waiter)
+                return nil
+            }
+            _ = buckets[host]?.leave(waiter)
+            return continuation
+        }
+        continuation?.resume(returning: .cancelled)
+    }
+
+    func pause(host: String, for duration: Duration) {
+        let now = ContinuousClock.now
+        let wake: ContinuousClock.Instant? = lock.withLock {
+            var bucket = bucket(host, now: now)
+            let wakeAt = bucket.pause(for: duration, now: now)
+            buckets[host] = bucket
+            return wakeAt.flatMap { arm(host, at: $0) }
+        }
+        if let wake { schedule(host, at: wake) }
+    }
+
+    /// Records a wake-up for `host` at `instant` unless an earlier one is armed; returns it if a
+    /// timer must be started. Called under the lock.
+    private func arm(_ host: String, at instant: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        if let current = armed[host], current <= instant { return nil }
+        armed[host] = instant
+        return instant
+    }
+
+    private func schedule(_ host: String, at instant: ContinuousClock.Instant) {
+        Task { [weak self] in
+            try? await Task.sleep(until: instant, clock: .continuous)
+            self?.tick(host, armedAt: instant)
+        }
+    }
+
+    private func tick(_ host: String, armedAt instant: ContinuousClock.Instant) {
+        let now = ContinuousClock.now
+        let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = lock.withLock {
+            if armed[host] == instant { armed[host] = nil }
+            guard var bucket = buckets[host] else { return ([], nil) }
+            let action = bucket.tick(now: now)
+            buckets[host] = bucket
+            let released = action.released.compactMap { waiting.removeValue(forKey: $0) }
+            return (released, action.wakeAt.flatMap { arm(host, at: $0) })
+        }
+        for continuation in released { continuation.resume(returning: .go(waited: true)) }
+        if let wake { schedule(host, at: wake) }
+    }
+}

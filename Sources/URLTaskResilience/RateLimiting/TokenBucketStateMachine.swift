@@ -1,0 +1,124 @@
+import URLTaskManager
+/// One host's token bucket: `rate` tokens a second up to `burst`; a request takes one token or
+/// waits its turn, in arrival order. A 429 or 503 with `Retry-After` pauses the bucket. Pure: time
+/// is passed in, no locks, no I/O.
+struct TokenBucketStateMachine {
+    typealias Instant = ContinuousClock.Instant
+
+    /// One request waiting for a token.
+    struct Waiter: Hashable, Sendable {
+        let rawValue: UInt64
+    }
+
+    private enum State {
+        case flowing
+        /// Nothing goes before `until` (a server's `Retry-After`).
+        case paused(until: Instant)
+    }
+
+    let rate: Double
+    let burst: Double
+    let maximumQueueLength: Int?
+    private var state = State.flowing
+    private var tokens: Double
+    private var refilledAt: Instant
+    private var queue: [Waiter] = []
+
+    init(rate: Double, burst: Int, maximumQueueLength: Int?, now: Instant) {
+        precondition(rate > 0, "a rate limit needs a positive rate")
+        self.rate = rate
+        self.burst = Double(max(1, burst))
+        self.maximumQueueLength = maximumQueueLength
+        self.tokens = self.burst
+        self.refilledAt = now
+    }
+
+    /// What an arriving request does.
+    enum ArrivalAction: Equatable {
+        /// Go now (a token was taken).
+        case go
+        /// Wait; it is `position`th in line (1 = next) and the bucket should be looked at again at `wakeAt`.
+        case wait(position: Int, wakeAt: Instant)
+        /// The line is full: fail it.
+        case refuse(queued: Int)
+    }
+
+    /// Who may go after time passed, and when to look again.
+    struct TickAction: Equatable {
+        var released: [Waiter]
+        var wakeAt: Instant?
+    }
+
+    /// How many requests wait.
+    var queuedCount: Int { queue.count }
+
+    mutating func arrive(_ waiter: Waiter, now: Instant) -> ArrivalAction {
+        refill(now)
+        resumeIfPauseEnded(now)
+        if queue.isEmpty, case .flowing = state, hasToken {
+            tokens -= 1
+            return .go
+        }
+        if let maximumQueueLength, queue.count >= maximumQueueLength { return .refuse(queued: queue.count) }
+        queue.append(waiter)
+        return .wait(position: queue.count, wakeAt: nextWake(now) ?? now)
+    }
+
+    /// A waiting request left (cancelled, timed out); `false` if it was not waiting.
+    mutating func leave(_ waiter: Waiter) -> Bool {
+        guard let index = queue.firstIndex(of: waiter) else { return false }
+        queue.remove(at: index)
+        return true
+    }
+
+    /// Time passed: release the requests whose turn came, in arrival order.
+    mutating func tick(now: Instant) -> TickAction {
+        refill(now)
+        resumeIfPauseEnded(now)
+        var released: [Waiter] = []
+        if case .flowing = state {
+            while !queue.isEmpty, hasToken {
+                tokens -= 1
+                released.append(queue.removeFirst())
+            }
+        }
+        return TickAction(released: released, wakeAt: nextWake(now))
+    }
+
+    /// The server asked for a pause of `duration`: nothing goes before then (a longer pause
+    /// already in force stays). Returns when the waiting requests should be looked at again.
+    mutating func pause(for duration: Duration, now: Instant) -> Instant? {
+        let until = now + duration
+        switch state {
+        case .paused(let current) where current >= until: break
+        default: state = .paused(until: until)
+        }
+        // The pause spends the burst: after it, requests go at the rate, not all at once.
+        refill(now)
+        tokens = min(tokens, 1)
+        return nextWake(now)
+    }
+
+    private var hasToken: Bool { tokens >= 1 - 1e-9 }
+
+    private mutating func refill(_ now: Instant) {
+        guard now > refilledAt else { return }
+        if case .paused(let until) = state, now < until {
+            refilledAt = now
+            return
+        }
+        tokens = min(burst, tokens + ((now - refilledAt) / .seconds(1)) * rate)
+        refilledAt = now
+    }
+
+    private mutating func resumeIfPauseEnded(_ now: Instant) {
+        if case .paused(let until) = state, now >= until { state = .flowing }
+    }
+
+    private func nextWake(_ now: Instant) -> Instant? {
+        guard !queue.isEmpty else { return nil }
+        if case .paused(let until) = state { return until }
+        let missing = max(0, 1 - tokens)
+        return now + .seconds(missing / rate)
+    }
+}
