@@ -27,6 +27,10 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// Which reactors exempt this task (``URLTaskReactorConfiguration/exempts``), by index:
     /// asked once, of the caller's request, for admission's gates and for every outcome.
     let exemptedBy: [Bool]
+    /// The manager's outcome observers; `nil` when it has none.
+    private let outcomeObservers: OutcomeObservers?
+    /// Whether the task's end waits for its outcomes to be observed; guarded by `lock`.
+    private var observation = OutcomeObservationStateMachine<TaskStateMachine.Completion>()
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
         self.id = id
@@ -42,6 +46,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         task.policy = policy
         self.sink = sink
         self.environment = environment
+        self.outcomeObservers = environment.outcomeObservers
         self.observer = environment.events.isListening ? TaskObserver(id: id, request: request, hub: environment.events) : nil
         let components = environment.interceptorComponents
         let types = environment.interceptorTypes
@@ -51,7 +56,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             skipping: Set(components.indices.filter { policy?.skips(components[$0], type: types[$0]) == true }),
             reactors: environment.reactors.map {
                 TaskStateMachine.ReactorTraits(
-                    component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue
+                    component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask,
+                    delivers: $0.configuration.mode.afterwards == .deliverResponse
                 )
             },
             validation: policy?.responseValidation ?? environment.options.responseValidation,
@@ -140,11 +146,14 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     }
 
     func reactionFinished(reactor index: Int, outcome: ReactorStorage.Outcome) {
-        let configuration = environment.reactors[index].configuration
         let result: TaskStateMachine.ReactionResult
         switch outcome {
         case .succeeded:
-            result = configuration.requeue ? .requeue(reintercept: configuration.reintercept) : .deliver
+            switch environment.reactors[index].configuration.mode.afterwards {
+            case .sendAgain: result = .requeue(reintercept: true)
+            case .sendAgainUnchanged: result = .requeue(reintercept: false)
+            case .deliverResponse: result = .deliver
+            }
         case .failed(let error):
             result = .fail(error)
         case .declined:
@@ -166,6 +175,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // the reactors see only the final one.
         if TaskStateMachine.isInterim(response) { return }
         let http = response as? HTTPURLResponse
+        if let http, outcomeObservers != nil { observe(.response(http)) }
         let reactor = http.flatMap { chooseReactor(for: .response($0)) }
         let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
         observer?.responseHead(response)
@@ -207,7 +217,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // Which reactor wants a transport error is the reactors' code: asked outside the lock,
         // and only when the error would be the task's outcome.
         var reactor: Int?
-        if let error, !environment.reactors.isEmpty, lock.withLock({ machine.isAwaitingResponseHead }) {
+        if let error, !environment.reactors.isEmpty || outcomeObservers != nil, lock.withLock({ machine.isAwaitingResponseHead }) {
+            if outcomeObservers != nil { observe(.failure(error)) }
             reactor = chooseReactor(for: .failure(error))
         }
         let now = environment.runtime.now
@@ -307,8 +318,26 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         complete(.fail(error))
     }
 
-    /// Tells the caller, then lets the task go.
+    /// Tells the caller, then lets the task go; with observers, only once they were told of
+    /// every outcome of the task (``OutcomeObservationStateMachine``).
     private func complete(_ completion: TaskStateMachine.Completion) {
+        if outcomeObservers != nil, case .wait = lock.withLock({ observation.finishRequested(completion) }) { return }
+        finish(completion)
+    }
+
+    /// Hands `outcome` to the manager's observers, on their queue; the task's end waits for it.
+    private func observe(_ outcome: URLTaskOutcome) {
+        guard let outcomeObservers else { return }
+        let snapshot = lock.withLock {
+            observation.outcomeQueued()
+            return machine.task
+        }
+        outcomeObservers.observe(outcome, of: snapshot) { [self] in
+            if case .finish(let completion) = lock.withLock({ observation.outcomeObserved() }) { finish(completion) }
+        }
+    }
+
+    private func finish(_ completion: TaskStateMachine.Completion) {
         switch completion {
         case .finish:
             observer?.completed()
@@ -401,14 +430,13 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         waitBegins()
         let reactor = environment.reactors[index]
         observer?.reactionStarting()
-        switch reactor.configuration.sharing {
-        case .singleFlight:
+        if reactor.configuration.mode.isShared {
             // The run starts (or is joined) and the slot is handed over in one transition.
             let (immediate, run) = environment.admission.transferEnded(
                 self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: task)
             observer?.reacted(by: reactor.name, run: run)
             if let immediate { reactionFinished(reactor: index, outcome: immediate) }
-        case .perTask:
+        } else {
             observer?.reacted(by: reactor.name, run: nil)
             environment.admission.transferEnded(self)
             let work = environment.runtime.react(reactor, to: outcome, body: body, of: task) { [self] result in

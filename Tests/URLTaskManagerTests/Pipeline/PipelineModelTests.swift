@@ -21,12 +21,9 @@ final class PipelineModelTests: XCTestCase {
     struct Boom: Error {}
 
     struct ReactorSpec {
-        var holdsNewTasks = true
-        var requeue = true
-        var reintercept = true
+        /// A refresh without a loop guard unless said otherwise.
+        var mode: URLTaskReactorConfiguration.Mode = .refresh(loopGuard: nil)
         var maximumReactions = 2
-        var loopGuard: URLTaskReactorConfiguration.LoopGuard?
-        var sharing: URLTaskReactorConfiguration.Sharing = .singleFlight
         /// Whether it also takes transport errors (a retry).
         var takesTransportErrors = false
     }
@@ -192,7 +189,7 @@ final class PipelineModelTests: XCTestCase {
             finished: @escaping @Sendable (ReactorStorage.Outcome) -> Void
         ) -> Task<Void, Never>? {
             let t = Int(task.id.rawValue)
-            if reactor.configuration.sharing == .singleFlight {
+            if reactor.configuration.mode.isShared {
                 let runs: Int = lock.withLock {
                     runsStarted[t][reactor.index] += 1
                     return runsStarted[t][reactor.index]
@@ -207,6 +204,9 @@ final class PipelineModelTests: XCTestCase {
         }
 
         // MARK: TaskEnvironment
+
+        /// The model has no outcome observers (``OutcomeObservationStateMachine`` is tested alone).
+        let outcomeObservers: OutcomeObservers? = nil
 
         func intercept(
             _ index: Int, _ task: URLTask, decided: @escaping @Sendable (Result<InterceptCommand, any Error>, URLTask, Int) -> Void
@@ -382,8 +382,7 @@ final class PipelineModelTests: XCTestCase {
         var configuration: URLTaskReactorConfiguration {
             let exempt = exempt
             return URLTaskReactorConfiguration(
-                sharing: spec.sharing, requeue: spec.requeue, reintercept: spec.reintercept, holdsNewTasks: spec.holdsNewTasks,
-                maximumReactionsPerTask: spec.maximumReactions, loopGuard: spec.loopGuard,
+                mode: spec.mode, maximumReactionsPerTask: spec.maximumReactions,
                 exempts: { request in
                     let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? 0
                     return exempt[t]
@@ -603,19 +602,21 @@ final class PipelineModelTests: XCTestCase {
                 Scenario(
                     tasks: 5, interceptors: 0,
                     reactors: [
-                        ReactorSpec(reintercept: false, maximumReactions: 3),
-                        ReactorSpec(holdsNewTasks: false, reintercept: false, sharing: .perTask, takesTransportErrors: true),
+                        ReactorSpec(mode: .singleFlight(loopGuard: nil, afterwards: .sendAgainUnchanged), maximumReactions: 3),
+                        ReactorSpec(mode: .perTask(afterwards: .sendAgainUnchanged), takesTransportErrors: true),
                     ])
             ),
             (
                 "a holding reactor and a delivering one",
-                Scenario(tasks: 5, interceptors: 2, reactors: [refresh, ReactorSpec(holdsNewTasks: false, requeue: false)])
+                Scenario(
+                    tasks: 5, interceptors: 2,
+                    reactors: [refresh, ReactorSpec(mode: .singleFlight(loopGuard: nil, afterwards: .deliverResponse))])
             ),
             (
                 "one connection per host, loop guard",
                 Scenario(
                     tasks: 5, interceptors: 1,
-                    reactors: [ReactorSpec(maximumReactions: 3, loopGuard: .init(maximumRuns: 2, window: .seconds(10)))],
+                    reactors: [ReactorSpec(mode: .refresh(loopGuard: .init(maximumRuns: 2, window: .seconds(10))), maximumReactions: 3)],
                     connectionLimit: 1)
             ),
             (
