@@ -26,11 +26,12 @@ import FoundationNetworking
 ///   answer came back: no race.
 ///
 /// ```swift
-/// final class StatusCounter: URLTaskOutcomeObserver {
-///     private let counts = Mutex<[Int: Int]>([:])
+/// final class StatusCounter: URLTaskOutcomeObserver, @unchecked Sendable {  // `counts` is guarded by `lock`.
+///     private let lock = NSLock()
+///     private var counts: [Int: Int] = [:]
 ///     func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
 ///         guard let status = outcome.statusCode else { return }
-///         counts.withLock { $0[status, default: 0] += 1 }
+///         lock.withLock { counts[status, default: 0] += 1 }
 ///     }
 /// }
 /// let manager = URLTaskManager(observers: [StatusCounter()])

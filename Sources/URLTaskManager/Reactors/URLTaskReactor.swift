@@ -10,8 +10,8 @@ import FoundationNetworking
 /// first that says yes takes the task, so a reactor placed after it never sees that outcome (a
 /// reactor whose place matters says so with ``reactorPlacement``, and the manager checks it).
 /// The task's response is then not shown to the caller: the body is collected, and
-/// ``react(to:body:of:)`` runs. With ``URLTaskReactorConfiguration/Sharing/singleFlight``
-/// (the default, and what a token refresh wants) the work runs ONCE for every task that needs
+/// ``react(to:body:of:)`` runs. In a shared mode (``URLTaskReactorConfiguration/Mode``: the
+/// default, and what a token refresh wants) the work runs ONCE for every task that needs
 /// it while it runs: a hundred 401s wait on one refresh. When it succeeds the waiting tasks
 /// are requeued through the interceptors (which now apply the fresh token); when it throws,
 /// every one of them fails with what it threw, by ``URLTaskError``'s rule: a `URLError` as
@@ -40,10 +40,14 @@ import FoundationNetworking
 ///
 /// **The reactor's own requests.** ``react(to:body:of:)`` may use any session. A plain
 /// `URLSession` is simplest for a token endpoint. If the work uses the manager's own session,
-/// list its requests in ``URLTaskReactorConfiguration/exempts``: with
-/// ``URLTaskReactorConfiguration/holdsNewTasks`` they would otherwise wait for the very work
+/// list its requests in ``URLTaskReactorConfiguration/exempts``: in
+/// ``URLTaskReactorConfiguration/Mode/refresh(loopGuard:)`` mode they would otherwise wait for the very work
 /// that sent them (the run would end in ``URLTaskError/Code-swift.struct/reactorTimedOut``), and
 /// a 401 from the token endpoint would join the run it belongs to.
+///
+/// A part that only needs to know how tasks went (a breaker, metrics) is an
+/// ``URLTaskOutcomeObserver`` instead: it sees every outcome, the ones a reactor takes included,
+/// off URLSession's queue.
 public protocol URLTaskReactor: Sendable {
     /// How the manager runs this reactor. Defaults to ``URLTaskReactorConfiguration/default``.
     var configuration: URLTaskReactorConfiguration { get }
@@ -80,9 +84,9 @@ public protocol URLTaskReactor: Sendable {
     /// reactor keeps none (see ``credentialVersion(of:)``).
     func currentCredentialVersion() -> Int?
 
-    /// Where this reactor belongs among the others, when the order decides whether it works: a
-    /// reactor that only observes outcomes is ``URLTaskPlacement/first``, as it sees none that an
-    /// earlier reactor takes; ``RetryReactor``, the fallback, is ``URLTaskPlacement/last``. The
+    /// Where this reactor belongs among the others, when the order decides whether it works:
+    /// ``OfflineHold`` is ``URLTaskPlacement/late``, ``RetryReactor``, the fallback,
+    /// ``URLTaskPlacement/last``. The
     /// manager checks the order it is given against every reactor's placement and stops at init
     /// when it is wrong. Defaults to ``URLTaskPlacement/anywhere``: not checked, it is asked
     /// wherever you put it.
