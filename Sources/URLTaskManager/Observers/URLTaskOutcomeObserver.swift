@@ -48,10 +48,19 @@ public protocol URLTaskOutcomeObserver: Sendable {
 /// an outcome costs nothing then.
 final class OutcomeObservers: Sendable {
     let observers: [any URLTaskOutcomeObserver]
-    private let queue = DispatchQueue(label: "URLTaskManager.outcome-observers")
+    /// Runs each piece of work after the ones given before, off the caller's thread: the
+    /// manager's serial queue (the randomized model's own FIFO).
+    private let enqueue: @Sendable (@escaping @Sendable () -> Void) -> Void
 
-    /// The observers among `parts`, each instance once, in the order given; `nil` when none is.
-    init?(parts: [Any]) {
+    /// The observers among `parts`, each instance once, in the order given, on a serial queue of
+    /// their own; `nil` when none is.
+    convenience init?(parts: [Any]) {
+        let queue = DispatchQueue(label: "URLTaskManager.outcome-observers")
+        self.init(parts: parts) { queue.async(execute: $0) }
+    }
+
+    /// The observers among `parts`, told on `enqueue`, which must run its work in order.
+    init?(parts: [Any], enqueue: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
         var seen: Set<ObjectIdentifier> = []
         var observers: [any URLTaskOutcomeObserver] = []
         for part in parts {
@@ -61,12 +70,13 @@ final class OutcomeObservers: Sendable {
         }
         guard !observers.isEmpty else { return nil }
         self.observers = observers
+        self.enqueue = enqueue
     }
 
     /// Tells every observer of `outcome` on the manager's queue, after the outcomes told before,
     /// then calls `observed`.
     func observe(_ outcome: URLTaskOutcome, of task: URLTask, observed: @escaping @Sendable () -> Void) {
-        queue.async { [observers] in
+        enqueue { [observers] in
             for observer in observers { observer.observe(outcome, of: task) }
             observed()
         }

@@ -51,6 +51,9 @@ final class PipelineModelTests: XCTestCase {
         /// Whether identical requests share transfers (the real ``SharedTransfers``): every task
         /// asks for the same URL, and tasks on the same attempt send the same headers.
         var sharing = false
+        /// Whether the manager has an outcome observer (the real ``OutcomeObservers``, on a FIFO
+        /// the seed interleaves with everything else as a serial queue would).
+        var observes = false
     }
 
     // MARK: The simulated world
@@ -69,6 +72,9 @@ final class PipelineModelTests: XCTestCase {
         var cancelled = false
         var ended = 0
         var challengesAnswered = 0
+        /// Final response heads the transport delivered to the task, and those observed.
+        var headsDelivered = 0
+        var headsObserved = 0
         var violations: [String] = []
     }
 
@@ -139,6 +145,25 @@ final class PipelineModelTests: XCTestCase {
                 : nil
             admissionStorage = AdmissionStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
             batchStorages = (0..<scenario.interceptors).map { BatchStorage(interceptorIndex: $0, runtime: self) }
+            if scenario.observes {
+                outcomeObservers = OutcomeObservers(parts: [ModelObserver(world: self)]) { [unowned self] work in
+                    lock.withLock { observerQueue.append(work) }
+                    schedule("observer queue") { [unowned self] in
+                        let oldest = lock.withLock { observerQueue.removeFirst() }
+                        oldest()
+                    }
+                }
+            }
+        }
+
+        /// The transport delivers a final response head to task `t`.
+        func headDelivered(_ t: Int) {
+            lock.withLock { callers[t].headsDelivered += 1 }
+        }
+
+        /// The observer was told of a response head of task `t`.
+        func headObserved(_ t: Int) {
+            lock.withLock { callers[t].headsObserved += 1 }
         }
 
         // MARK: Scheduling
@@ -205,8 +230,10 @@ final class PipelineModelTests: XCTestCase {
 
         // MARK: TaskEnvironment
 
-        /// The model has no outcome observers (``OutcomeObservationStateMachine`` is tested alone).
-        let outcomeObservers: OutcomeObservers? = nil
+        /// The model's observer, in a scenario that observes.
+        private(set) var outcomeObservers: OutcomeObservers?
+        /// The observers' serial queue: each scheduled item runs the oldest work.
+        private var observerQueue: [@Sendable () -> Void] = []
 
         func intercept(
             _ index: Int, _ task: URLTask, decided: @escaping @Sendable (Result<InterceptCommand, any Error>, URLTask, Int) -> Void
@@ -336,6 +363,9 @@ final class PipelineModelTests: XCTestCase {
                 view.terminals += 1
             default:
                 view.terminals += 1
+            }
+            if event == "finish" || event == "fail", scenario.observes, view.headsObserved != view.headsDelivered {
+                view.violations.append("ended with \(view.headsDelivered) heads delivered, \(view.headsObserved) observed")
             }
             callers[t] = view
         }
@@ -467,6 +497,7 @@ final class PipelineModelTests: XCTestCase {
             case nil:
                 return
             case .head(let response):
+                if world.scenario.observes, response.statusCode != 100 { world.headDelivered(task) }
                 if world.scenario.sharing, response.statusCode == 200, world.draw(0..<4) == 0 {
                     // An answer that may not be shared: its listeners send their own requests.
                     events.transportDidReceive(response: SimulatedPipeline.response(200, task, headers: ["Vary": "X-Model-Task"]))
@@ -511,6 +542,15 @@ final class PipelineModelTests: XCTestCase {
                 return false
             }
             if wake { next() }
+        }
+    }
+
+    /// The model's outcome observer: counts the response heads it is told of, per task.
+    struct ModelObserver: URLTaskOutcomeObserver {
+        unowned let world: SimulatedPipeline
+
+        func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+            if outcome.statusCode != nil { world.headObserved(Int(task.id.rawValue)) }
         }
     }
 
@@ -593,6 +633,7 @@ final class PipelineModelTests: XCTestCase {
         let refresh = ReactorSpec()
         return [
             ("one refreshing reactor", Scenario(tasks: 5, interceptors: 1, reactors: [refresh])),
+            ("one refreshing reactor, observed", Scenario(tasks: 5, interceptors: 1, reactors: [refresh], observes: true)),
             (
                 "two backends, each exempting the other's tasks",
                 Scenario(tasks: 6, interceptors: 1, reactors: [refresh, refresh], exemptTenths: 5)
@@ -629,7 +670,8 @@ final class PipelineModelTests: XCTestCase {
             ),
             (
                 "redirects, challenges and rejected answers",
-                Scenario(tasks: 5, interceptors: 1, reactors: [refresh], redirects: true, challenges: true, validation: true)
+                Scenario(
+                    tasks: 5, interceptors: 1, reactors: [refresh], redirects: true, challenges: true, validation: true, observes: true)
             ),
             (
                 "identical requests sharing transfers, with redirects and rejected answers",
