@@ -23,7 +23,8 @@ import FoundationNetworking
 /// - **Seen before the caller hears the end**: a task's caller receives its end (its last byte,
 ///   its error) only after every observer has been told every outcome of that task. A breaker
 ///   that opens on the fifth failure therefore refuses a sixth request sent after the fifth
-///   answer came back: no race.
+///   answer came back: no race. Likewise a task sent again after an outcome (a retry, a followed
+///   redirect) goes through the interceptors only once that outcome was observed.
 ///
 /// ```swift
 /// final class StatusCounter: URLTaskOutcomeObserver, @unchecked Sendable {  // `counts` is guarded by `lock`.
@@ -83,18 +84,26 @@ final class OutcomeObservers: Sendable {
     }
 }
 
-/// When a task's end may reach its caller: only once every outcome of it was observed.
+/// What of a task waits for its outcomes to be observed: its end, so that its caller hears it
+/// only once every observer saw its outcomes, and its next attempt, so that a part that observes
+/// (a breaker opened by this very outcome) decides about that attempt knowing it.
 ///
 /// The task's storage holds it under its lock (for the transition only) and performs the
-/// returned action with the lock released. `Completion` is what the task's end is made of.
-struct OutcomeObservationStateMachine<Completion> {
+/// returned action with the lock released. `Completion` is what the task's end is made of,
+/// `Resend` what sends it again.
+struct OutcomeObservationStateMachine<Completion, Resend> {
+    private enum Waiter {
+        case finish(Completion)
+        case resend(Resend)
+    }
+
     private enum State {
-        /// Every outcome told so far was observed (or none arrived).
+        /// Every outcome queued so far was observed (or none was).
         case observed
-        /// `count` outcomes are on the observers' queue.
+        /// `count` outcomes are on the observers' queue; nothing waits for them.
         case pending(count: Int)
-        /// The task ended while `count` outcomes were on the queue: its end waits for them.
-        case finishWaiting(count: Int, Completion)
+        /// `count` outcomes are on the observers' queue, and the task's end or next attempt waits.
+        case waiting(count: Int, Waiter)
         /// The end was handed out; outcomes that still arrive are observed, waited for by nobody.
         case finished
     }
@@ -106,10 +115,21 @@ struct OutcomeObservationStateMachine<Completion> {
         case wait
     }
 
+    enum ResendAction {
+        /// Send the task again now.
+        case resendNow(Resend)
+        /// Not yet: the last observation hands it back.
+        case wait
+        /// Never: the task has ended meanwhile.
+        case drop
+    }
+
     enum ObservedAction {
         case none
         /// The last outcome the end waited for was observed: tell the caller now.
         case finish(Completion)
+        /// The last outcome the next attempt waited for was observed: send it now.
+        case resend(Resend)
     }
 
     private var state = State.observed
@@ -119,9 +139,9 @@ struct OutcomeObservationStateMachine<Completion> {
         switch state {
         case .observed: state = .pending(count: 1)
         case .pending(let count): state = .pending(count: count + 1)
-        case .finishWaiting(let count, let completion):
+        case .waiting(let count, let waiter):
             // A transfer stopped as the task failed (a timeout, an abort) may still answer.
-            state = .finishWaiting(count: count + 1, completion)
+            state = .waiting(count: count + 1, waiter)
         case .finished: break
         }
     }
@@ -135,31 +155,54 @@ struct OutcomeObservationStateMachine<Completion> {
         case .pending(let count):
             state = count == 1 ? .observed : .pending(count: count - 1)
             return .none
-        case .finishWaiting(let count, let completion):
+        case .waiting(let count, let waiter):
             if count > 1 {
-                state = .finishWaiting(count: count - 1, completion)
+                state = .waiting(count: count - 1, waiter)
                 return .none
             }
-            state = .finished
-            return .finish(completion)
+            switch waiter {
+            case .finish(let completion):
+                state = .finished
+                return .finish(completion)
+            case .resend(let resend):
+                state = .observed
+                return .resend(resend)
+            }
         case .finished:
             return .none
         }
     }
 
-    /// The task ended with `completion`.
+    /// The task ended with `completion`. A resend still waiting is dropped: the task is over.
     mutating func finishRequested(_ completion: Completion) -> FinishAction {
         switch state {
         case .observed:
             state = .finished
             return .finishNow(completion)
-        case .pending(let count):
-            state = .finishWaiting(count: count, completion)
+        case .pending(let count), .waiting(let count, .resend):
+            state = .waiting(count: count, .finish(completion))
             return .wait
-        case .finishWaiting, .finished:
+        case .waiting(_, .finish), .finished:
             // The task's machine completes a task once.
             assertionFailure("a task ended twice")
             return .wait
+        }
+    }
+
+    /// The task is to be sent again after an outcome (a reactor's work succeeded, a challenge
+    /// was answered with a credential).
+    mutating func resendRequested(_ resend: Resend) -> ResendAction {
+        switch state {
+        case .observed:
+            return .resendNow(resend)
+        case .pending(let count):
+            state = .waiting(count: count, .resend(resend))
+            return .wait
+        case .waiting(_, .resend):
+            assertionFailure("a task sent again twice at once")
+            return .drop
+        case .waiting(_, .finish), .finished:
+            return .drop
         }
     }
 }

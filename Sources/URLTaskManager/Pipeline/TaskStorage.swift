@@ -29,8 +29,9 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     let exemptedBy: [Bool]
     /// The manager's outcome observers; `nil` when it has none.
     private let outcomeObservers: OutcomeObservers?
-    /// Whether the task's end waits for its outcomes to be observed; guarded by `lock`.
-    private var observation = OutcomeObservationStateMachine<TaskStateMachine.Completion>()
+    /// Whether the task's end or next attempt waits for its outcomes to be observed; guarded by
+    /// `lock`.
+    private var observation = OutcomeObservationStateMachine<TaskStateMachine.Completion, TaskStateMachine.ProceedAction>()
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
         self.id = id
@@ -167,7 +168,22 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             default: break
             }
         }
-        proceed(action)
+        resend(action)
+    }
+
+    /// Performs `action`, which may send the task again after an outcome: with observers, only
+    /// once they were told of every outcome of the task (``OutcomeObservationStateMachine``).
+    private func resend(_ action: TaskStateMachine.ProceedAction) {
+        switch action {
+        case .checkGates, .acquireConnection:
+            guard outcomeObservers != nil else { return proceed(action) }
+            switch lock.withLock({ observation.resendRequested(action) }) {
+            case .resendNow(let action): proceed(action)
+            case .wait, .drop: return
+            }
+        default:
+            proceed(action)
+        }
     }
 
     func transportDidReceive(response: URLResponse) {
@@ -242,7 +258,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         case .consultChallenge(let response, let failures, let request):
             consultChallenge(response, previousFailures: failures, request: request)
         case .restart:
-            decideHeaders()
+            // A followed redirect: its 3xx was an outcome too.
+            resend(.checkGates)
         }
     }
 
@@ -333,7 +350,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             return machine.task
         }
         outcomeObservers.observe(outcome, of: snapshot) { [self] in
-            if case .finish(let completion) = lock.withLock({ observation.outcomeObserved() }) { finish(completion) }
+            switch lock.withLock({ observation.outcomeObserved() }) {
+            case .none: break
+            case .finish(let completion): finish(completion)
+            case .resend(let action): proceed(action)
+            }
         }
     }
 
@@ -364,7 +385,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             let answer = AuthenticationChallenge.answer(
                 disposition, credential: credential, to: challenge, response: response, request: request)
             let now = environment.runtime.now
-            proceed(lock.withLock { machine.challengeAnswered(answer, now: now) })
+            resend(lock.withLock { machine.challengeAnswered(answer, now: now) })
         }
     }
 

@@ -154,9 +154,35 @@ final class OutcomeObserverTests: XCTestCase {
     }
 }
 
-/// The lifecycle that holds a task's end until its outcomes were observed: pure, its actions.
+extension OutcomeObserverTests {
+    /// A retry's next attempt waits until the outcome that caused it was observed: the breaker,
+    /// opened by the second 503 (its predicate slow, 50 ms a call), refuses the third attempt
+    /// before it is sent, every time.
+    func testARetriedAttemptIsDecidedKnowingTheOutcomeThatCausedIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/down") { _ in .status(503) }
+        let slowFailure: @Sendable (URLTaskOutcome) -> Bool = { outcome in
+            _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(50))
+            return CircuitBreaker.isServerOrTransportFailure(outcome)
+        }
+        let breaker = CircuitBreaker(
+            policy: .init(failureThreshold: 2, window: .seconds(60), coolDown: .seconds(60), isFailure: slowFailure))
+        let retry = RetryReactor(policy: .init(maximumAttempts: 3, backoff: .init(base: .zero, maximum: .zero, jitter: 0)))
+        let manager = URLTaskManager(interceptors: [breaker], reactors: [retry])
+        defer { manager.invalidateAndCancel() }
+
+        let result = await fetched(manager.session, URLRequest(url: server.url("/down")))
+
+        XCTAssertEqual(result.taskError?.code, .circuitOpen, "\(result.label)")
+        XCTAssertEqual(server.requestCount(path: "/down"), 2)
+    }
+}
+
+/// The lifecycle that holds a task's end and next attempt until its outcomes were observed:
+/// pure, its actions.
 final class OutcomeObservationStateMachineTests: XCTestCase {
-    typealias Machine = OutcomeObservationStateMachine<String>
+    typealias Machine = OutcomeObservationStateMachine<String, Int>
 
     func testWithNothingPendingTheEndGoesAtOnce() {
         var m = Machine()
@@ -183,5 +209,28 @@ final class OutcomeObservationStateMachineTests: XCTestCase {
         m.outcomeQueued()
         guard case .none = m.outcomeObserved() else { return XCTFail() }
         guard case .finishNow("end") = m.finishRequested("end") else { return XCTFail() }
+    }
+
+    /// A resend waits like the end; once sent, the next outcome is waited for afresh.
+    func testTheNextAttemptWaitsForTheOutcomeThatCausedIt() {
+        var m = Machine()
+        guard case .resendNow(1) = m.resendRequested(1) else { return XCTFail() }
+        m.outcomeQueued()
+        guard case .wait = m.resendRequested(2) else { return XCTFail() }
+        guard case .resend(2) = m.outcomeObserved() else { return XCTFail() }
+        m.outcomeQueued()
+        guard case .wait = m.finishRequested("end") else { return XCTFail() }
+        guard case .finish("end") = m.outcomeObserved() else { return XCTFail() }
+    }
+
+    /// A task that ends while its resend waits is not sent again; a resend asked after the end
+    /// is dropped.
+    func testAnEndReplacesAWaitingResend() {
+        var m = Machine()
+        m.outcomeQueued()
+        guard case .wait = m.resendRequested(1) else { return XCTFail() }
+        guard case .wait = m.finishRequested("cancelled") else { return XCTFail() }
+        guard case .drop = m.resendRequested(2) else { return XCTFail() }
+        guard case .finish("cancelled") = m.outcomeObserved() else { return XCTFail() }
     }
 }

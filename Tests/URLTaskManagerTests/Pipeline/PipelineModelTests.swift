@@ -275,6 +275,11 @@ final class PipelineModelTests: XCTestCase {
             started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
         ) {
             let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? -1
+            if scenario.observes, t >= 0 {
+                // Sent again after an answer (a reaction, a challenge): only once it was observed.
+                let (delivered, observed) = lock.withLock { (callers[t].headsDelivered, callers[t].headsObserved) }
+                if delivered != observed { violate("task \(t) sent again with \(delivered) heads delivered, \(observed) observed") }
+            }
             if draw(0..<50) == 0 {
                 return schedule("transfer refused (task \(t))") { started(.failure(URLTaskError.managerInvalidated)) }
             }
