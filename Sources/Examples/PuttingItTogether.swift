@@ -57,7 +57,7 @@ struct NotesApp: Sendable {
                     limiter,
                 ],
                 reactors: [
-                    breaker, limiter, OAuth2RefreshReactor(authenticator: user), OAuth2RefreshReactor(authenticator: partner),
+                    OAuth2RefreshReactor(authenticator: user), OAuth2RefreshReactor(authenticator: partner),
                     OfflineHold(), RetryReactor(),
                 ],
                 options: .init(responseValidation: .successfulStatusCodes)  // a 4xx or 5xx is an error, with its status

@@ -62,7 +62,7 @@ extension Scenario {
 
         // DocC circuit-breaker: begin
         let breaker = CircuitBreaker(policy: .init(failureThreshold: 3, window: .seconds(10), coolDown: .milliseconds(300)))
-        let manager = URLTaskManager(interceptors: [breaker], reactors: [breaker])
+        let manager = URLTaskManager(interceptors: [breaker])
         // DocC circuit-breaker: end
 
         for _ in 0..<3 {
@@ -103,7 +103,7 @@ extension Scenario {
 
         // DocC rate-limit: begin
         let limiter = RateLimiter(policy: .init(rate: 5, burst: 2))
-        let manager = URLTaskManager(interceptors: [limiter], reactors: [limiter, RetryReactor()])
+        let manager = URLTaskManager(interceptors: [limiter], reactors: [RetryReactor()])
         // DocC rate-limit: end
 
         let started = ContinuousClock.now
@@ -178,7 +178,7 @@ func recommendedManager(auth: OAuth2Authenticator) -> URLTaskManager {
     return URLTaskManager(
         // the manager checks the order: a wrong one stops at init, naming the parts and an order that works
         interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing, limiter],
-        reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()]
+        reactors: [OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()]
     )
 }
 // README resilience: end

@@ -17,7 +17,7 @@ extension URLTaskManager {
         public var maximumReplayableBodySize: Int
 
         /// How many requests to one host the manager hands to URLSession at once, when it has
-        /// a reactor that holds new tasks (``URLTaskReactorConfiguration/holdsNewTasks``, as
+        /// a reactor that holds new tasks (``URLTaskReactorConfiguration/Mode/refresh(loopGuard:)``, as
         /// ``URLTaskReactorConfiguration/authentication`` does). `nil`, the default, uses the
         /// configuration's `httpMaximumConnectionsPerHost`.
         ///

@@ -49,6 +49,8 @@ public final class URLTaskManager: Sendable {
     ///     every resend.
     ///   - reactors: Asked in order about every response and transport error; the first that
     ///     wants it may run shared work (a token refresh) and send the task again.
+    ///   - observers: Told of every outcome, besides the interceptors and reactors that are
+    ///     observers themselves (``URLTaskOutcomeObserver``): a metrics recorder.
     ///   - configuration: The configuration you would have given `URLSession`. It is copied,
     ///     never mutated; the real HTTP honours its timeouts, cookies, cache and headers.
     ///   - delegate: The delegate you would have given `URLSession`.
@@ -57,6 +59,7 @@ public final class URLTaskManager: Sendable {
     public init(
         interceptors: [any URLTaskInterceptor] = [],
         reactors: [any URLTaskReactor] = [],
+        observers: [any URLTaskOutcomeObserver] = [],
         configuration: URLSessionConfiguration = .default,
         delegate: (any URLSessionDelegate)? = nil,
         delegateQueue: OperationQueue? = nil,
@@ -67,7 +70,8 @@ public final class URLTaskManager: Sendable {
         self.options = options
         let inner = configuration.copy() as! URLSessionConfiguration
         URLTaskPolicy.remove(from: inner)  // see `outer`
-        let pipeline = Pipeline(interceptors: interceptors, reactors: reactors, configuration: inner, options: options)
+        let pipeline = Pipeline(
+            interceptors: interceptors, reactors: reactors, observers: observers, configuration: inner, options: options)
         self.pipeline = pipeline
 
         let outer = configuration.copy() as! URLSessionConfiguration

@@ -6,7 +6,7 @@
 /// after a `RetryReactor` never sees the failures the retry takes, so its circuit never opens.
 /// Such a part declares its placement (``URLTaskInterceptor/interceptorPlacement``,
 /// ``URLTaskReactor/reactorPlacement``; two names, because a part that is both may belong in
-/// different places in the two chains), and ``URLTaskManager/init(interceptors:reactors:configuration:delegate:delegateQueue:options:)``
+/// different places in the two chains), and ``URLTaskManager/init(interceptors:reactors:observers:configuration:delegate:delegateQueue:options:)``
 /// checks the order it is given: a wrong one stops the program there, with a message naming the
 /// parts out of place and an order that works.
 ///

@@ -22,14 +22,14 @@ final class InterceptorAndReactorPlacementTests: XCTestCase {
     /// The README's recommended stack passes, and a manager accepts it.
     func testTheReadmeStackPasses() {
         let interceptors: [any URLTaskInterceptor] = [breaker, BearerInterceptor(authenticator: auth), CoalescingInterceptor(), limiter]
-        let reactors: [any URLTaskReactor] = [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), hold, RetryReactor()]
+        let reactors: [any URLTaskReactor] = [OAuth2RefreshReactor(authenticator: auth), hold, RetryReactor()]
         XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: interceptors, reactors: reactors))
         URLTaskManager(interceptors: interceptors, reactors: reactors).invalidateAndCancel()
     }
 
     func testAnInterceptorBeforeOneItMustFollowIsNamedWithAnOrderThatWorks() {
         let problem = URLTaskManager.assemblyProblem(
-            interceptors: [limiter, BearerInterceptor(authenticator: auth), breaker], reactors: [breaker, limiter])
+            interceptors: [limiter, BearerInterceptor(authenticator: auth), breaker], reactors: [])
         XCTAssertEqual(
             problem,
             "URLTaskManager: the interceptors are in an order their placements forbid: CircuitBreaker (.first) must come before "
@@ -38,18 +38,18 @@ final class InterceptorAndReactorPlacementTests: XCTestCase {
 
     func testEveryReactorOutOfPlaceIsNamed() {
         let problem = URLTaskManager.assemblyProblem(
-            interceptors: [breaker, limiter], reactors: [RetryReactor(), hold, OAuth2RefreshReactor(authenticator: auth), breaker, limiter])
+            interceptors: [breaker, limiter],
+            reactors: [RetryReactor(), Placed(placement: .first), OAuth2RefreshReactor(authenticator: auth), hold])
         XCTAssertEqual(
             problem,
-            "URLTaskManager: the reactors are in an order their placements forbid: OfflineHold (.late) must come before "
-                + "RetryReactor (.last); CircuitBreaker (.first) must come before RetryReactor (.last), OfflineHold (.late); "
-                + "RateLimiter (.first) must come before RetryReactor (.last), OfflineHold (.late). An order that works: "
-                + "[CircuitBreaker, RateLimiter, OAuth2RefreshReactor, OfflineHold, RetryReactor]. \(Self.rule)")
+            "URLTaskManager: the reactors are in an order their placements forbid: Placed (.first) must come before "
+                + "RetryReactor (.last); OfflineHold (.late) must come before RetryReactor (.last). An order that works: "
+                + "[Placed, OfflineHold, OAuth2RefreshReactor, RetryReactor]. \(Self.rule)")
         // The Resilience article's example.
         XCTAssertEqual(
-            URLTaskManager.assemblyProblem(interceptors: [breaker, limiter], reactors: [breaker, limiter, RetryReactor(), hold]),
+            URLTaskManager.assemblyProblem(interceptors: [breaker, limiter], reactors: [RetryReactor(), hold]),
             "URLTaskManager: the reactors are in an order their placements forbid: OfflineHold (.late) must come before "
-                + "RetryReactor (.last). An order that works: [CircuitBreaker, RateLimiter, OfflineHold, RetryReactor]. \(Self.rule)")
+                + "RetryReactor (.last). An order that works: [OfflineHold, RetryReactor]. \(Self.rule)")
     }
 
     /// Two parts of one type are told apart as errors and events tell them apart (`#index`); a
@@ -57,28 +57,25 @@ final class InterceptorAndReactorPlacementTests: XCTestCase {
     func testPartsAreNamedAsErrorsNameThem() {
         let second = RateLimiter(policy: .init(rate: 1))
         let problem = URLTaskManager.assemblyProblem(
-            interceptors: [limiter, breaker, second], reactors: [PerRequestReactor(RetryReactor()), hold, breaker, limiter, second])
+            interceptors: [limiter, breaker, second], reactors: [PerRequestReactor(RetryReactor()), hold, OfflineHold()])
         XCTAssertEqual(
             problem,
             "URLTaskManager: the interceptors are in an order their placements forbid: CircuitBreaker (.first) must come before "
                 + "RateLimiter#0 (.last). An order that works: [CircuitBreaker, RateLimiter#0, RateLimiter#2]. \(Self.rule)\n"
-                + "URLTaskManager: the reactors are in an order their placements forbid: OfflineHold (.late) must come before "
-                + "PerRequestReactor<RetryReactor> (.last); CircuitBreaker (.first) must come before PerRequestReactor<RetryReactor> "
-                + "(.last), OfflineHold (.late); RateLimiter#3 (.first) must come before PerRequestReactor<RetryReactor> (.last), "
-                + "OfflineHold (.late); RateLimiter#4 (.first) must come before PerRequestReactor<RetryReactor> (.last), OfflineHold "
-                + "(.late). An order that works: [CircuitBreaker, RateLimiter#3, RateLimiter#4, OfflineHold, "
-                + "PerRequestReactor<RetryReactor>]. \(Self.rule)")
+                + "URLTaskManager: the reactors are in an order their placements forbid: OfflineHold#1 (.late) must come before "
+                + "PerRequestReactor<RetryReactor> (.last); OfflineHold#2 (.late) must come before PerRequestReactor<RetryReactor> "
+                + "(.last). An order that works: [OfflineHold#1, OfflineHold#2, PerRequestReactor<RetryReactor>]. \(Self.rule)")
     }
 
     /// A part of yours placed `.anywhere` (the default) goes before, between and after the placed
     /// ones, in both lists; one you give a placement is checked like the package's.
     func testPartsPlacedAnywhereGoAnywhere() {
         let interceptors: [any URLTaskInterceptor] = [Free(), breaker, Free(), limiter, Free()]
-        let reactors: [any URLTaskReactor] = [Free(), breaker, Free(), limiter, Free(), hold, Free(), RetryReactor(), Free()]
+        let reactors: [any URLTaskReactor] = [Free(), Placed(placement: .first), Free(), hold, Free(), RetryReactor(), Free()]
         XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: interceptors, reactors: reactors))
         XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: [Free(), Free()], reactors: [Free()]))
 
-        let problem = URLTaskManager.assemblyProblem(interceptors: [Placed(placement: .last), Free(), breaker], reactors: [breaker])
+        let problem = URLTaskManager.assemblyProblem(interceptors: [Placed(placement: .last), Free(), breaker], reactors: [])
         XCTAssertEqual(
             problem,
             "URLTaskManager: the interceptors are in an order their placements forbid: CircuitBreaker (.first) must come before "
@@ -119,20 +116,23 @@ final class InterceptorAndReactorPlacementTests: XCTestCase {
     /// An object that is both an interceptor and a reactor, given to one list only, would
     /// silently do half its job (a breaker that never sees a failure never opens).
     func testAPartThatIsBothGoesInBothLists() {
+        let both = Both()
         XCTAssertEqual(
-            URLTaskManager.assemblyProblem(interceptors: [breaker], reactors: [RetryReactor()]),
-            "URLTaskManager: CircuitBreaker is both an interceptor and a reactor but was given to the interceptors only: give the "
+            URLTaskManager.assemblyProblem(interceptors: [both], reactors: [RetryReactor()]),
+            "URLTaskManager: Both is both an interceptor and a reactor but was given to the interceptors only: give the "
                 + "same instance to the reactors too (as an interceptor it acts on each request, as a reactor it learns from each "
                 + "outcome; given to one list only, one half never runs).")
         XCTAssertEqual(
-            URLTaskManager.assemblyProblem(interceptors: [], reactors: [limiter]),
-            "URLTaskManager: RateLimiter is both an interceptor and a reactor but was given to the reactors only: give the same "
+            URLTaskManager.assemblyProblem(interceptors: [], reactors: [both]),
+            "URLTaskManager: Both is both an interceptor and a reactor but was given to the reactors only: give the same "
                 + "instance to the interceptors too (as an interceptor it acts on each request, as a reactor it learns from each "
                 + "outcome; given to one list only, one half never runs).")
-        // Two breakers, one in each list: neither is wired.
-        let problem = URLTaskManager.assemblyProblem(interceptors: [CircuitBreaker()], reactors: [CircuitBreaker()])
+        // Two of them, one in each list: neither is wired.
+        let problem = URLTaskManager.assemblyProblem(interceptors: [Both()], reactors: [Both()])
         XCTAssertEqual(problem?.components(separatedBy: "\n").count, 2)
-        XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: [breaker, limiter], reactors: [limiter, breaker]))
+        XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: [both], reactors: [both]))
+        // The breaker and the limiter observe outcomes: they belong to the interceptors only.
+        XCTAssertNil(URLTaskManager.assemblyProblem(interceptors: [breaker, limiter], reactors: []))
     }
 
     private func components(_ count: Int) -> [URLTaskError.Component] {
@@ -147,9 +147,19 @@ private struct Free: URLTaskInterceptor, URLTaskReactor {
     func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
 }
 
+/// A part of an app's that acts on requests and takes outcomes, as one instance.
+private final class Both: URLTaskInterceptor, URLTaskReactor {
+    func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand { .execute }
+    func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool { false }
+    func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
+}
+
 /// A part of an app's that says where it belongs.
-private struct Placed: URLTaskInterceptor {
+private struct Placed: URLTaskInterceptor, URLTaskReactor {
     let placement: URLTaskPlacement
     var interceptorPlacement: URLTaskPlacement { placement }
+    var reactorPlacement: URLTaskPlacement { placement }
+    func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool { false }
+    func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
     func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand { .execute }
 }

@@ -5,16 +5,17 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 import URLTaskManager  // not @testable: what is built here, an app could build
+import URLTaskResilience
 
 /// What a part of an app's own needs to do what the built-in resilience parts do: publish typed
 /// decisions (``DecisionEvents``) and keep state per host as URLSession pools connections
 /// (``URLOrigin``), on public API alone. The parts below are a third party's.
 final class PublicContractTests: XCTestCase {
     /// A per-host failure counter, as an app could write it: the interceptor side says what is
-    /// sent (only when someone listens), the reactor side counts each outcome against its origin
-    /// and never takes it.
+    /// sent (only when someone listens), the observer side counts each outcome against its origin
+    /// (the manager finds the observer in the interceptor).
     // DocC host failure counter: begin
-    final class HostFailureCounter: URLTaskInterceptor, URLTaskReactor, @unchecked Sendable {  // `failures` is guarded by `lock`.
+    final class HostFailureCounter: URLTaskInterceptor, URLTaskOutcomeObserver, @unchecked Sendable {  // `failures` is guarded by `lock`.
         enum Decision: Sendable, Equatable {
             case sending(URLOrigin)
             case failed(URLOrigin, failures: Int)
@@ -32,23 +33,59 @@ final class PublicContractTests: XCTestCase {
             return .execute
         }
 
-        func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
-            guard let origin = URLOrigin(task.request.url) else { return false }
+        func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+            guard let origin = URLOrigin(task.request.url) else { return }
             guard (outcome.statusCode ?? 500) >= 500 else {
                 events.emit(.succeeded(origin))
-                return false
+                return
             }
             let count = lock.withLock {
                 failures[origin, default: 0] += 1
                 return failures[origin, default: 0]
             }
             events.emit(.failed(origin, failures: count))
-            return false
         }
-
-        func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
     }
     // DocC host failure counter: end
+
+    /// A metrics observer, as an app could write it: neither an interceptor nor a reactor.
+    // DocC status counter: begin
+    final class StatusCounter: URLTaskOutcomeObserver, @unchecked Sendable {  // `counts` is guarded by `lock`.
+        private let lock = NSLock()
+        private var counts: [Int: Int] = [:]
+
+        var snapshot: [Int: Int] { lock.withLock { counts } }
+
+        func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+            guard let status = outcome.statusCode else { return }
+            lock.withLock { counts[status, default: 0] += 1 }
+        }
+    }
+    // DocC status counter: end
+
+    /// Given on its own, the metrics observer counts every attempt (the 503s the retry takes
+    /// too) by the time the caller has its answer, beside the breaker found among the
+    /// interceptors.
+    func testAMetricsObserverGivenOnItsOwnCountsEveryAttempt() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let calls = LockedCounter()
+        server.route("/flaky") { _ in
+            calls.next() < 3 ? ServerResponse(status: 503, headers: ["Retry-After": "0"]) : .text("ok")
+        }
+        let metrics = StatusCounter()
+        let breaker = CircuitBreaker()
+        // DocC observers: begin
+        let manager = URLTaskManager(interceptors: [breaker], reactors: [RetryReactor()], observers: [metrics])
+        // DocC observers: end
+        defer { manager.invalidateAndCancel() }
+
+        let (data, _) = try await manager.session.data(from: server.url("/flaky"))
+
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "ok")
+        XCTAssertEqual(metrics.snapshot, [503: 2, 200: 1])
+        XCTAssertFalse(breaker.isOpen(for: server.url("/flaky")))
+    }
 
     /// Each outcome is published, in order, to a reader subscribed before; two ports of one
     /// host are two origins; the streams end when the part finishes them.
@@ -67,7 +104,7 @@ final class PublicContractTests: XCTestCase {
         XCTAssertFalse(counter.events.isListening, "nobody subscribed yet")
         let reader = counter.events.subscribe()
         XCTAssertTrue(counter.events.isListening)
-        let manager = URLTaskManager(interceptors: [counter], reactors: [counter])
+        let manager = URLTaskManager(interceptors: [counter])
 
         for url in [first.url("/fail"), first.url("/fail"), second.url("/fail"), first.url("/ok")] {
             _ = await fetched(manager.session, URLRequest(url: url))
@@ -126,5 +163,19 @@ final class PublicContractTests: XCTestCase {
         XCTAssertNil(origin("/relative/path"))
         XCTAssertNil(URLOrigin(nil))
         XCTAssertEqual(Set([origin("http://h/1"), origin("http://H:80/2"), origin("http://h:81/3")]).count, 2)
+    }
+}
+
+/// A count shared with a server's route.
+private final class LockedCounter: @unchecked Sendable {  // `value` is guarded by `lock`.
+    private let lock = NSLock()
+    private var value = 0
+
+    /// The count before this call, then one more.
+    func next() -> Int {
+        lock.withLock {
+            value += 1
+            return value
+        }
     }
 }

@@ -80,10 +80,11 @@ struct AdmissionStateMachine {
     private var slotGeneration = 0
 
     /// - Parameters:
-    ///   - reactors: Each reactor's loop guard and whether it holds new tasks.
+    ///   - reactors: Each reactor's mode: its loop guard, and whether it holds new tasks
+    ///     (``URLTaskReactorConfiguration/Mode/refresh(loopGuard:)``).
     ///   - slotsPerHost: Requests per host handed to the transport at once for covered tasks;
     ///     `nil` for no limit.
-    init(reactors: [(loopGuard: URLTaskReactorConfiguration.LoopGuard?, holdsNewTasks: Bool)], slotsPerHost: Int?) {
+    init(reactors: [URLTaskReactorConfiguration.Mode], slotsPerHost: Int?) {
         self.reactors = reactors.map { ReactorStateMachine(loopGuard: $0.loopGuard) }
         self.holdsNewTasks = reactors.map(\.holdsNewTasks)
         self.guardsLoops = self.reactors.contains(where: \.guardsLoops)

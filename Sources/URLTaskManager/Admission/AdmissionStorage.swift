@@ -27,9 +27,9 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         self.reactors = reactors
         self.runtime = runtime
         self.slotsPerHost = slotsPerHost
-        self.holdsNewTasks = reactors.contains { $0.configuration.holdsNewTasks }
+        self.holdsNewTasks = reactors.contains { $0.configuration.mode.holdsNewTasks }
         self.machine = AdmissionStateMachine(
-            reactors: reactors.map { ($0.configuration.loopGuard, $0.configuration.holdsNewTasks) },
+            reactors: reactors.map(\.configuration.mode),
             slotsPerHost: slotsPerHost
         )
         self.lastFailures = Array(repeating: nil, count: reactors.count)
@@ -69,7 +69,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         for reactor in reactors {
             if let own = reactor.reactor.credentialVersion(of: task) {
                 versions[reactor.name] = own
-            } else if reactor.configuration.holdsNewTasks, let version = stamped[reactor.index] {
+            } else if reactor.configuration.mode.holdsNewTasks, let version = stamped[reactor.index] {
                 versions[reactor.name] = version
             }
         }
@@ -141,7 +141,7 @@ final class AdmissionStorage: @unchecked Sendable {  // `machine`, `runs` and `l
         case .deliverNow:
             return (.declined, nil)
         case .refuseLoop(let runs):
-            let window = reactor.configuration.loopGuard?.window ?? .zero
+            let window = reactor.configuration.mode.loopGuard?.window ?? .zero
             return (.failed(URLTaskError.reactionLoop(reactor.component, runs: runs, window: window)), nil)
         case .startRun(let number):
             _ = runtime.react(reactor, to: outcome, body: body, of: task) { result in

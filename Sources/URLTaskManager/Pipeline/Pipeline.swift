@@ -34,15 +34,18 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// The transfers identical requests share, with the manager's `CoalescingInterceptor`;
     /// `nil` without one.
     let sharing: SharedTransfers?
+    /// The outcome observers among the parts and beside them; `nil` without any.
+    let outcomeObservers: OutcomeObservers?
 
     private let lock = NSLock()
     private var lifecycle = PipelineLifecycleStateMachine()
 
     init(
-        interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], configuration: URLSessionConfiguration,
-        options: URLTaskManager.Options
+        interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], observers: [any URLTaskOutcomeObserver] = [],
+        configuration: URLSessionConfiguration, options: URLTaskManager.Options
     ) {
         self.interceptors = interceptors
+        self.outcomeObservers = OutcomeObservers(parts: interceptors + reactors + observers)
         let reactors = zip(reactors, URLTaskError.Component.chain(reactors, kind: .reactor)).map {
             ReactorStorage(reactor: $0, component: $1)
         }
@@ -55,7 +58,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
         self.events = EventHub(batchWindow: options.eventBatchWindow)
         // Slots only matter while a reactor may hold new tasks: otherwise nothing can make a
         // queued request's headers stale, and URLSession queues them itself.
-        let holding = reactors.contains { $0.configuration.holdsNewTasks }
+        let holding = reactors.contains { $0.configuration.mode.holdsNewTasks }
         let limit = options.maximumRequestsInFlightPerHost ?? configuration.httpMaximumConnectionsPerHost
         self.admission = AdmissionStorage(reactors: reactors, slotsPerHost: holding && limit > 0 ? limit : nil, runtime: runtime)
         let (additionalHeaders, transportConfiguration) = AdditionalHeaders.split(configuration)

@@ -38,6 +38,9 @@ protocol TaskEnvironment: AnyObject, Sendable {
         decided: @escaping @Sendable (Result<InterceptCommand, any Error>, URLTask, Int) -> Void
     ) -> Task<Void, Never>?
 
+    /// The manager's outcome observers; `nil` when it has none.
+    var outcomeObservers: OutcomeObservers? { get }
+
     /// The transfers identical requests share; `nil` when the manager shares none.
     var sharing: SharedTransfers? { get }
 

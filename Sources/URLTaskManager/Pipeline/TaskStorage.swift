@@ -27,6 +27,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// Which reactors exempt this task (``URLTaskReactorConfiguration/exempts``), by index:
     /// asked once, of the caller's request, for admission's gates and for every outcome.
     let exemptedBy: [Bool]
+    /// The manager's outcome observers; `nil` when it has none.
+    private let outcomeObservers: OutcomeObservers?
+    /// Whether the task's end or next attempt waits for its outcomes to be observed; guarded by
+    /// `lock`.
+    private var observation = OutcomeObservationStateMachine<TaskStateMachine.Completion, TaskStateMachine.ProceedAction>()
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
         self.id = id
@@ -42,6 +47,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         task.policy = policy
         self.sink = sink
         self.environment = environment
+        self.outcomeObservers = environment.outcomeObservers
         self.observer = environment.events.isListening ? TaskObserver(id: id, request: request, hub: environment.events) : nil
         let components = environment.interceptorComponents
         let types = environment.interceptorTypes
@@ -51,7 +57,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             skipping: Set(components.indices.filter { policy?.skips(components[$0], type: types[$0]) == true }),
             reactors: environment.reactors.map {
                 TaskStateMachine.ReactorTraits(
-                    component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask, delivers: !$0.configuration.requeue
+                    component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask,
+                    delivers: $0.configuration.mode.afterwards == .deliverResponse
                 )
             },
             validation: policy?.responseValidation ?? environment.options.responseValidation,
@@ -140,11 +147,14 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     }
 
     func reactionFinished(reactor index: Int, outcome: ReactorStorage.Outcome) {
-        let configuration = environment.reactors[index].configuration
         let result: TaskStateMachine.ReactionResult
         switch outcome {
         case .succeeded:
-            result = configuration.requeue ? .requeue(reintercept: configuration.reintercept) : .deliver
+            switch environment.reactors[index].configuration.mode.afterwards {
+            case .sendAgain: result = .requeue(reintercept: true)
+            case .sendAgainUnchanged: result = .requeue(reintercept: false)
+            case .deliverResponse: result = .deliver
+            }
         case .failed(let error):
             result = .fail(error)
         case .declined:
@@ -158,7 +168,22 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             default: break
             }
         }
-        proceed(action)
+        resend(action)
+    }
+
+    /// Performs `action`, which may send the task again after an outcome: with observers, only
+    /// once they were told of every outcome of the task (``OutcomeObservationStateMachine``).
+    private func resend(_ action: TaskStateMachine.ProceedAction) {
+        switch action {
+        case .checkGates, .acquireConnection:
+            guard outcomeObservers != nil else { return proceed(action) }
+            switch lock.withLock({ observation.resendRequested(action) }) {
+            case .resendNow(let action): proceed(action)
+            case .wait, .drop: return
+            }
+        default:
+            proceed(action)
+        }
     }
 
     func transportDidReceive(response: URLResponse) {
@@ -166,6 +191,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // the reactors see only the final one.
         if TaskStateMachine.isInterim(response) { return }
         let http = response as? HTTPURLResponse
+        if let http, outcomeObservers != nil { observe(.response(http)) }
         let reactor = http.flatMap { chooseReactor(for: .response($0)) }
         let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
         observer?.responseHead(response)
@@ -207,7 +233,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // Which reactor wants a transport error is the reactors' code: asked outside the lock,
         // and only when the error would be the task's outcome.
         var reactor: Int?
-        if let error, !environment.reactors.isEmpty, lock.withLock({ machine.isAwaitingResponseHead }) {
+        if let error, !environment.reactors.isEmpty || outcomeObservers != nil, lock.withLock({ machine.isAwaitingResponseHead }) {
+            if outcomeObservers != nil { observe(.failure(error)) }
             reactor = chooseReactor(for: .failure(error))
         }
         let now = environment.runtime.now
@@ -231,7 +258,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         case .consultChallenge(let response, let failures, let request):
             consultChallenge(response, previousFailures: failures, request: request)
         case .restart:
-            decideHeaders()
+            // A followed redirect: its 3xx was an outcome too.
+            resend(.checkGates)
         }
     }
 
@@ -307,8 +335,30 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         complete(.fail(error))
     }
 
-    /// Tells the caller, then lets the task go.
+    /// Tells the caller, then lets the task go; with observers, only once they were told of
+    /// every outcome of the task (``OutcomeObservationStateMachine``).
     private func complete(_ completion: TaskStateMachine.Completion) {
+        if outcomeObservers != nil, case .wait = lock.withLock({ observation.finishRequested(completion) }) { return }
+        finish(completion)
+    }
+
+    /// Hands `outcome` to the manager's observers, on their queue; the task's end waits for it.
+    private func observe(_ outcome: URLTaskOutcome) {
+        guard let outcomeObservers else { return }
+        let snapshot = lock.withLock {
+            observation.outcomeQueued()
+            return machine.task
+        }
+        outcomeObservers.observe(outcome, of: snapshot) { [self] in
+            switch lock.withLock({ observation.outcomeObserved() }) {
+            case .none: break
+            case .finish(let completion): finish(completion)
+            case .resend(let action): proceed(action)
+            }
+        }
+    }
+
+    private func finish(_ completion: TaskStateMachine.Completion) {
         switch completion {
         case .finish:
             observer?.completed()
@@ -335,7 +385,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             let answer = AuthenticationChallenge.answer(
                 disposition, credential: credential, to: challenge, response: response, request: request)
             let now = environment.runtime.now
-            proceed(lock.withLock { machine.challengeAnswered(answer, now: now) })
+            resend(lock.withLock { machine.challengeAnswered(answer, now: now) })
         }
     }
 
@@ -401,14 +451,13 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         waitBegins()
         let reactor = environment.reactors[index]
         observer?.reactionStarting()
-        switch reactor.configuration.sharing {
-        case .singleFlight:
+        if reactor.configuration.mode.isShared {
             // The run starts (or is joined) and the slot is handed over in one transition.
             let (immediate, run) = environment.admission.transferEnded(
                 self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: task)
             observer?.reacted(by: reactor.name, run: run)
             if let immediate { reactionFinished(reactor: index, outcome: immediate) }
-        case .perTask:
+        } else {
             observer?.reacted(by: reactor.name, run: nil)
             environment.admission.transferEnded(self)
             let work = environment.runtime.react(reactor, to: outcome, body: body, of: task) { [self] result in

@@ -10,8 +10,8 @@ import FoundationNetworking
 /// first that says yes takes the task, so a reactor placed after it never sees that outcome (a
 /// reactor whose place matters says so with ``reactorPlacement``, and the manager checks it).
 /// The task's response is then not shown to the caller: the body is collected, and
-/// ``react(to:body:of:)`` runs. With ``URLTaskReactorConfiguration/Sharing/singleFlight``
-/// (the default, and what a token refresh wants) the work runs ONCE for every task that needs
+/// ``react(to:body:of:)`` runs. In a shared mode (``URLTaskReactorConfiguration/Mode``: the
+/// default, and what a token refresh wants) the work runs ONCE for every task that needs
 /// it while it runs: a hundred 401s wait on one refresh. When it succeeds the waiting tasks
 /// are requeued through the interceptors (which now apply the fresh token); when it throws,
 /// every one of them fails with what it threw, by ``URLTaskError``'s rule: a `URLError` as
@@ -40,10 +40,14 @@ import FoundationNetworking
 ///
 /// **The reactor's own requests.** ``react(to:body:of:)`` may use any session. A plain
 /// `URLSession` is simplest for a token endpoint. If the work uses the manager's own session,
-/// list its requests in ``URLTaskReactorConfiguration/exempts``: with
-/// ``URLTaskReactorConfiguration/holdsNewTasks`` they would otherwise wait for the very work
+/// list its requests in ``URLTaskReactorConfiguration/exempts``: in
+/// ``URLTaskReactorConfiguration/Mode/refresh(loopGuard:)`` mode they would otherwise wait for the very work
 /// that sent them (the run would end in ``URLTaskError/Code-swift.struct/reactorTimedOut``), and
 /// a 401 from the token endpoint would join the run it belongs to.
+///
+/// A part that only needs to know how tasks went (a breaker, metrics) is an
+/// ``URLTaskOutcomeObserver`` instead: it sees every outcome, the ones a reactor takes included,
+/// off URLSession's queue.
 public protocol URLTaskReactor: Sendable {
     /// How the manager runs this reactor. Defaults to ``URLTaskReactorConfiguration/default``.
     var configuration: URLTaskReactorConfiguration { get }
@@ -80,9 +84,9 @@ public protocol URLTaskReactor: Sendable {
     /// reactor keeps none (see ``credentialVersion(of:)``).
     func currentCredentialVersion() -> Int?
 
-    /// Where this reactor belongs among the others, when the order decides whether it works: a
-    /// reactor that only observes outcomes is ``URLTaskPlacement/first``, as it sees none that an
-    /// earlier reactor takes; `RetryReactor`, the fallback, is ``URLTaskPlacement/last``. The
+    /// Where this reactor belongs among the others, when the order decides whether it works:
+    /// `OfflineHold` is ``URLTaskPlacement/late``, `RetryReactor`, the fallback,
+    /// ``URLTaskPlacement/last``. The
     /// manager checks the order it is given against every reactor's placement and stops at init
     /// when it is wrong. Defaults to ``URLTaskPlacement/anywhere``: not checked, it is asked
     /// wherever you put it.
@@ -125,14 +129,67 @@ public enum URLTaskOutcome: Sendable {
     }
 }
 
-/// How the manager runs one reactor.
+/// How the manager runs one reactor: a ``Mode`` (who shares the work, whether new tasks wait for
+/// it, what happens to the tasks afterwards), and limits that hold in every mode.
+///
+/// The mode is one choice among a few named ones, so a combination the engine cannot honour
+/// (work per task that holds new tasks, a gate whose waiting tasks go out with the headers the
+/// work replaced) cannot be written.
 public struct URLTaskReactorConfiguration: Sendable {
-    /// Whether tasks share one run of the work.
-    public enum Sharing: Sendable {
-        /// One run at a time for every task that needs it (token refresh).
-        case singleFlight
-        /// Each task runs the work on its own (a retry's back-off delay).
-        case perTask
+    /// Who runs the reactor's work, and which tasks wait for it.
+    public enum Mode: Sendable {
+        /// Shared single-flight work that renews what the interceptors put on requests (a token
+        /// refresh): one run at a time for every task that needs it, tasks not sent yet wait
+        /// for it (so none goes out with the state it is about to replace), and every waiting
+        /// task is then intercepted again and sent. `loopGuard` stops a run that keeps being
+        /// needed without helping (see ``LoopGuard``); `nil` for none.
+        case refresh(loopGuard: LoopGuard?)
+        /// Shared single-flight work that holds no other task (a connection reset, a wait for
+        /// the network): one run at a time for every task that needs it; `afterwards` says what
+        /// happens to those tasks when it succeeds.
+        case singleFlight(loopGuard: LoopGuard?, afterwards: Afterwards)
+        /// Work each task runs on its own (a retry's back-off delay): no run is shared, nothing
+        /// waits for it but the task itself, so there is no gate and no loop to guard.
+        case perTask(afterwards: Afterwards)
+
+        /// The loop guard of a shared mode; `nil` for ``perTask(afterwards:)``.
+        public var loopGuard: LoopGuard? {
+            switch self {
+            case .refresh(let loopGuard), .singleFlight(let loopGuard, _): loopGuard
+            case .perTask: nil
+            }
+        }
+
+        /// What happens to a task after the work it waited on succeeded.
+        public var afterwards: Afterwards {
+            switch self {
+            case .refresh: .sendAgain
+            case .singleFlight(_, let afterwards), .perTask(let afterwards): afterwards
+            }
+        }
+
+        /// Whether tasks share one run of the work.
+        var isShared: Bool {
+            if case .perTask = self { return false }
+            return true
+        }
+
+        /// Whether tasks not sent yet wait while a run is in flight.
+        var holdsNewTasks: Bool {
+            if case .refresh = self { return true }
+            return false
+        }
+    }
+
+    /// What happens to a task after the work it waited on succeeded (when the work throws, the
+    /// task fails with what it threw, in every mode).
+    public enum Afterwards: Sendable, Equatable {
+        /// Through the interceptors again, then sent (so it carries what the work renewed).
+        case sendAgain
+        /// Sent again with the request it had, without running the interceptors.
+        case sendAgainUnchanged
+        /// Not sent again: the caller receives the response that needed the work.
+        case deliverResponse
     }
 
     /// Guards against a reactor that keeps running without helping (a refresh whose token is
@@ -159,27 +216,16 @@ public struct URLTaskReactorConfiguration: Sendable {
         }
     }
 
-    /// Whether tasks share one run of the work.
-    public var sharing: Sharing
-    /// Send affected tasks again after the work succeeds. When `false`, each caller receives
-    /// the response that triggered the reaction once the work is done.
-    public var requeue: Bool
-    /// Run the interceptors again on a requeued task (so it carries fresh headers). When
-    /// `false` the task is resent with the request it had.
-    public var reintercept: Bool
-    /// While the work runs, hold tasks that have not been sent yet so none goes out with
-    /// state the work is about to replace (a stale token).
-    public var holdsNewTasks: Bool
+    /// Who runs the work, which tasks wait for it, and what happens to them afterwards.
+    public var mode: Mode
     /// The longest the work may run; then every waiting task fails with
     /// ``URLTaskError/Code-swift.struct/reactorTimedOut``, even if the work ignores its
     /// cancellation (it is cancelled, left to finish, and its result dropped). `nil` for no limit.
     public var timeout: Duration?
     /// How many times one task may trigger this reactor before it fails with
-    /// ``URLTaskError/Code-swift.struct/tooManyAttempts``.
+    /// ``URLTaskError/Code-swift.struct/tooManyAttempts`` (only a task sent again can trigger it
+    /// twice).
     public var maximumReactionsPerTask: Int
-    /// Runs whose predecessor's product was refused allowed per window before the reactor fails
-    /// with ``URLTaskError/Code-swift.struct/reactionLoop`` (see ``LoopGuard``); `nil` for no guard.
-    public var loopGuard: LoopGuard?
     /// Requests this reactor neither holds nor reacts to: the requests its own work sends
     /// through the manager's session (a token endpoint).
     ///
@@ -190,42 +236,51 @@ public struct URLTaskReactorConfiguration: Sendable {
 
     /// Creates a configuration; the defaults are those of ``default``.
     public init(
-        sharing: Sharing = .singleFlight,
-        requeue: Bool = true,
-        reintercept: Bool = true,
-        holdsNewTasks: Bool = false,
+        mode: Mode = .singleFlight(loopGuard: LoopGuard(maximumRuns: 10, window: .seconds(10)), afterwards: .sendAgain),
         timeout: Duration? = .seconds(60),
         maximumReactionsPerTask: Int = 3,
-        loopGuard: LoopGuard? = LoopGuard(maximumRuns: 10, window: .seconds(10)),
         exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
     ) {
-        self.exempts = exempts
-        self.sharing = sharing
-        self.requeue = requeue
-        self.reintercept = reintercept
-        self.holdsNewTasks = holdsNewTasks
+        self.mode = mode
         self.timeout = timeout
         self.maximumReactionsPerTask = maximumReactionsPerTask
-        self.loopGuard = loopGuard
+        self.exempts = exempts
     }
 
-    /// Single flight, requeue through the interceptors, no gate.
+    /// The mode's loop guard (see ``Mode/loopGuard``); `nil` for work per task.
+    public var loopGuard: LoopGuard? { mode.loopGuard }
+
+    /// Single flight with a loop guard of 10 in 10 seconds, sent again through the interceptors,
+    /// no gate.
     public static var `default`: Self { Self() }
 
-    /// For credential refresh: single flight, holds new tasks while refreshing, at most two
-    /// reactions per task (a token refused twice in a row is not a stale token), and a loop guard
-    /// of 3 in 10 seconds that counts refreshed tokens the server refused, not refreshes: a token
-    /// revoked every few seconds is refreshed every time, while a token endpoint whose tokens the
-    /// API always refuses stops after 4 refreshes, the last 3 within 10 seconds (see ``LoopGuard``).
+    /// For credential refresh (``Mode/refresh(loopGuard:)``): holds new tasks while refreshing,
+    /// at most two reactions per task (a token refused twice in a row is not a stale token), and
+    /// a loop guard of 3 in 10 seconds that counts refreshed tokens the server refused, not
+    /// refreshes: a token revoked every few seconds is refreshed every time, while a token
+    /// endpoint whose tokens the API always refuses stops after 4 refreshes, the last 3 within
+    /// 10 seconds (see ``LoopGuard``).
     public static var authentication: Self {
-        Self(
-            holdsNewTasks: true, timeout: .seconds(30), maximumReactionsPerTask: 2,
-            loopGuard: LoopGuard(maximumRuns: 3, window: .seconds(10)))
+        Self(mode: .refresh(loopGuard: LoopGuard(maximumRuns: 3, window: .seconds(10))), timeout: .seconds(30), maximumReactionsPerTask: 2)
     }
 
-    /// For retries: each task waits on its own, no gate, no loop guard (the policy limits
-    /// attempts itself).
+    /// For retries (``Mode/perTask(afterwards:)``, sent again through the interceptors): each
+    /// task waits on its own, no limit on the work's time (the policy limits attempts itself).
     public static var retry: Self {
-        Self(sharing: .perTask, timeout: nil, maximumReactionsPerTask: .max, loopGuard: nil)
+        Self(mode: .perTask(afterwards: .sendAgain), timeout: nil, maximumReactionsPerTask: .max)
     }
+}
+
+extension URLTaskReactorConfiguration {
+    /// Whether tasks not sent yet wait while the work runs: only ``Mode/refresh(loopGuard:)``.
+    @available(*, deprecated, message: "Read `mode`: only `.refresh(loopGuard:)` holds new tasks.")
+    public var holdsNewTasks: Bool { mode.holdsNewTasks }
+
+    /// Whether a task is sent again after the work succeeds.
+    @available(*, deprecated, message: "Read `mode.afterwards`: every case but `.deliverResponse` sends again.")
+    public var requeue: Bool { mode.afterwards != .deliverResponse }
+
+    /// Whether a task sent again goes through the interceptors first.
+    @available(*, deprecated, message: "Read `mode.afterwards`: `.sendAgain` runs the interceptors again.")
+    public var reintercept: Bool { mode.afterwards == .sendAgain }
 }

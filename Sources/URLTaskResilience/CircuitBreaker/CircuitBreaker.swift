@@ -16,18 +16,20 @@ import FoundationNetworking
 /// its own circuit; requests ``Policy/exempts`` names (a token endpoint) are neither stopped nor
 /// counted.
 ///
-/// It is both an interceptor (it decides before a request is sent) and a reactor (it sees every
-/// outcome and never takes one): give the same instance to both lists.
+/// It is an interceptor (it decides before a request is sent) and an outcome observer
+/// (`URLTaskOutcomeObserver`: it counts every attempt's outcome, the 5xx a ``RetryReactor``
+/// retries included, off URLSession's queue); the manager finds the observer in the interceptor,
+/// so it goes in the interceptors only.
 ///
 /// ```swift
 /// let breaker = CircuitBreaker(policy: .init(exempts: { auth.isTokenRequest($0) }))
 /// let manager = URLTaskManager(interceptors: [breaker, BearerInterceptor(authenticator: auth)],
-///                              reactors: [breaker, OAuth2RefreshReactor(authenticator: auth)])
+///                              reactors: [OAuth2RefreshReactor(authenticator: auth)])
 /// ```
-/// It is placed `URLTaskPlacement.first` in both (the manager checks it): it refuses a request
-/// before another interceptor spends work on it, and it sees the 5xx a ``RetryReactor`` later
-/// retries, so each attempt counts.
-public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
+/// It is placed `URLTaskPlacement.first` (the manager checks it): it refuses a request before
+/// another interceptor spends work on it. A task's caller hears its end only after the breaker
+/// counted its outcomes, so the request sent after the answer that opened the circuit is refused.
+public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
     /// When a circuit opens and how long it stays open.
     public struct Policy: Sendable {
         /// Failures within ``window`` that open the circuit.
@@ -134,9 +136,9 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
         }
     }
 
-    /// Counts the outcome against its host's circuit; never takes the task.
-    public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
-        guard !policy.exempts(task.originalRequest) else { return false }
+    /// Counts the outcome against its host's circuit.
+    public func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+        guard !policy.exempts(task.originalRequest) else { return }
         let host = URLOrigin(task.request.url)?.description ?? ""
         switch storage.outcome(of: task.id, host: host, failed: policy.isFailure(outcome), now: now()) {
         case .none: break
@@ -150,19 +152,11 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskReactor {
             decisions.emit(.reopened(host: host))
             task.annotate("circuit-breaker", "reopened the circuit for \(host)")
         }
-        return false
     }
-
-    /// Never called: the breaker takes no outcome.
-    public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
 
     /// `URLTaskPlacement.first`: a request the breaker refuses costs no other interceptor any
     /// work (no token refresh, no rate-limit token).
     public var interceptorPlacement: URLTaskPlacement { .first }
-
-    /// `URLTaskPlacement.first`: it only observes, and sees only the outcomes no earlier reactor
-    /// took (a retried 5xx would not count).
-    public var reactorPlacement: URLTaskPlacement { .first }
 }
 
 /// Why a request was failed without being sent: its host's circuit is open. The caller finds

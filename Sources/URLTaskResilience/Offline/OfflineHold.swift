@@ -107,8 +107,8 @@ public final class OfflineHold: URLTaskReactor {
     public init(policy: Policy = Policy()) {
         self.policy = policy
         self.configuration = URLTaskReactorConfiguration(
-            sharing: .perTask, requeue: true, reintercept: true, holdsNewTasks: false, timeout: nil,
-            maximumReactionsPerTask: max(1, policy.maximumHoldsPerTask), loopGuard: nil, exempts: policy.exempts)
+            mode: .perTask(afterwards: .sendAgain), timeout: nil, maximumReactionsPerTask: max(1, policy.maximumHoldsPerTask),
+            exempts: policy.exempts)
         self.storage = OfflineHoldStorage(policy: policy)
     }
 

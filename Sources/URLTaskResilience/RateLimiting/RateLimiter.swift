@@ -13,22 +13,22 @@ import FoundationNetworking
 /// (the manager fails it with `URLError.timedOut` when that passes, as for any interceptor that
 /// waits); a caller that cancels leaves the line at once.
 ///
-/// It is also a reactor that never takes an outcome: it reads `Retry-After` on a `429` or `503`
-/// and pauses that host's bucket for that long (at most ``Policy/maximumPause``); requests to
-/// other hosts go on. Give the same instance to both lists:
+/// It is also an outcome observer (`URLTaskOutcomeObserver`): it reads `Retry-After` on a `429`
+/// or `503` and pauses that host's bucket for that long (at most ``Policy/maximumPause``);
+/// requests to other hosts go on. It sees every attempt's outcome, the `429` a ``RetryReactor``
+/// retries included, so the retried request waits for the pause too. The manager finds the
+/// observer in the interceptor: it goes in the interceptors only.
 ///
 /// ```swift
 /// let limiter = RateLimiter(policy: .init(rate: 10, burst: 5))
-/// let manager = URLTaskManager(interceptors: [limiter], reactors: [limiter, RetryReactor()])
+/// let manager = URLTaskManager(interceptors: [limiter], reactors: [RetryReactor()])
 /// ```
 ///
-/// It is placed `URLTaskPlacement.last` among the interceptors and `URLTaskPlacement.first`
-/// among the reactors (the manager checks it): a request takes a token only once no other
-/// interceptor will hold, answer or refuse it, and the limiter sees the `429` a ``RetryReactor``
-/// retries, so the retried request waits for the pause too. An interceptor of yours that answers
-/// without the network (a cache) belongs before it: give yours a placement other than
-/// `URLTaskPlacement.last` to have the manager check that.
-public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
+/// It is placed `URLTaskPlacement.last` among the interceptors (the manager checks it): a
+/// request takes a token only once no other interceptor will hold, answer or refuse it. An
+/// interceptor of yours that answers without the network (a cache) belongs before it: give yours
+/// a placement other than `URLTaskPlacement.last` to have the manager check that.
+public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
     /// How fast requests may go.
     public struct Policy: Sendable {
         /// Requests per second, per host.
@@ -129,30 +129,22 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskReactor {
         }
     }
 
-    /// Pauses the host on a `429` or `503` with `Retry-After`; never takes the task.
-    public func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
+    /// Pauses the host on a `429` or `503` with `Retry-After`.
+    public func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
         guard case .response(let response) = outcome, policy.pausingStatuses.contains(response.statusCode),
             !policy.exempts(task.originalRequest),
             let header = response.value(forHTTPHeaderField: "Retry-After"), let delay = Self.delay(retryAfter: header, now: Date())
-        else { return false }
+        else { return }
         let duration = min(delay, policy.maximumPause)
         let host = URLOrigin(task.request.url)?.description ?? ""
         storage.pause(host: host, for: duration)
         decisions.emit(.paused(host: host, duration: duration, status: response.statusCode))
         task.annotate("rate-limit", "paused \(host) for \(duration) after \(response.statusCode)")
-        return false
     }
-
-    /// Never called: the limiter takes no outcome.
-    public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
 
     /// `URLTaskPlacement.last`: a request takes a token once no other interceptor will hold,
     /// answer or refuse it.
     public var interceptorPlacement: URLTaskPlacement { .last }
-
-    /// `URLTaskPlacement.first`: it only observes, and sees only the `429`s and `503`s no
-    /// earlier reactor took (a retried one would not pause its host).
-    public var reactorPlacement: URLTaskPlacement { .first }
 
     /// The wait a `Retry-After` value asks for: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
     static func delay(retryAfter value: String, now: Date) -> Duration? {

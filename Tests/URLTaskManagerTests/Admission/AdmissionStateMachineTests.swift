@@ -29,7 +29,7 @@ final class AdmissionStateMachineTests: XCTestCase {
     }
 
     func testAnAnsweredTaskUnderTheCurrentVersionKeepsTheNextRunOutOfTheGuard() {
-        var m = Machine(reactors: [(loopGuard, true)], slotsPerHost: 2)
+        var m = Machine(reactors: [.refresh(loopGuard: loopGuard)], slotsPerHost: 2)
         XCTAssertEqual(refused(&m, 1, at: 0), .startRun(run: 1))
         XCTAssertNotNil(m.runFinished(reactor: 0, run: 1, succeeded: true))
         for run in 2...6 {
@@ -41,7 +41,7 @@ final class AdmissionStateMachineTests: XCTestCase {
     }
 
     func testOnlyAnAnswerNoReactorNeededToHeadersOfTheCurrentVersionCounts() {
-        var m = Machine(reactors: [(loopGuard, true)], slotsPerHost: nil)
+        var m = Machine(reactors: [.refresh(loopGuard: loopGuard)], slotsPerHost: nil)
         // Headers decided before run 1, answered after it.
         m.register(Self.id(50), exemptedBy: [false])
         XCTAssertEqual(m.headersWillBeDecided(Self.id(50)), .proceed)
@@ -58,7 +58,8 @@ final class AdmissionStateMachineTests: XCTestCase {
     }
 
     func testAReactorHearsOnlyOfTheTasksItDoesNotExempt() {
-        var m = Machine(reactors: [(loopGuard, true), (loopGuard, false)], slotsPerHost: 2)
+        var m = Machine(
+            reactors: [.refresh(loopGuard: loopGuard), .singleFlight(loopGuard: loopGuard, afterwards: .sendAgain)], slotsPerHost: 2)
         ended(&m, 1, exemptedBy: [true, false], answered: true)
         XCTAssertFalse(m.reactors[0].versionAccepted, "exempt: its stamps are not recorded")
         XCTAssertTrue(m.reactors[1].versionAccepted, "a reactor that does not hold new tasks still judges its runs")

@@ -53,7 +53,7 @@ final class CompositionMatrixTests: XCTestCase {
     static func makeManager(_ parts: Set<Part>, world: World) -> URLTaskManager {
         var interceptors: [any URLTaskInterceptor] = []
         var reactors: [any URLTaskReactor] = []
-        var observers: [any URLTaskReactor] = []
+        var observers: [any URLTaskOutcomeObserver] = []
         var auth: OAuth2Authenticator?
         if parts.contains(.oauth2) {
             auth = OAuth2Authenticator(
@@ -88,7 +88,8 @@ final class CompositionMatrixTests: XCTestCase {
             reactors.append(RetryReactor(policy: .init(backoff: .init(base: .milliseconds(1), maximum: .milliseconds(5)))))
         }
         let options = URLTaskManager.Options(responseValidation: parts.contains(.validation) ? .successfulStatusCodes : nil)
-        return URLTaskManager(interceptors: interceptors, reactors: observers + reactors, configuration: .ephemeral, options: options)
+        return URLTaskManager(
+            interceptors: interceptors, reactors: reactors, observers: observers, configuration: .ephemeral, options: options)
     }
 
     /// What a request's outcome must be: an answer's status and body, a `URLError` code, or a

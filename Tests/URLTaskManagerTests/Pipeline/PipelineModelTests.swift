@@ -22,12 +22,9 @@ final class PipelineModelTests: XCTestCase {
     struct Boom: Error {}
 
     struct ReactorSpec {
-        var holdsNewTasks = true
-        var requeue = true
-        var reintercept = true
+        /// A refresh without a loop guard unless said otherwise.
+        var mode: URLTaskReactorConfiguration.Mode = .refresh(loopGuard: nil)
         var maximumReactions = 2
-        var loopGuard: URLTaskReactorConfiguration.LoopGuard?
-        var sharing: URLTaskReactorConfiguration.Sharing = .singleFlight
         /// Whether it also takes transport errors (a retry).
         var takesTransportErrors = false
     }
@@ -55,6 +52,9 @@ final class PipelineModelTests: XCTestCase {
         /// Whether identical requests share transfers (the real ``SharedTransfers``): every task
         /// asks for the same URL, and tasks on the same attempt send the same headers.
         var sharing = false
+        /// Whether the manager has an outcome observer (the real ``OutcomeObservers``, on a FIFO
+        /// the seed interleaves with everything else as a serial queue would).
+        var observes = false
     }
 
     // MARK: The simulated world
@@ -73,6 +73,9 @@ final class PipelineModelTests: XCTestCase {
         var cancelled = false
         var ended = 0
         var challengesAnswered = 0
+        /// Final response heads the transport delivered to the task, and those observed.
+        var headsDelivered = 0
+        var headsObserved = 0
         var violations: [String] = []
     }
 
@@ -143,6 +146,25 @@ final class PipelineModelTests: XCTestCase {
                 : nil
             admissionStorage = AdmissionStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
             batchStorages = (0..<scenario.interceptors).map { BatchStorage(interceptorIndex: $0, runtime: self) }
+            if scenario.observes {
+                outcomeObservers = OutcomeObservers(parts: [ModelObserver(world: self)]) { [unowned self] work in
+                    lock.withLock { observerQueue.append(work) }
+                    schedule("observer queue") { [unowned self] in
+                        let oldest = lock.withLock { observerQueue.removeFirst() }
+                        oldest()
+                    }
+                }
+            }
+        }
+
+        /// The transport delivers a final response head to task `t`.
+        func headDelivered(_ t: Int) {
+            lock.withLock { callers[t].headsDelivered += 1 }
+        }
+
+        /// The observer was told of a response head of task `t`.
+        func headObserved(_ t: Int) {
+            lock.withLock { callers[t].headsObserved += 1 }
         }
 
         // MARK: Scheduling
@@ -193,7 +215,7 @@ final class PipelineModelTests: XCTestCase {
             finished: @escaping @Sendable (ReactorStorage.Outcome) -> Void
         ) -> Task<Void, Never>? {
             let t = Int(task.id.rawValue)
-            if reactor.configuration.sharing == .singleFlight {
+            if reactor.configuration.mode.isShared {
                 let runs: Int = lock.withLock {
                     runsStarted[t][reactor.index] += 1
                     return runsStarted[t][reactor.index]
@@ -208,6 +230,11 @@ final class PipelineModelTests: XCTestCase {
         }
 
         // MARK: TaskEnvironment
+
+        /// The model's observer, in a scenario that observes.
+        private(set) var outcomeObservers: OutcomeObservers?
+        /// The observers' serial queue: each scheduled item runs the oldest work.
+        private var observerQueue: [@Sendable () -> Void] = []
 
         func intercept(
             _ index: Int, _ task: URLTask, decided: @escaping @Sendable (Result<InterceptCommand, any Error>, URLTask, Int) -> Void
@@ -249,6 +276,11 @@ final class PipelineModelTests: XCTestCase {
             started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
         ) {
             let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? -1
+            if scenario.observes, t >= 0 {
+                // Sent again after an answer (a reaction, a challenge): only once it was observed.
+                let (delivered, observed) = lock.withLock { (callers[t].headsDelivered, callers[t].headsObserved) }
+                if delivered != observed { violate("task \(t) sent again with \(delivered) heads delivered, \(observed) observed") }
+            }
             if draw(0..<50) == 0 {
                 return schedule("transfer refused (task \(t))") { started(.failure(URLTaskError.managerInvalidated)) }
             }
@@ -338,6 +370,9 @@ final class PipelineModelTests: XCTestCase {
             default:
                 view.terminals += 1
             }
+            if event == "finish" || event == "fail", scenario.observes, view.headsObserved != view.headsDelivered {
+                view.violations.append("ended with \(view.headsDelivered) heads delivered, \(view.headsObserved) observed")
+            }
             callers[t] = view
         }
 
@@ -383,8 +418,7 @@ final class PipelineModelTests: XCTestCase {
         var configuration: URLTaskReactorConfiguration {
             let exempt = exempt
             return URLTaskReactorConfiguration(
-                sharing: spec.sharing, requeue: spec.requeue, reintercept: spec.reintercept, holdsNewTasks: spec.holdsNewTasks,
-                maximumReactionsPerTask: spec.maximumReactions, loopGuard: spec.loopGuard,
+                mode: spec.mode, maximumReactionsPerTask: spec.maximumReactions,
                 exempts: { request in
                     let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? 0
                     return exempt[t]
@@ -469,6 +503,7 @@ final class PipelineModelTests: XCTestCase {
             case nil:
                 return
             case .head(let response):
+                if world.scenario.observes, response.statusCode != 100 { world.headDelivered(task) }
                 if world.scenario.sharing, response.statusCode == 200, world.draw(0..<4) == 0 {
                     // An answer that may not be shared: its listeners send their own requests.
                     events.transportDidReceive(response: SimulatedPipeline.response(200, task, headers: ["Vary": "X-Model-Task"]))
@@ -513,6 +548,15 @@ final class PipelineModelTests: XCTestCase {
                 return false
             }
             if wake { next() }
+        }
+    }
+
+    /// The model's outcome observer: counts the response heads it is told of, per task.
+    struct ModelObserver: URLTaskOutcomeObserver {
+        unowned let world: SimulatedPipeline
+
+        func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+            if outcome.statusCode != nil { world.headObserved(Int(task.id.rawValue)) }
         }
     }
 
@@ -595,6 +639,7 @@ final class PipelineModelTests: XCTestCase {
         let refresh = ReactorSpec()
         return [
             ("one refreshing reactor", Scenario(tasks: 5, interceptors: 1, reactors: [refresh])),
+            ("one refreshing reactor, observed", Scenario(tasks: 5, interceptors: 1, reactors: [refresh], observes: true)),
             (
                 "two backends, each exempting the other's tasks",
                 Scenario(tasks: 6, interceptors: 1, reactors: [refresh, refresh], exemptTenths: 5)
@@ -604,19 +649,21 @@ final class PipelineModelTests: XCTestCase {
                 Scenario(
                     tasks: 5, interceptors: 0,
                     reactors: [
-                        ReactorSpec(reintercept: false, maximumReactions: 3),
-                        ReactorSpec(holdsNewTasks: false, reintercept: false, sharing: .perTask, takesTransportErrors: true),
+                        ReactorSpec(mode: .singleFlight(loopGuard: nil, afterwards: .sendAgainUnchanged), maximumReactions: 3),
+                        ReactorSpec(mode: .perTask(afterwards: .sendAgainUnchanged), takesTransportErrors: true),
                     ])
             ),
             (
                 "a holding reactor and a delivering one",
-                Scenario(tasks: 5, interceptors: 2, reactors: [refresh, ReactorSpec(holdsNewTasks: false, requeue: false)])
+                Scenario(
+                    tasks: 5, interceptors: 2,
+                    reactors: [refresh, ReactorSpec(mode: .singleFlight(loopGuard: nil, afterwards: .deliverResponse))])
             ),
             (
                 "one connection per host, loop guard",
                 Scenario(
                     tasks: 5, interceptors: 1,
-                    reactors: [ReactorSpec(maximumReactions: 3, loopGuard: .init(maximumRuns: 2, window: .seconds(10)))],
+                    reactors: [ReactorSpec(mode: .refresh(loopGuard: .init(maximumRuns: 2, window: .seconds(10))), maximumReactions: 3)],
                     connectionLimit: 1)
             ),
             (
@@ -629,7 +676,8 @@ final class PipelineModelTests: XCTestCase {
             ),
             (
                 "redirects, challenges and rejected answers",
-                Scenario(tasks: 5, interceptors: 1, reactors: [refresh], redirects: true, challenges: true, validation: true)
+                Scenario(
+                    tasks: 5, interceptors: 1, reactors: [refresh], redirects: true, challenges: true, validation: true, observes: true)
             ),
             (
                 "identical requests sharing transfers, with redirects and rejected answers",

@@ -15,7 +15,7 @@ final class DeliveringReactorTests: XCTestCase {
         let runs: CallCounter
         var configuration: URLTaskReactorConfiguration {
             var configuration = URLTaskReactorConfiguration.default
-            configuration.requeue = false
+            configuration.mode = .singleFlight(loopGuard: configuration.loopGuard, afterwards: .deliverResponse)
             return configuration
         }
 

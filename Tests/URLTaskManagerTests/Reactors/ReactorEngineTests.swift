@@ -238,7 +238,7 @@ final class ReactorEngineTests: XCTestCase {
     func testTheLoopGuardCountsRunsThatFollowASuccess() async throws {
         server.route("/api/always-401") { _ in .status(401) }
         var configuration = URLTaskReactorConfiguration.authentication
-        configuration.loopGuard = .init(maximumRuns: 2, window: .seconds(60))
+        configuration.mode = .refresh(loopGuard: .init(maximumRuns: 2, window: .seconds(60)))
         let manager = manager(configuration)
         for _ in 1...3 {
             let result = await Kit.fetch(manager.session, url("/always-401"))
@@ -264,7 +264,7 @@ final class ReactorEngineTests: XCTestCase {
             request.headers["authorization"] == "Bearer \(tokens!.clientToken)" ? .text("ok") : .status(401)
         }
         var configuration = URLTaskReactorConfiguration.authentication
-        configuration.loopGuard = .init(maximumRuns: 2, window: .seconds(60))
+        configuration.mode = .refresh(loopGuard: .init(maximumRuns: 2, window: .seconds(60)))
         let manager = manager(configuration)
         for round in 1...5 {
             let refused = await Kit.fetch(manager.session, url("/always-401"))
@@ -280,9 +280,7 @@ final class ReactorEngineTests: XCTestCase {
     func testThePerTaskLimitFailsATaskRefusedAgainAfterEveryRun() async throws {
         tokens.serverToken = nil
         var configuration = URLTaskReactorConfiguration.authentication
-        configuration.sharing = .perTask
-        configuration.holdsNewTasks = false
-        configuration.loopGuard = nil
+        configuration.mode = .perTask(afterwards: .sendAgain)
         let manager = manager(configuration)
         let result = await Kit.fetch(manager.session, url())
         guard let failure = result.taskError, failure.code == .tooManyAttempts, let reactor = failure.component?.name,

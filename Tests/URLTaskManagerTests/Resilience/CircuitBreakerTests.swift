@@ -32,7 +32,7 @@ final class CircuitBreakerTests: XCTestCase {
         let clock = Kit.ManualClock()
         let breaker = CircuitBreaker(policy: .init(failureThreshold: 3, window: .seconds(10), coolDown: .seconds(30)), now: { clock.now })
         let events = Kit.Events(breaker.events())
-        let manager = URLTaskManager(interceptors: [breaker], reactors: [breaker])
+        let manager = URLTaskManager(interceptors: [breaker])
 
         for _ in 0..<3 {
             let result = await fetched(manager.session, URLRequest(url: failing.url("/api")))
@@ -78,7 +78,7 @@ final class CircuitBreakerTests: XCTestCase {
         let clock = Kit.ManualClock()
         let breaker = CircuitBreaker(policy: .init(failureThreshold: 2, coolDown: .seconds(5)), now: { clock.now })
         let events = Kit.Events(breaker.events())
-        let manager = URLTaskManager(interceptors: [breaker], reactors: [breaker])
+        let manager = URLTaskManager(interceptors: [breaker])
         let taskEvents = Kit.Events(manager.events())
         let url = try Kit.deadURL("/x")
         for _ in 0..<2 {
@@ -107,7 +107,7 @@ final class CircuitBreakerTests: XCTestCase {
         defer { server.shutdown() }
         server.route("/oauth/token") { _ in .status(500) }
         let breaker = CircuitBreaker(policy: .init(failureThreshold: 1, exempts: { $0.url?.path == "/oauth/token" }))
-        let manager = URLTaskManager(interceptors: [breaker], reactors: [breaker])
+        let manager = URLTaskManager(interceptors: [breaker])
         for _ in 0..<3 {
             let result = await fetched(manager.session, URLRequest(url: server.url("/oauth/token")))
             XCTAssertEqual(result.status, 500)

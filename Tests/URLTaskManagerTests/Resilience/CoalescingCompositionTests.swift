@@ -182,7 +182,7 @@ final class CoalescingCompositionTests: XCTestCase {
             now: { clock.now })
         let breakerEvents = Kit.Events(breaker.events())
         let coalescing = CoalescingInterceptor()
-        let manager = URLTaskManager(interceptors: [breaker, coalescing], reactors: [breaker])
+        let manager = URLTaskManager(interceptors: [breaker, coalescing])
         let url = server.url("/h")
         for _ in 0..<3 { _ = await fetched(manager.session, URLRequest(url: url)) }
         try await breakerEvents.wait("opened") { if case .opened = $0 { return true } else { return false } }

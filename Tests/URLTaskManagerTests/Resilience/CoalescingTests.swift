@@ -231,7 +231,7 @@ extension CoalescingTests {
         let limiter = RateLimiter(policy: .init(rate: 4, burst: 1))
         let limiterEvents = Kit.Events(limiter.events())
         let coalescing = CoalescingInterceptor()
-        let manager = URLTaskManager(interceptors: [limiter, coalescing], reactors: [limiter])
+        let manager = URLTaskManager(interceptors: [limiter, coalescing])
         let first = Task { await fetched(manager.session, URLRequest(url: server.url("/late?1"))) }
         let second = Task { await fetched(manager.session, URLRequest(url: server.url("/late?2"))) }
         try await limiterEvents.wait("one in line") { if case .delayed = $0 { return true } else { return false } }

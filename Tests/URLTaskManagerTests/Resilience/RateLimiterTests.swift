@@ -18,7 +18,7 @@ final class RateLimiterTests: XCTestCase {
         server.route("/r") { _ in .text("ok") }
         let limiter = RateLimiter(policy: .init(rate: 10, burst: 1))
         let events = Kit.Events(limiter.events())
-        let manager = URLTaskManager(interceptors: [limiter], reactors: [limiter])
+        let manager = URLTaskManager(interceptors: [limiter])
         var calls: [Task<Fetched, Never>] = []
         let started = ContinuousClock.now
         for index in 0..<5 {
@@ -68,7 +68,7 @@ final class RateLimiterTests: XCTestCase {
         other.route("/o") { _ in .text("other") }
         let limiter = RateLimiter(policy: .init(rate: 100, burst: 10))
         let events = Kit.Events(limiter.events())
-        let manager = URLTaskManager(interceptors: [limiter], reactors: [limiter])
+        let manager = URLTaskManager(interceptors: [limiter])
         let refused = await fetched(manager.session, URLRequest(url: busy.url("/b")))
         XCTAssertEqual(refused.status, 429, "the limiter only observes: the caller gets the 429")
         try await events.wait("paused") { if case .paused(_, .seconds(1), 429) = $0 { return true } else { return false } }
@@ -94,7 +94,7 @@ final class RateLimiterTests: XCTestCase {
         // One token every 2 seconds: every wait below is far shorter than a turn.
         let limiter = RateLimiter(policy: .init(rate: 0.5, burst: 1))
         let events = Kit.Events(limiter.events())
-        let manager = URLTaskManager(interceptors: [limiter], reactors: [limiter])
+        let manager = URLTaskManager(interceptors: [limiter])
         func request(_ name: String, timeout: TimeInterval = 10) -> URLRequest {
             var request = URLRequest(url: server.url("/s"))
             request.timeoutInterval = timeout

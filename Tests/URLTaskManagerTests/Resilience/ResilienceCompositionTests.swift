@@ -79,7 +79,7 @@ final class ResilienceCompositionTests: XCTestCase {
         // The documented order: breaker, bearer, coalescing; breaker first among the reactors.
         let manager = URLTaskManager(
             interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing],
-            reactors: [breaker, OAuth2RefreshReactor(authenticator: auth)])
+            reactors: [OAuth2RefreshReactor(authenticator: auth)])
         let events = Kit.Events(coalescing.events())
         let gate = Gate()
         api.holdResponses(to: "/profile", on: gate)

@@ -36,7 +36,7 @@ final class ResilienceErrorMappingTests: XCTestCase {
             let retry = RetryReactor(policy: RetryPolicy(maximumAttempts: 2, backoff: .init(base: .milliseconds(10), jitter: 0)))
             manager = URLTaskManager(
                 interceptors: [breaker, BearerInterceptor(authenticator: auth), CoalescingInterceptor(), limiter],
-                reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), hold, retry],
+                reactors: [OAuth2RefreshReactor(authenticator: auth), hold, retry],
                 options: .init(responseValidation: .successfulStatusCodes))
         }
     }

@@ -1,0 +1,208 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Sees the outcome of every attempt of every task, takes none and changes nothing: what a
+/// circuit breaker, a rate limiter's `Retry-After` pause and a metrics recorder need.
+///
+/// A reactor is asked whether it wants an outcome, and the first that does takes it; an observer
+/// is only told. The manager finds observers among the parts it is given (an interceptor or a
+/// reactor that conforms, as `CircuitBreaker` and `RateLimiter` do) and takes others on their
+/// own (``URLTaskManager/init(interceptors:reactors:observers:configuration:delegate:delegateQueue:options:)``);
+/// an instance given more than once is told once.
+///
+/// The manager guarantees:
+/// - **Every outcome, exactly once**: each final response head and each transport failure that
+///   ends an attempt before its head, every attempt included (the 503 a `RetryReactor`
+///   retries, the 401 a refresh takes): an observer needs no placement among the reactors.
+/// - **Off URLSession's queue, in order**: observers run one outcome at a time, in the order the
+///   outcomes arrived, on a serial queue of the manager's own, never on the queue corelibs runs
+///   every session's callbacks on. A slow observer delays the tasks of its own manager only
+///   (their ends, see below), never another session.
+/// - **Seen before the caller hears the end**: a task's caller receives its end (its last byte,
+///   its error) only after every observer has been told every outcome of that task. A breaker
+///   that opens on the fifth failure therefore refuses a sixth request sent after the fifth
+///   answer came back: no race. Likewise a task sent again after an outcome (a retry, a followed
+///   redirect) goes through the interceptors only once that outcome was observed.
+///
+/// ```swift
+/// final class StatusCounter: URLTaskOutcomeObserver, @unchecked Sendable {  // `counts` is guarded by `lock`.
+///     private let lock = NSLock()
+///     private var counts: [Int: Int] = [:]
+///     func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+///         guard let status = outcome.statusCode else { return }
+///         lock.withLock { counts[status, default: 0] += 1 }
+///     }
+/// }
+/// let manager = URLTaskManager(observers: [StatusCounter()])
+/// ```
+public protocol URLTaskOutcomeObserver: Sendable {
+    /// Told of one attempt's outcome. `task` is the task as it was sent (its request with the
+    /// interceptors' headers, its ``URLTask/attempt``). Keep it quick: the end of every task
+    /// of this manager waits for the observers ahead of it. Create, resume or cancel no task of
+    /// this manager's session from here and wait for none (its end would wait for this call).
+    func observe(_ outcome: URLTaskOutcome, of task: URLTask)
+}
+
+/// A manager's observers and the serial queue they run on; `nil` in a pipeline without any, so
+/// an outcome costs nothing then.
+final class OutcomeObservers: Sendable {
+    let observers: [any URLTaskOutcomeObserver]
+    /// Runs each piece of work after the ones given before, off the caller's thread: the
+    /// manager's serial queue (the randomized model's own FIFO).
+    private let enqueue: @Sendable (@escaping @Sendable () -> Void) -> Void
+
+    /// The observers among `parts`, each instance once, in the order given, on a serial queue of
+    /// their own; `nil` when none is.
+    convenience init?(parts: [Any]) {
+        let queue = DispatchQueue(label: "URLTaskManager.outcome-observers")
+        self.init(parts: parts) { queue.async(execute: $0) }
+    }
+
+    /// The observers among `parts`, told on `enqueue`, which must run its work in order.
+    init?(parts: [Any], enqueue: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
+        var seen: Set<ObjectIdentifier> = []
+        var observers: [any URLTaskOutcomeObserver] = []
+        for part in parts {
+            guard let observer = part as? any URLTaskOutcomeObserver else { continue }
+            if type(of: observer) is AnyClass, !seen.insert(ObjectIdentifier(observer as AnyObject)).inserted { continue }
+            observers.append(observer)
+        }
+        guard !observers.isEmpty else { return nil }
+        self.observers = observers
+        self.enqueue = enqueue
+    }
+
+    /// Tells every observer of `outcome` on the manager's queue, after the outcomes told before,
+    /// then calls `observed`.
+    func observe(_ outcome: URLTaskOutcome, of task: URLTask, observed: @escaping @Sendable () -> Void) {
+        enqueue { [observers] in
+            for observer in observers { observer.observe(outcome, of: task) }
+            observed()
+        }
+    }
+}
+
+/// What of a task waits for its outcomes to be observed: its end, so that its caller hears it
+/// only once every observer saw its outcomes, and its next attempt, so that a part that observes
+/// (a breaker opened by this very outcome) decides about that attempt knowing it.
+///
+/// The task's storage holds it under its lock (for the transition only) and performs the
+/// returned action with the lock released. `Completion` is what the task's end is made of,
+/// `Resend` what sends it again.
+struct OutcomeObservationStateMachine<Completion, Resend> {
+    private enum Waiter {
+        case finish(Completion)
+        case resend(Resend)
+    }
+
+    private enum State {
+        /// Every outcome queued so far was observed (or none was).
+        case observed
+        /// `count` outcomes are on the observers' queue; nothing waits for them.
+        case pending(count: Int)
+        /// `count` outcomes are on the observers' queue, and the task's end or next attempt waits.
+        case waiting(count: Int, Waiter)
+        /// The end was handed out; outcomes that still arrive are observed, waited for by nobody.
+        case finished
+    }
+
+    enum FinishAction {
+        /// Tell the caller now.
+        case finishNow(Completion)
+        /// Tell nobody yet: the last observation hands the completion back.
+        case wait
+    }
+
+    enum ResendAction {
+        /// Send the task again now.
+        case resendNow(Resend)
+        /// Not yet: the last observation hands it back.
+        case wait
+        /// Never: the task has ended meanwhile.
+        case drop
+    }
+
+    enum ObservedAction {
+        case none
+        /// The last outcome the end waited for was observed: tell the caller now.
+        case finish(Completion)
+        /// The last outcome the next attempt waited for was observed: send it now.
+        case resend(Resend)
+    }
+
+    private var state = State.observed
+
+    /// An outcome goes to the observers' queue.
+    mutating func outcomeQueued() {
+        switch state {
+        case .observed: state = .pending(count: 1)
+        case .pending(let count): state = .pending(count: count + 1)
+        case .waiting(let count, let waiter):
+            // A transfer stopped as the task failed (a timeout, an abort) may still answer.
+            state = .waiting(count: count + 1, waiter)
+        case .finished: break
+        }
+    }
+
+    /// The observers were told of one outcome.
+    mutating func outcomeObserved() -> ObservedAction {
+        switch state {
+        case .observed:
+            assertionFailure("an outcome observed that was never queued")
+            return .none
+        case .pending(let count):
+            state = count == 1 ? .observed : .pending(count: count - 1)
+            return .none
+        case .waiting(let count, let waiter):
+            if count > 1 {
+                state = .waiting(count: count - 1, waiter)
+                return .none
+            }
+            switch waiter {
+            case .finish(let completion):
+                state = .finished
+                return .finish(completion)
+            case .resend(let resend):
+                state = .observed
+                return .resend(resend)
+            }
+        case .finished:
+            return .none
+        }
+    }
+
+    /// The task ended with `completion`. A resend still waiting is dropped: the task is over.
+    mutating func finishRequested(_ completion: Completion) -> FinishAction {
+        switch state {
+        case .observed:
+            state = .finished
+            return .finishNow(completion)
+        case .pending(let count), .waiting(let count, .resend):
+            state = .waiting(count: count, .finish(completion))
+            return .wait
+        case .waiting(_, .finish), .finished:
+            // The task's machine completes a task once.
+            assertionFailure("a task ended twice")
+            return .wait
+        }
+    }
+
+    /// The task is to be sent again after an outcome (a reactor's work succeeded, a challenge
+    /// was answered with a credential).
+    mutating func resendRequested(_ resend: Resend) -> ResendAction {
+        switch state {
+        case .observed:
+            return .resendNow(resend)
+        case .pending(let count):
+            state = .waiting(count: count, .resend(resend))
+            return .wait
+        case .waiting(_, .resend):
+            assertionFailure("a task sent again twice at once")
+            return .drop
+        case .waiting(_, .finish), .finished:
+            return .drop
+        }
+    }
+}
