@@ -29,6 +29,9 @@ let package = Package(
             name: "URLTaskManagerTests", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskCrypto", "LoopbackServer"]
         ),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
+        // Parts a third party writes (a circuit breaker, metrics), on the public API alone: no file
+        // of this target imports anything @testable.
+        .testTarget(name: "ContractTests", dependencies: ["URLTaskManager", "URLTaskResilience", "LoopbackServer"]),
     ],
     swiftLanguageModes: [.v6]
 )

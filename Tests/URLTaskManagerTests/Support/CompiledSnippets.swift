@@ -13,7 +13,9 @@ enum CompiledSnippets {
     /// `scripts/check-installation.sh`).
     static func markedBlocks(marker: String) throws -> [(file: String, block: String)] {
         var found: [(String, String)] = []
-        for folder in ["Sources/Examples", "Tests/URLTaskManagerTests", "Tests/LoopbackServerTests", "Tests/Installation"] {
+        for folder in [
+            "Sources/Examples", "Tests/URLTaskManagerTests", "Tests/ContractTests", "Tests/LoopbackServerTests", "Tests/Installation",
+        ] {
             let base = root.appendingPathComponent(folder)
             guard let files = FileManager.default.enumerator(atPath: base.path) else { continue }
             for case let file as String in files where file.hasSuffix(".swift") {

@@ -1,0 +1,203 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import URLTaskManager  // not @testable: the breaker is built on what an app sees
+import XCTest
+
+/// The Writing interceptors article's circuit breaker, a third party's, over real HTTP.
+final class HostBreakerTests: XCTestCase {
+    /// A clock the test moves: the cool-down passes without waiting for it.
+    final class TestClock: @unchecked Sendable {  // `offset` is guarded by `lock`.
+        private let lock = NSLock()
+        private let start = ContinuousClock.now
+        private var offset = Duration.zero
+
+        var now: ContinuousClock.Instant { lock.withLock { start + offset } }
+        func advance(by duration: Duration) { lock.withLock { offset += duration } }
+    }
+
+    /// Counts a server's requests.
+    final class Hits: @unchecked Sendable {  // `count` is guarded by `lock`.
+        private let lock = NSLock()
+        private var count = 0
+        var value: Int { lock.withLock { count } }
+        func add() { lock.withLock { count += 1 } }
+    }
+
+    /// A server whose `/api` answers `status()` and counts its requests.
+    private func server(hits: Hits, status: @escaping @Sendable () -> Int) throws -> LoopbackServer {
+        let server = try LoopbackServer()
+        server.route("/api") { _ in
+            hits.add()
+            return .text("answer", status: status())
+        }
+        return server
+    }
+
+    private func status(of session: URLSession, _ url: URL) async throws -> Int {
+        let (_, response) = try await session.data(from: url)
+        return (response as? HTTPURLResponse)?.statusCode ?? 0
+    }
+
+    private func refusal(of session: URLSession, _ url: URL) async -> HostBreaker.HostUnavailable? {
+        do {
+            _ = try await session.data(from: url)
+            return nil
+        } catch let error as URLTaskError where error.code == .circuitOpen {
+            return error.underlying as? HostBreaker.HostUnavailable
+        } catch {
+            XCTFail("expected a circuitOpen URLTaskError, got \(error)")
+            return nil
+        }
+    }
+
+    func testItOpensAfterTheThresholdAndRefusesWithoutTheNetwork() async throws {
+        let hits = Hits()
+        let server = try server(hits: hits) { 503 }
+        defer { server.shutdown() }
+        let clock = TestClock()
+        let breaker = HostBreaker(threshold: 3, coolDown: .seconds(30), now: { clock.now })
+        // DocC third-party breaker use: begin
+        let manager = URLTaskManager(interceptors: [breaker])
+        // DocC third-party breaker use: end
+        let session = manager.session
+        defer { session.invalidateAndCancel() }
+        var decisions = breaker.decisions.subscribe().makeAsyncIterator()
+
+        for _ in 1...3 {
+            let answered = try await status(of: session, server.url("/api"))
+            XCTAssertEqual(answered, 503)
+        }
+        // The third answer's caller heard its end only after the breaker counted it.
+        let refused = await refusal(of: session, server.url("/api"))
+
+        XCTAssertEqual(refused?.host, URLOrigin(server.url("/api")))
+        XCTAssertEqual(refused?.retryAfter, .seconds(30))
+        XCTAssertEqual(hits.value, 3, "the refused request never reached the server")
+        let opened = await decisions.next()
+        XCTAssertEqual(opened, .opened(URLOrigin(server.url("/"))!, failures: 3))
+        let refusedDecision = await decisions.next()
+        XCTAssertEqual(refusedDecision, .refused(URLOrigin(server.url("/"))!))
+    }
+
+    func testAProbeAfterTheCoolDownClosesTheCircuit() async throws {
+        let hits = Hits()
+        let failing = ManagedStatus(503)
+        let server = try server(hits: hits) { failing.value }
+        defer { server.shutdown() }
+        let clock = TestClock()
+        let breaker = HostBreaker(threshold: 2, coolDown: .seconds(10), now: { clock.now })
+        let session = URLTaskManager(interceptors: [breaker]).session
+        defer { session.invalidateAndCancel() }
+        let url = server.url("/api")
+
+        for _ in 1...2 { _ = try await status(of: session, url) }
+        let refusedWhileOpen = await refusal(of: session, url)
+        XCTAssertNotNil(refusedWhileOpen)
+        clock.advance(by: .seconds(4))
+        let retryAfter = await refusal(of: session, url)?.retryAfter
+        XCTAssertEqual(retryAfter, .seconds(6), "still open, and says for how long")
+
+        clock.advance(by: .seconds(6))
+        failing.set(200)
+        var decisions = breaker.decisions.subscribe().makeAsyncIterator()
+        let probeStatus = try await status(of: session, url)
+        XCTAssertEqual(probeStatus, 200, "the probe goes out")
+        let probing = await decisions.next()
+        XCTAssertEqual(probing, .probing(URLOrigin(url)!))
+        let closed = await decisions.next()
+        XCTAssertEqual(closed, .closed(URLOrigin(url)!))
+        let statusWhenClosed = try await status(of: session, url)
+        XCTAssertEqual(statusWhenClosed, 200, "closed: requests go out again")
+        XCTAssertEqual(hits.value, 4)
+        XCTAssertEqual(breaker.trackedHosts, 0, "a healthy host keeps no state")
+    }
+
+    func testAFailedProbeOpensTheCircuitAgain() async throws {
+        let hits = Hits()
+        let server = try server(hits: hits) { 500 }
+        defer { server.shutdown() }
+        let clock = TestClock()
+        let breaker = HostBreaker(threshold: 1, coolDown: .seconds(10), now: { clock.now })
+        let session = URLTaskManager(interceptors: [breaker]).session
+        defer { session.invalidateAndCancel() }
+        let url = server.url("/api")
+
+        let firstStatus = try await status(of: session, url)
+        XCTAssertEqual(firstStatus, 500)
+        clock.advance(by: .seconds(10))
+        var decisions = breaker.decisions.subscribe().makeAsyncIterator()
+        let probeStatus = try await status(of: session, url)
+        XCTAssertEqual(probeStatus, 500, "the probe hears the server")
+        let probing = await decisions.next()
+        XCTAssertEqual(probing, .probing(URLOrigin(url)!))
+        let reopened = await decisions.next()
+        XCTAssertEqual(reopened, .reopened(URLOrigin(url)!))
+        let retryAfter = await refusal(of: session, url)?.retryAfter
+        XCTAssertEqual(retryAfter, .seconds(10), "a full cool-down again")
+        XCTAssertEqual(hits.value, 2)
+    }
+
+    func testHostsHaveCircuitsOfTheirOwn() async throws {
+        let failingHits = Hits()
+        let healthyHits = Hits()
+        let failing = try server(hits: failingHits) { 502 }
+        let healthy = try server(hits: healthyHits) { 200 }
+        defer {
+            failing.shutdown()
+            healthy.shutdown()
+        }
+        let breaker = HostBreaker(threshold: 1, coolDown: .seconds(60))
+        let session = URLTaskManager(interceptors: [breaker]).session
+        defer { session.invalidateAndCancel() }
+
+        let failingStatus = try await status(of: session, failing.url("/api"))
+        XCTAssertEqual(failingStatus, 502)
+        let refused = await refusal(of: session, failing.url("/api"))
+        XCTAssertNotNil(refused)
+        let healthyStatus = try await status(of: session, healthy.url("/api"))
+        XCTAssertEqual(healthyStatus, 200, "another port is another host")
+        XCTAssertEqual(breaker.trackedHosts, 1)
+        XCTAssertEqual(healthyHits.value, 1)
+    }
+
+    func testATransportFailureCountsAsAFailure() async throws {
+        // A port nobody listens on: the connection is refused, no response head ever comes.
+        let closed = try LoopbackServer()
+        let url = closed.url("/api")
+        closed.shutdown()
+        let breaker = HostBreaker(threshold: 2, coolDown: .seconds(60))
+        let session = URLTaskManager(interceptors: [breaker]).session
+        defer { session.invalidateAndCancel() }
+
+        for _ in 1...2 {
+            do {
+                _ = try await session.data(from: url)
+                XCTFail("nobody listens on \(url)")
+            } catch let error as URLError {
+                XCTAssertEqual(error.code, .cannotConnectToHost, "the transport's error reaches the caller as itself")
+            }
+        }
+        let refusedAfterTwo = await refusal(of: session, url)
+        XCTAssertNotNil(refusedAfterTwo, "two refused connections opened the circuit")
+    }
+
+    func testTheManagerChecksItGoesFirst() {
+        XCTAssertEqual(HostBreaker().interceptorPlacement, .first)
+    }
+}
+
+/// A status a test changes while the server runs.
+final class ManagedStatus: @unchecked Sendable {  // `status` is guarded by `lock`.
+    private let lock = NSLock()
+    private var status: Int
+
+    init(_ status: Int) {
+        self.status = status
+    }
+
+    var value: Int { lock.withLock { status } }
+    func set(_ newValue: Int) { lock.withLock { status = newValue } }
+}
