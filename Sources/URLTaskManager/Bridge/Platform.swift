@@ -360,7 +360,7 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
         // The pipeline's lifecycle first: nothing more is sent, and the transfers of the tasks
         // the session then cancels (each reaches `stopLoading`) are abandoned rather than
         // cancelled one by one. Held tasks fail only after corelibs' call returns: it reads its
-        // task registry on this thread (URLSession.swift:330-336) while the work queue removes
+        // task registry on this thread (URLSession.swift:331-337) while the work queue removes
         // the tasks that complete, so the pipeline completes none of its own meanwhile (a task
         // ending on its own then is as exposed as with a plain session).
         let cancel = pipeline.cancelRequested()

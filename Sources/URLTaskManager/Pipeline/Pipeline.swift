@@ -237,7 +237,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// The first half of ``invalidateAndCancel()``: from now on nothing more is sent, and the
     /// transfers of the tasks the session cancels are abandoned rather than cancelled one by one.
     /// Touches nothing but the lifecycle, so that corelibs' `invalidateAndCancel()`, which reads
-    /// its task registry on the caller's thread (URLSession.swift:330-336), can run next without
+    /// its task registry on the caller's thread (URLSession.swift:331-337), can run next without
     /// the pipeline completing tasks (removing them from that registry) meanwhile.
     func cancelRequested() -> PipelineLifecycleStateMachine.CancelAction {
         lock.withLock { lifecycle.cancelRequested() }
