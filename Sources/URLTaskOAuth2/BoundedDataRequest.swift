@@ -19,7 +19,10 @@ extension URLSession {
     /// the Swift runtime holds the cancelled task's status lock. If the work queue is at that
     /// moment completing the same request, it resumes the task's continuation, which needs that
     /// lock: both wait forever (caught twice in the test suite, with `gdb`, when a refresh's
-    /// deadline cancelled its token request). Here every cancel is handed to another thread.
+    /// deadline cancelled its token request). Here every cancel is handed to another thread, and
+    /// nothing waits for it to take effect: right also from 6.4, where `cancel()` only queues the
+    /// cancellation (corelibs #5417) and the task may still complete with its answer after
+    /// `cancel()` returned (the state machine then finds the request ended and drops it).
     func boundedData(for request: URLRequest, deadline: Duration?) async throws -> (Data, URLResponse) {
         let bounded = BoundedDataRequest(url: request.url)
         return try await withTaskCancellationHandler {

@@ -55,6 +55,11 @@ struct OuterTaskFacts: Sendable {
     /// session's delegate for a delegate-driven task, as corelibs' own protocol does. `nil` where
     /// the platform reports it itself.
     var uploadProgressDelegate: (any URLSessionTaskDelegate)?
+    /// The task's `delegate` (its own, or the session's), read once in `startLoading`, on the work
+    /// queue: the bridge asks it about redirects and challenges later, from its own threads, where
+    /// reading `task.delegate` would race with corelibs setting the session's delegate to `nil`
+    /// on the delegate queue when the session is invalidated. `nil` where the platform asks it.
+    var callerDelegate: (any URLSessionTaskDelegate)?
 }
 
 enum Platform {
@@ -95,6 +100,7 @@ enum Platform {
         facts.pipeline = managed?.pipeline
         facts.session = managed
         facts.taskDelegate = behaviour?.taskDelegate
+        facts.callerDelegate = managed == nil ? nil : task.delegate
         facts.uploadProgressDelegate = behaviour?.taskDelegate ?? (delivery == .stream ? task.delegate : nil)
         return facts
         #else
@@ -200,6 +206,28 @@ enum Platform {
         #else
         return false
         #endif
+    }
+
+    /// Runs `body` (on a thread of the pipeline's) once `session` has started every task resumed
+    /// before this call: its `startLoading` has run, so the task has reached the pipeline.
+    ///
+    /// corelibs queues `startLoading` on the task's work queue, which targets the session's, when
+    /// the task is resumed: a block queued on the session's work queue after that runs after it.
+    /// The block reads nothing; it only hops. corelibs' own barrier, `getAllTasks`, reads the
+    /// session's task registry on the delegate queue while the work queue adds and removes tasks
+    /// (URLSession.swift:408-414, 6.3.1 to `main`): a SIGILL seen in CI. It is used only where the
+    /// work queue cannot be found (a toolchain whose internals changed) and on Apple platforms,
+    /// whose `getAllTasks` is thread-safe.
+    static func afterTasksResumedSoFar(of session: URLSession, _ body: @escaping @Sendable () -> Void) {
+        #if canImport(FoundationNetworking)
+        let workQueue = (session as? ManagedURLSession)?.foundWorkQueue ?? Reflection.child(session, "workQueue") as? DispatchQueue
+        if let workQueue {
+            // Off the work queue at once: every session's work queue is one serial queue.
+            workQueue.async { DispatchQueue.global().async(execute: body) }
+            return
+        }
+        #endif
+        session.getAllTasks { _ in body() }
     }
 
     /// Whether the current code runs on a transport's work queue (see
@@ -329,11 +357,15 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
     }
 
     override func invalidateAndCancel() {
-        // The pipeline first: held tasks fail with `cancelled`, nothing more is sent, and the
-        // transfers of the tasks the session then cancels (each reaches `stopLoading`) are
-        // abandoned rather than cancelled one by one.
-        pipeline.invalidateAndCancel()
+        // The pipeline's lifecycle first: nothing more is sent, and the transfers of the tasks
+        // the session then cancels (each reaches `stopLoading`) are abandoned rather than
+        // cancelled one by one. Held tasks fail only after corelibs' call returns: it reads its
+        // task registry on this thread (URLSession.swift:331-337) while the work queue removes
+        // the tasks that complete, so the pipeline completes none of its own meanwhile (a task
+        // ending on its own then is as exposed as with a plain session).
+        let cancel = pipeline.cancelRequested()
         super.invalidateAndCancel()
+        pipeline.cancelHeldTasks(cancel)
     }
 }
 #else

@@ -33,6 +33,8 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     private let mayCallInline: Bool
     /// The caller's session, whose delegate the sink asks about redirects and challenges.
     private let session: URLSession?
+    /// That delegate (``OuterTaskFacts/callerDelegate``), never read again from the task.
+    private let callerTaskDelegate: (any URLSessionTaskDelegate)?
     /// The delegate an async API was given, which a plain session streams the body to while it
     /// buffers it for the caller (``OuterTaskFacts/taskDelegate``).
     private let chunkDelegate: (any URLSessionDataDelegate)?
@@ -47,21 +49,21 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
         self.queue = facts.workQueue ?? DispatchQueue(label: "URLTaskManager.ProtocolSink")
         self.mayCallInline = facts.workQueue != nil
         self.session = facts.session
+        self.callerTaskDelegate = facts.callerDelegate
         self.chunkDelegate = facts.delivery == .buffer ? facts.taskDelegate as? any URLSessionDataDelegate : nil
         self.uploadProgressDelegate = facts.session == nil ? nil : facts.uploadProgressDelegate
         self.state = .open(buffer: facts.delivery == .buffer ? Data() : nil)
     }
 
     func receive(response: URLResponse) {
-        expectProgress(response.expectedContentLength)
         onWorkQueue {
+            self.expectProgress(response.expectedContentLength)
             guard let urlProtocol = self.openProtocol() else { return }
             self.client.urlProtocol(urlProtocol, didReceive: response, cacheStoragePolicy: .notAllowed)
         }
     }
 
     func receive(data: Data) {
-        advanceProgress(by: data.count)
         let buffered: Bool = lock.withLock {
             guard case .open(var buffer?) = state else { return false }
             state = .open(buffer: nil)  // keep the append unique, not a copy
@@ -70,18 +72,21 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
             return true
         }
         if buffered {
+            let count = data.count
+            onWorkQueue { self.advanceProgress(by: count) }
             if let chunkDelegate { streamToTaskDelegate(chunkDelegate, data) }
             return
         }
         onWorkQueue {
+            self.advanceProgress(by: data.count)
             guard let urlProtocol = self.openProtocol() else { return }
             self.client.urlProtocol(urlProtocol, didLoad: data)
         }
     }
 
     func finish() {
-        completeProgress()
         onWorkQueue {
+            self.completeProgress()
             guard let (urlProtocol, buffer) = self.takeForCompletion() else { return }
             if let buffer, !buffer.isEmpty {
                 self.client.urlProtocol(urlProtocol, didLoad: buffer)
@@ -153,7 +158,7 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
 
     /// The caller's session, task and delegate, while the task is still open.
     private func callerDelegate() -> (URLSession, URLSessionTask, any URLSessionTaskDelegate)? {
-        guard let session, let task = lock.withLock({ urlProtocol?.task }), let delegate = task.delegate else { return nil }
+        guard let session, let delegate = callerTaskDelegate, let task = lock.withLock({ urlProtocol?.task }) else { return nil }
         return (session, task, delegate)
     }
 
@@ -161,9 +166,11 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
 
     /// The outer task's `progress` follows the body as it arrives, for every task kind (corelibs
     /// moves it only for its own protocol, and completes it when the task completes: 1 of 1 when
-    /// the length was never known). Its total is never set back to 0 from another value, which
-    /// traps in corelibs (#3263); `countOfBytesReceived` and its siblings have internal setters
-    /// there and stay 0.
+    /// the length was never known). It moves on the work queue, like every client call: `Progress`
+    /// has no lock, and corelibs moves it there too (`updateProgress()`, when
+    /// `countOfBytesClientExpectsToReceive` changes). Its total is never set back to 0 from another
+    /// value, which traps in corelibs (#3263); `countOfBytesReceived` and its siblings have
+    /// internal setters there and stay 0.
     private func expectProgress(_ length: Int64) {
         guard length > 0, let progress = progressToMove() else { return }
         progress.totalUnitCount = length
@@ -238,11 +245,17 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
         }
     }
 
-    /// corelibs marks a cancelled task `.canceling` at once, inside `cancel()`, but calls
-    /// `stopLoading` and reports the cancellation later, from a block queued on this same work
-    /// queue. A completion reported in between would complete the task a second time (a
-    /// `fatalError` in the session's task registry, seen when `invalidateAndCancel()` raced
-    /// with held tasks failing): the caller's cancel wins, and the sink stays silent.
+    /// corelibs marks a cancelled task `.canceling` in one step and calls `stopLoading` and
+    /// reports the cancellation in a later block queued on this same work queue. A completion
+    /// reported in between would complete the task a second time (a `fatalError` in the
+    /// session's task registry, seen when `invalidateAndCancel()` raced with held tasks
+    /// failing): the caller's cancel wins, and the sink stays silent.
+    ///
+    /// Right whether `cancel()` takes that first step inside the call (`workQueue.sync`, 6.3) or
+    /// in a block it queues (`workQueue.async`, corelibs #5417, 6.4): this check runs on the
+    /// work queue, so it sees the step either before it (the completion wins, and corelibs'
+    /// cancel then finds the task completed) or after it; never between the two steps.
+    /// `testCorelibs5417_CancelReturnsBeforeTheTaskIsCanceling` pins which one this toolchain has.
     /// Called on the work queue, without the lock (the task's state has a lock of its own).
     private static func isBeingCancelled(_ urlProtocol: URLProtocol) -> Bool {
         urlProtocol.task?.state == .canceling

@@ -7,11 +7,13 @@ import FoundationNetworking
 /// pipeline.
 ///
 /// Left to the caller's session, corelibs answers the challenge itself and resends the request
-/// through its own protocol, past the interceptors and reactors; without a credential it never
-/// completes the task on Swift 6.3.1. So the bridge asks the caller's delegate before the 401
-/// reaches the session: a credential sends the request again through the pipeline, with its
-/// `Authorization: Basic` header; otherwise the caller gets the 401, without the
-/// `WWW-Authenticate` header that would make its session challenge again.
+/// through its own protocol, past the interceptors and reactors, whatever the toolchain. So the
+/// bridge asks the caller's delegate before the 401 reaches the session: a credential sends the
+/// request again through the pipeline, with its `Authorization: Basic` header; otherwise the
+/// caller gets the 401, without the `WWW-Authenticate` header that would make its session
+/// challenge again (asking the delegate a second time, then, without a credential, never
+/// completing the task on 6.3.1, or completing it with the 401 from 6.3.2: corelibs #5457,
+/// pinned by `testCorelibs5457_A401WithoutCredentialCompletes`).
 enum AuthenticationChallenge {
     /// Whether `response` is a 401 with a challenge corelibs would raise (Basic or Digest).
     static func isChallenge(_ response: HTTPURLResponse) -> Bool {

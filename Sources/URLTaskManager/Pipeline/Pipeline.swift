@@ -212,10 +212,10 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
 
     /// The outer session was told to finish its tasks and invalidate. Tasks it resumed before
     /// that may not have reached ``start(request:body:sink:)`` yet (`startLoading` is queued on
-    /// its work queue), so the pipeline finishes only once the session's work queue has passed
-    /// this point: `getAllTasks` answers from that queue.
+    /// its work queue), so the pipeline finishes only once they have
+    /// (``Platform/afterTasksResumedSoFar(of:_:)``, a hop that reads nothing of the session).
     func outerSessionFinishing(_ session: URLSession) {
-        session.getAllTasks { [self] _ in
+        Platform.afterTasksResumedSoFar(of: session) { [self] in
             perform(lock.withLock { lifecycle.finishRequested() })
         }
     }
@@ -234,7 +234,23 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// and that transfer's task may already have answered its caller, so a reader starting
     /// after this call must find every event in its stream, not wait for them.
     func invalidateAndCancel() {
-        guard case .cancelHeldTasks(let inner) = lock.withLock({ lifecycle.cancelRequested() }) else { return }
+        cancelHeldTasks(cancelRequested())
+    }
+
+    /// The first half of ``invalidateAndCancel()``: from now on nothing more is sent, and the
+    /// transfers of the tasks the session cancels are abandoned rather than cancelled one by one.
+    /// Touches nothing but the lifecycle, so that corelibs' `invalidateAndCancel()`, which reads
+    /// its task registry on the caller's thread (URLSession.swift:331-337), can run next without
+    /// the pipeline completing tasks (removing them from that registry) meanwhile.
+    func cancelRequested() -> PipelineLifecycleStateMachine.CancelAction {
+        lock.withLock { lifecycle.cancelRequested() }
+    }
+
+    /// The second half of ``invalidateAndCancel()``: held tasks complete with `cancelled` (those
+    /// the session already cancelled stay silent, see ``ProtocolSink``), the streams of events
+    /// end, and the inner session is abandoned.
+    func cancelHeldTasks(_ action: PipelineLifecycleStateMachine.CancelAction) {
+        guard case .cancelHeldTasks(let inner) = action else { return }
         for batch in batches {
             for run in batch.removeAll() { run.failUnsent(URLError.cancelled(url: run.callerURL)) }
         }

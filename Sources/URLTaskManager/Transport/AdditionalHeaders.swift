@@ -14,26 +14,42 @@ import FoundationNetworking
 /// headers win), and from there they follow the rules of the caller's own headers: kept on a
 /// same-origin redirect, `Authorization` and `Cookie` dropped on a cross-origin one.
 struct AdditionalHeaders: Sendable {
-    /// Name and value, in the configuration's order of iteration.
-    private let fields: [(name: String, value: String)]
+    /// Name and value, in the configuration's order of iteration, and the name as corelibs'
+    /// `setValue(_:forHTTPHeaderField:)` stores it (capitalised), found once.
+    private let fields: [(name: String, value: String, stored: String)]
 
     /// The headers of `configuration`, and a copy of it without them for the inner session.
     static func split(_ configuration: URLSessionConfiguration) -> (AdditionalHeaders, URLSessionConfiguration) {
-        let fields = (configuration.httpAdditionalHeaders ?? [:]).compactMap { key, value -> (String, String)? in
+        let fields = (configuration.httpAdditionalHeaders ?? [:]).compactMap { key, value -> (String, String, String)? in
             guard let name = key.base as? String else { return nil }
-            return (name, (value as? String) ?? String(describing: value))
+            return (name, (value as? String) ?? String(describing: value), name.capitalized)
         }
         let inner = configuration.copy() as! URLSessionConfiguration  // copy() of a configuration is one
         inner.httpAdditionalHeaders = nil
         return (AdditionalHeaders(fields: fields), inner)
     }
 
-    /// `request` with every additional header it does not set itself.
+    /// `request` with every additional header it does not set itself, each named as the
+    /// configuration spells it.
+    ///
+    /// A plain session sends `httpAdditionalHeaders` names as given (`header3`), while corelibs'
+    /// `setValue(_:forHTTPHeaderField:)` stores a name capitalised (`Header3`). `setValue` still
+    /// does the work (it drops a value it finds invalid, as before); a name it re-spelt is then
+    /// renamed back, so the server sees what a plain session would send.
     func applied(to request: URLRequest) -> URLRequest {
         var request = request
-        for (name, value) in fields where request.value(forHTTPHeaderField: name) == nil {
+        var respelt: [(stored: String, name: String)] = []
+        for (name, value, stored) in fields where request.value(forHTTPHeaderField: name) == nil {
             request.setValue(value, forHTTPHeaderField: name)
+            if stored != name { respelt.append((stored, name)) }
         }
+        guard !respelt.isEmpty, var headers = request.allHTTPHeaderFields else { return request }
+        for (stored, name) in respelt {
+            // Absent where `setValue` refused the value, or kept the name (Apple platforms).
+            guard let value = headers.removeValue(forKey: stored) else { continue }
+            headers[name] = value
+        }
+        request.allHTTPHeaderFields = headers
         return request
     }
 }

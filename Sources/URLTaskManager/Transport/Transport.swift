@@ -83,7 +83,10 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     }
 
     /// Cancels an inner task (a caller cancelled its own request), from a thread of its own:
-    /// `cancel()` `sync`s onto the work queue, where the transport's callbacks may be running.
+    /// `cancel()` `sync`s onto the work queue on 6.3, where the transport's callbacks may be
+    /// running. From 6.4 (corelibs #5417) it only queues a block there and the hop is merely
+    /// unneeded; nothing here waits for the cancellation to take effect, which is reported, as
+    /// on 6.3, by `didCompleteWithError` (see `testCorelibs5417_CancelReturnsBeforeTheTaskIsCanceling`).
     ///
     /// corelibs' `cancel()` racing with the transfer's own end can report that end twice (a
     /// `fatalError` in `URLSession.behaviour(for:)`), for plain sessions too. Neither cancelling
@@ -126,12 +129,16 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     }
 
     /// corelibs raises an HTTP authentication challenge (a 401 with `WWW-Authenticate: Basic`)
-    /// only after the response and its body were delivered, and the inner session has no
-    /// credential to answer it with: left alone, the task would never complete. The challenge
-    /// belongs to the caller's session instead, which gets the 401 like any response and then
-    /// asks the caller's delegate or credential storage exactly as a plain session does (and
-    /// resends the request with the credential itself). So the inner task is stopped here and
-    /// its end reported as the normal end of the 401 response.
+    /// only after the response and its body were delivered. The challenge belongs to the
+    /// caller's session, which gets the 401 like any response and then asks the caller's
+    /// delegate or credential storage exactly as a plain session does (and resends the request
+    /// with the credential itself). The inner session must not answer it: with a credential in
+    /// the storage it shares with the caller's configuration it would resend the request itself,
+    /// unseen by the interceptors and the caller's delegate; without one, what it does depends on
+    /// the toolchain (6.3.1 never completes the task; from 6.3.2, corelibs #5457, it completes
+    /// with the 401). So the inner task is cancelled here, whatever the toolchain, and its end
+    /// reported as the normal end of the 401 response (`testCorelibs5457_A401WithoutCredentialCompletes`
+    /// pins which behaviour a plain session has).
     func urlSession(
         _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void

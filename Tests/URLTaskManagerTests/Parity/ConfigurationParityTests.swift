@@ -50,6 +50,29 @@ final class ConfigurationParityTests: XCTestCase {
         XCTAssertEqual(overridden.manager.header("X-Received-Extra"), "from-request")
     }
 
+    /// `httpAdditionalHeaders` names reach the server spelt as the configuration gives them, as
+    /// a plain session sends them (Foundation's `test_verifyHttpAdditionalHeaders`): `header3`,
+    /// not the `Header3` that corelibs' `setValue(_:forHTTPHeaderField:)` would store.
+    func testAdditionalHeaderNamesKeepTheirSpelling() async throws {
+        let given = ["header3": "svalue3", "x-lower-Mixed": "v2", "X-UPPER": "v1"]
+        let configuration = {
+            let configuration = ParityHarness.defaultConfiguration()
+            configuration.httpAdditionalHeaders = given
+            return configuration
+        }
+        let result = try await harness.both(configuration: configuration) { client in
+            let outcome = await client.asyncData(URLRequest(url: client.url("/echo")))
+            let seen = harness.server.requests(path: client.path("/echo")).last?.headers
+            // The raw names on the wire, of the configuration's headers only.
+            let names = (seen.map(Array.init) ?? []).map(\.name).filter { name in
+                given.keys.contains { $0.caseInsensitiveCompare(name) == .orderedSame }
+            }
+            return [outcome.description] + names.sorted()
+        }
+        XCTAssertParity(result, "httpAdditionalHeaders names")
+        XCTAssertEqual(Array(result.manager.dropFirst()), given.keys.sorted())
+    }
+
     func testTimeoutIntervalForRequest() async throws {
         let configuration = {
             let configuration = ParityHarness.defaultConfiguration()
