@@ -32,6 +32,20 @@ extension OAuth2Origin {
     /// ``URLOrigin``'s description; `""` for a URL without a host. The per-host connection
     /// slots are keyed by it.
     static func poolKey(of url: URL?) -> String {
-        URLOrigin(url)?.description ?? ""
+        if let url, let plain = URLOrigin.plainDescription(of: url) { return plain }
+        return URLOrigin(url)?.description ?? ""
+    }
+
+    /// `scheme://host:port`, as ``URLOrigin/description`` spells it: what
+    /// ``URLOrigin/plainDescription(of:)`` is compared with.
+    var key: String {
+        "\(scheme)://\(host):\(port ?? 0)"
+    }
+
+    /// Whether `url`'s origin is this one (`OAuth2Origin(url) == self`), from the URL's string
+    /// when it is spelled plainly (see ``URLOrigin/plainDescription(of:)``).
+    func matches(_ url: URL, key: String) -> Bool {
+        if let plain = URLOrigin.plainDescription(of: url) { return plain == key }
+        return OAuth2Origin(url) == self
     }
 }

@@ -47,11 +47,16 @@ import FoundationNetworking
 public struct OAuth2TokenEndpoint: Sendable {
     /// The token endpoint URL.
     public var url: URL {
-        didSet { address = (OAuth2Origin(url), url.path) }
+        didSet { address = Self.address(of: url) }
     }
     /// The origin and path of ``url``, which ``matches(_:)`` compares every request with (twice
     /// per request a manager sends): worked out once rather than parsed from the URL each time.
-    private var address: (origin: OAuth2Origin?, path: String)
+    private var address: (origin: OAuth2Origin?, key: String, path: String)
+
+    private static func address(of url: URL) -> (origin: OAuth2Origin?, key: String, path: String) {
+        let origin = OAuth2Origin(url)
+        return (origin, origin?.key ?? "", url.path)
+    }
     /// Sent as `client_id`, if set.
     public var clientID: String?
     /// The client's secret, if it has one (confidential clients only: an app binary keeps no
@@ -112,7 +117,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         session: URLSession = OAuth2TokenEndpoint.defaultSession
     ) {
         self.url = url
-        self.address = (OAuth2Origin(url), url.path)
+        self.address = Self.address(of: url)
         self.clientID = clientID
         self.clientSecret = clientSecret
         self.clientAuthentication = clientAuthentication
@@ -236,7 +241,7 @@ public struct OAuth2TokenEndpoint: Sendable {
 
     /// Whether `request` is addressed to this endpoint (same origin and path).
     public func matches(_ request: URLRequest) -> Bool {
-        guard let target = request.url, let origin = address.origin, OAuth2Origin(target) == origin else { return false }
+        guard let target = request.url, let origin = address.origin, origin.matches(target, key: address.key) else { return false }
         return target.path == address.path
     }
 
