@@ -55,4 +55,21 @@ extension URLRequest {
         for (name, value) in headers { setValue(value, forHTTPHeaderField: name.spelled) }
         #endif
     }
+
+    /// The value of `name` under any spelling: what `value(forHTTPHeaderField:)` answers.
+    ///
+    /// On corelibs `value(forHTTPHeaderField:)` compares every field name with Foundation's
+    /// case-insensitive, locale-aware string comparison, about 900 instructions for a request
+    /// with one header, and the send path asks two of them (`Content-Length`, the policy's
+    /// header) of every request; field names are ASCII tokens, compared here byte by byte.
+    func headerValue(_ name: HeaderName) -> String? {
+        #if canImport(FoundationNetworking)
+        guard let fields = allHTTPHeaderFields, !fields.isEmpty else { return nil }
+        if let value = fields[name.stored] { return value }
+        for (existing, value) in fields where name.matches(existing) { return value }
+        return nil
+        #else
+        return value(forHTTPHeaderField: name.spelled)
+        #endif
+    }
 }

@@ -44,4 +44,20 @@ final class HeaderInterceptorFixedValueTests: OKServerTestCase {
         XCTAssertEqual(seen.headers.values(for: "X-C"), ["4"], "\(seen.headers)")
         XCTAssertEqual(seen.headers.values(for: "X-Caller"), ["yes"], "\(seen.headers)")
     }
+
+    /// The send path looks `Content-Length` and the policy's header up with `headerValue`, which
+    /// must answer as `value(forHTTPHeaderField:)` does under every spelling.
+    func testHeaderValueAnswersAsValueForHTTPHeaderField() {
+        let fieldSets: [[String: String]] = [
+            [:], ["Content-Length": "3"], ["content-length": "4", "X-A": "1"], ["CONTENT-LENGTH": "5"], ["X-Content-Length": "6"],
+            ["X-URLTaskManager-Policy": "p"], ["x-urltaskmanager-policy": "q", "Accept": "*/*"],
+        ]
+        for fields in fieldSets {
+            var request = URLRequest(url: URL(string: "http://127.0.0.1/")!)
+            if !fields.isEmpty { request.allHTTPHeaderFields = fields }
+            for name in ["Content-Length", "content-length", "X-URLTaskManager-Policy", "Accept", "X-Absent"] {
+                XCTAssertEqual(request.headerValue(HeaderName(name)), request.value(forHTTPHeaderField: name), "\(name) in \(fields)")
+            }
+        }
+    }
 }
