@@ -123,16 +123,18 @@ public struct URLTaskPolicy: Sendable, Equatable {
 
     /// The header a policy travels in between the caller and the manager; never sent.
     static let headerName = "X-URLTaskManager-Policy"
+    /// ``headerName``, looked up without corelibs' locale-aware comparison (see `headerValue`).
+    private static let header = HeaderName(headerName)
 
     /// `request` without its policy, and the policy.
     static func take(from request: URLRequest) -> (URLRequest, URLTaskPolicy?) {
-        guard request.value(forHTTPHeaderField: headerName) != nil else { return (request, nil) }
+        guard request.headerValue(header) != nil else { return (request, nil) }
         return (removed(from: request), URLTaskPolicy(of: request))
     }
 
     /// `request` without the policy's header: what may be sent.
     static func removed(from request: URLRequest) -> URLRequest {
-        guard request.value(forHTTPHeaderField: headerName) != nil else { return request }
+        guard request.headerValue(header) != nil else { return request }
         var bare = request
         bare.setValue(nil, forHTTPHeaderField: headerName)
         return bare

@@ -46,12 +46,12 @@ public struct BearerInterceptor: URLTaskInterceptor {
         } catch {
             throw URLTaskError.delivered(OAuth2RefreshReactor.failure(error), from: Self.refreshComponent, code: .reactorFailed)
         }
-        return apply(current, to: &task)
+        return apply(current.map { ("Bearer " + $0.credential.accessToken, $0.version) }, to: &task)
     }
 
-    private func apply(_ current: (credential: OAuth2Credential, version: Int)?, to task: inout URLTask) -> InterceptCommand {
+    private func apply(_ current: (authorization: String, version: Int)?, to task: inout URLTask) -> InterceptCommand {
         guard let current else { return .execute }
-        task.request.replaceHeader(Self.authorization, with: "Bearer \(current.credential.accessToken)")
+        task.request.replaceHeader(Self.authorization, with: current.authorization)
         var applied = task.attemptValues[AppliedCredentialVersions.self] ?? [:]
         applied[ObjectIdentifier(authenticator)] = current.version
         task.attemptValues[AppliedCredentialVersions.self] = applied
@@ -67,7 +67,7 @@ extension BearerInterceptor: SynchronousInterceptor {
         guard let url = task.request.url, authenticator.authorizes(url), !authenticator.isTokenRequest(task.request) else {
             return .execute
         }
-        guard let current = authenticator.credentialWithoutWaiting() else { return nil }
+        guard let current = authenticator.authorizationWithoutWaiting() else { return nil }
         return apply(current, to: &task)
     }
 }

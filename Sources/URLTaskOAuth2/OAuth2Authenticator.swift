@@ -99,6 +99,11 @@ public actor OAuth2Authenticator {
     public static let defaultRefreshBackoff: Duration = .seconds(5)
 
     private nonisolated let origins: Set<URLOrigin>
+    /// The origins' descriptions (`scheme://host:port`), which a request's origin is compared
+    /// with as a string (``URLOrigin/description(of:)`` reads it without parsing a plainly spelled
+    /// URL). An array: an app has one or a few origins, and comparing a string is cheaper than
+    /// hashing it.
+    private nonisolated let originKeys: [String]
     private nonisolated let tokenRequestMatcher: @Sendable (URLRequest) -> Bool
     private let refresher: Refresh
     private let store: any CredentialStore
@@ -189,6 +194,7 @@ public actor OAuth2Authenticator {
         refresh: @escaping Refresh
     ) {
         self.origins = Set(origins.compactMap { URLOrigin($0) })
+        self.originKeys = self.origins.map(\.description)
         self.store = store
         self.refreshLeeway = refreshLeeway
         self.refreshBackoff = refreshBackoff
@@ -202,7 +208,7 @@ public actor OAuth2Authenticator {
 
     /// Whether the token may be sent to `url`: its scheme, host and port are one of the origins.
     public nonisolated func authorizes(_ url: URL) -> Bool {
-        URLOrigin(url).map(origins.contains) ?? false
+        URLOrigin.description(of: url).map(originKeys.contains) ?? false
     }
 
     /// Whether `request` is one of the authenticator's own token requests.
@@ -238,6 +244,16 @@ public actor OAuth2Authenticator {
         guard let credential = snapshot.credential else { return .some(nil) }
         guard !credential.isExpired(within: snapshot.leeway) else { return nil }
         return (credential, snapshot.version)
+    }
+
+    /// ``credentialWithoutWaiting()`` as the `Authorization` value to send (`Bearer <token>`),
+    /// made once per credential change instead of once per request.
+    nonisolated func authorizationWithoutWaiting() -> (authorization: String, version: Int)?? {
+        let snapshot = published.value
+        guard snapshot.settled else { return nil }
+        guard let credential = snapshot.credential, let authorization = snapshot.authorization else { return .some(nil) }
+        guard !credential.isExpired(within: snapshot.leeway) else { return nil }
+        return (authorization, snapshot.version)
     }
 
     /// Renews the credential because a request sent with version `sentVersion` was refused,
@@ -339,6 +355,7 @@ public actor OAuth2Authenticator {
         published.set(
             PublishedCredential.Snapshot(
                 credential: credential,
+                authorization: credential.map { "Bearer " + $0.accessToken },
                 version: storedVersion,
                 settled: loaded && refreshing == nil && !rejected,
                 leeway: storedVersion == refreshedVersion ? .zero : refreshLeeway
@@ -429,6 +446,8 @@ public actor OAuth2Authenticator {
 private final class PublishedCredential: @unchecked Sendable {  // `snapshot` is guarded by `lock`.
     struct Snapshot {
         var credential: OAuth2Credential?
+        /// `Bearer <token>` for `credential`.
+        var authorization: String?
         var version = 0
         /// Loaded, no refresh in flight, no rejection standing.
         var settled = false

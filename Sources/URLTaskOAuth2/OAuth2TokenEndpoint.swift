@@ -48,11 +48,12 @@ import FoundationNetworking
 public struct OAuth2TokenEndpoint: Sendable {
     /// The token endpoint URL.
     public var url: URL {
-        didSet { address = (URLOrigin(url), url.path) }
+        didSet { address = (URLOrigin.description(of: url), url.path) }
     }
-    /// The origin and path of ``url``, which ``matches(_:)`` compares every request with (twice
-    /// per request a manager sends): worked out once rather than parsed from the URL each time.
-    private var address: (origin: URLOrigin?, path: String)
+    /// The origin (``URLOrigin/description``) and path of ``url``, which ``matches(_:)`` compares
+    /// every request with (twice per request a manager sends): worked out once rather than parsed
+    /// from the URL each time.
+    private var address: (origin: String?, path: String)
     /// Sent as `client_id`, if set.
     public var clientID: String?
     /// The client's secret, if it has one (confidential clients only: an app binary keeps no
@@ -113,7 +114,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         session: URLSession = OAuth2TokenEndpoint.defaultSession
     ) {
         self.url = url
-        self.address = (URLOrigin(url), url.path)
+        self.address = (URLOrigin.description(of: url), url.path)
         self.clientID = clientID
         self.clientSecret = clientSecret
         self.clientAuthentication = clientAuthentication
@@ -229,7 +230,7 @@ public struct OAuth2TokenEndpoint: Sendable {
 
     /// Whether `request` is addressed to this endpoint (same origin and path).
     public func matches(_ request: URLRequest) -> Bool {
-        guard let target = request.url, let origin = address.origin, URLOrigin(target) == origin else { return false }
+        guard let target = request.url, let origin = address.origin, URLOrigin.description(of: target) == origin else { return false }
         return target.path == address.path
     }
 

@@ -38,21 +38,51 @@ public struct HeaderInterceptor: URLTaskInterceptor {
 
     private let fields: [(name: HeaderName, value: Value)]
     private let conflict: Conflict
-    /// No value is computed: the interceptor decides without suspending.
-    private let fixedOnly: Bool
+    /// Every value is fixed: the fields with their name's and value's problems, checked once
+    /// here rather than on every task; `nil` when a value is computed (it may suspend).
+    private let fixed: [FixedField]?
+    /// Every fixed name and value is valid and the conflict rule is `.replace`: every task gets
+    /// the same fields, set in one write of the request's headers.
+    private let fixedAndValid: [(name: HeaderName, value: String)]?
+
+    /// A fixed field, validated when the interceptor is made.
+    private struct FixedField: Sendable {
+        let name: HeaderName
+        let value: String
+        let nameProblem: URLTaskError?
+        let valueProblem: URLTaskError?
+    }
 
     /// Headers to set, in order.
     public init(_ fields: KeyValuePairs<String, Value>, conflict: Conflict = .replace) {
-        self.fields = fields.map { (HeaderName($0.key), $0.value) }
-        self.conflict = conflict
-        self.fixedOnly = self.fields.allSatisfy { if case .fixed = $0.value { true } else { false } }
+        self.init(fields: fields.map { (HeaderName($0.key), $0.value) }, conflict: conflict)
     }
 
     /// Fixed headers from a dictionary.
     public init(_ headers: [String: String], conflict: Conflict = .replace) {
-        self.fields = headers.sorted { $0.key < $1.key }.map { (HeaderName($0.key), .fixed($0.value)) }
+        self.init(fields: headers.sorted { $0.key < $1.key }.map { (HeaderName($0.key), .fixed($0.value)) }, conflict: conflict)
+    }
+
+    private init(fields: [(name: HeaderName, value: Value)], conflict: Conflict) {
+        self.fields = fields
         self.conflict = conflict
-        self.fixedOnly = true
+        var fixed: [FixedField]? = []
+        for (name, value) in fields {
+            guard case .fixed(let string) = value else {
+                fixed = nil
+                break
+            }
+            fixed?.append(
+                FixedField(
+                    name: name, value: string, nameProblem: HeaderValidation.problem(name: name.spelled),
+                    valueProblem: HeaderValidation.problem(name: name.spelled, value: string)))
+        }
+        self.fixed = fixed
+        if let fixed, conflict == .replace, fixed.allSatisfy({ $0.nameProblem == nil && $0.valueProblem == nil }) {
+            self.fixedAndValid = fixed.map { ($0.name, $0.value) }
+        } else {
+            self.fixedAndValid = nil
+        }
     }
 
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
@@ -88,8 +118,17 @@ extension HeaderInterceptor: SynchronousInterceptor {
     /// Sets fixed values without a Swift task; `nil` when a value is computed, because
     /// computing it may suspend.
     public func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
-        guard fixedOnly else { return nil }
-        for case (let name, .fixed(let value)) in fields { try set(name, value, on: &task) }
+        if let fixedAndValid {
+            task.request.replaceHeaders(fixedAndValid)
+            return .execute
+        }
+        guard let fixed else { return nil }
+        for field in fixed {
+            if let problem = field.nameProblem { throw problem }
+            if conflict == .keepExisting && task.request.value(forHTTPHeaderField: field.name.spelled) != nil { continue }
+            if let problem = field.valueProblem { throw problem }
+            task.request.replaceHeader(field.name, with: field.value)
+        }
         return .execute
     }
 }

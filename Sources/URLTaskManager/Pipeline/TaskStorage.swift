@@ -469,7 +469,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
 
     /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
     static func host(of request: URLRequest) -> String {
-        URLOrigin(request.url)?.description ?? ""
+        URLOrigin.description(of: request.url) ?? ""
     }
 
     /// Bounds a wait for a connection slot by the request's timeout, as URLSession's own queue

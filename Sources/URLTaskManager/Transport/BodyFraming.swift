@@ -12,12 +12,14 @@ import FoundationNetworking
 /// the caller did not frame itself: a stream buffered for replay, a body an interceptor
 /// replaced. So the body the pipeline sends decides the framing, whatever the header says.
 enum BodyFraming {
+    private static let contentLength = HeaderName("Content-Length")
+
     /// `request` with a `Content-Length` that frames exactly `body`'s bytes: the length of a
     /// `.data` body or of a `.file`; none for a stream (sent chunked, where a `Content-Length`
     /// beside `Transfer-Encoding` is what request smuggling is made of) and none but `0`
     /// without a body. A request without the header is left to the session.
     static func framed(_ request: URLRequest, body: URLTaskBody) -> URLRequest {
-        guard let declared = request.value(forHTTPHeaderField: "Content-Length") else { return request }
+        guard let declared = request.headerValue(contentLength) else { return request }
         let actual: Int?
         switch body {
         case .none: actual = declared == "0" ? 0 : nil
