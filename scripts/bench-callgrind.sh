@@ -8,7 +8,9 @@
 # 2100), CONFIGURATIONS (indices of the benchmark's configurations, default "0 1 2 3 4 5":
 # plain, bare forwarding URLProtocol, manager without interceptors, 1 HeaderInterceptor, the
 # same with an events reader, OAuth2 bearer + refresh; also 6 streamed forwarding URLProtocol,
-# 7 the HeaderInterceptor behind the async `intercept` only, 8 a `setValue` header interceptor),
+# 7 the HeaderInterceptor behind the async `intercept` only, 8 a `setValue` header interceptor,
+# 9 and 10 plain URLSession sending one header, or an `Authorization` header, from its
+# configuration),
 # CONCURRENCY (default 1: sequential GETs; C: in groups of C at once).
 #
 # The server (`Benchmarks serve-at 127.0.0.1 0`) runs outside valgrind; each count is one

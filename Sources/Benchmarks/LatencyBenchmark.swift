@@ -72,7 +72,8 @@ enum LatencyBenchmark {
 
     /// The configurations of the default run: all but the streamed forwarding protocol and the
     /// async-only header, experiments run with `against ... --configurations 0,1,2,6` and
-    /// `--configurations 0,3,7,8`.
+    /// `--configurations 0,3,7,8`, and plain sessions that send a header themselves
+    /// (`--configurations 0,9,10`).
     static let defaultIndices = Array(0...5)
 
     /// The configurations compared, plain URLSession first (their indices name them on the
@@ -87,6 +88,8 @@ enum LatencyBenchmark {
         "forwarding URLProtocol, streamed",
         "manager, 1 Header, async path",
         "manager, 1 setValue interceptor",
+        "plain URLSession, 1 header",
+        "plain URLSession, bearer header",
     ]
 
     /// Every configuration, or those at `indices`, in that order.
@@ -120,6 +123,17 @@ enum LatencyBenchmark {
         case 8:
             // The same header as a third party writes it: `setValue` in the async `intercept`.
             return URLTaskManager(interceptors: [SetValueHeader()]).session
+        case 9:
+            // Plain URLSession sending configuration 3's header itself: what corelibs charges for
+            // a request with a header at all, whoever put it there.
+            let configuration = URLSessionConfiguration.default
+            configuration.httpAdditionalHeaders = ["X-Bench": "1"]
+            return URLSession(configuration: configuration)
+        case 10:
+            // The same with configuration 5's `Authorization` header.
+            let configuration = URLSessionConfiguration.default
+            configuration.httpAdditionalHeaders = ["Authorization": "Bearer bench"]
+            return URLSession(configuration: configuration)
         default:
             // A bearer header on every request and a refresh reactor that holds new tasks, so
             // the manager also keeps the per-host queue.
