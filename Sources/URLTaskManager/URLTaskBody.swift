@@ -27,8 +27,10 @@ public enum URLTaskBody: @unchecked Sendable {  // an InputStream has one reader
     /// A stream, read once when the request is sent.
     case stream(InputStream)
 
-    /// The body a request carries itself (`httpBody`, else `httpBodyStream`).
-    init(request: URLRequest) {
+    /// The body a request carries itself (`httpBody`, else `httpBodyStream`): for code that
+    /// handles a request outside a task the same way (a description, a signature) as the manager
+    /// does a task's.
+    public init(request: URLRequest) {
         if let data = request.httpBody {
             self = .data(data)
         } else if let stream = request.httpBodyStream {

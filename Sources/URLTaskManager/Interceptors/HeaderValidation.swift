@@ -29,13 +29,16 @@ public enum HeaderValidation {
         return nil
     }
 
-    /// The error for an invalid field name, or `nil` if `name` is a valid token.
-    static func problem(name: String) -> URLTaskError? {
+    /// The error for an invalid field name, or `nil` if `name` is a valid token: what an
+    /// interceptor of yours fails a task with (``InterceptCommand/fail(_:)``) rather than send a
+    /// header it was given, as ``HeaderInterceptor`` does.
+    public static func problem(name: String) -> URLTaskError? {
         isValidName(name) ? nil : .invalidHeader(name: name, reason: "the name is not an HTTP token")
     }
 
-    /// The error for a value that must not be sent under `name`, or `nil` if it is safe.
-    static func problem(name: String, value: String) -> URLTaskError? {
+    /// The error for a value that must not be sent under `name`, or `nil` if it is safe (see
+    /// ``problem(name:)``).
+    public static func problem(name: String, value: String) -> URLTaskError? {
         isValidValue(value) ? nil : .invalidHeader(name: name, reason: "the value contains CR, LF or NUL")
     }
 

@@ -35,7 +35,7 @@ extension URLRequest {
     /// of the request's header fields (on corelibs each write of a request shared with another
     /// holder copies the whole request first). A request without headers yet, the common case,
     /// gets them without a search for other spellings.
-    mutating func replaceHeaders(_ headers: [(name: HeaderName, value: String)]) {
+    public mutating func replaceHeaders(_ headers: [(name: HeaderName, value: String)]) {
         guard !headers.isEmpty else { return }
         #if canImport(FoundationNetworking)
         guard var fields = allHTTPHeaderFields, !fields.isEmpty else {
