@@ -76,7 +76,8 @@ enum Platform {
         let session = managed ?? Reflection.unwrapOptional(field) as? URLSession
         // A manager's session found its work queue and task registry once, when it was made.
         let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
-        let registry = managed?.registryReader ?? session.flatMap(TaskRegistryReader.init(session:))
+        // (A manager's session that found none then will not find one later: it buffers.)
+        let registry = managed.map(\.registryReader) ?? session.flatMap { TaskRegistryReader(session: $0) }
         // The registry says how the task reports (delegate or completion handler) and holds the
         // delegate an async API was given; without one, everything is buffered.
         let behaviour = registry.flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier)) }
@@ -283,7 +284,11 @@ enum Platform {
             return (behaviour.delivery, behaviour.taskDelegate)
         case .unreadable(let behaviour):
             // A toolchain whose enum no longer matches ``RegisteredBehaviour``: read it by name.
-            guard let payload = Mirror(reflecting: behaviour).children.first?.value else { return (.stream, nil) }
+            // Only the case named `callDelegate` streams; any other case, known or not, buffers
+            // (a completion handler given chunks would keep only the last one).
+            guard let payload = Mirror(reflecting: behaviour).children.first?.value else {
+                return ("\(behaviour)" == "callDelegate" ? .stream : .buffer, nil)
+            }
             // A cast to the payload's tuple type, not a second `Mirror`: reflecting a payload
             // that holds a closure looks the closure's type up by its mangled name every time.
             // corelibs 6 declares the completions `@Sendable`; the plain types are for older ones.
@@ -330,15 +335,17 @@ enum Platform {
 /// `finishTasksAndInvalidate()` lets every task it accepted finish, then releases the inner
 /// session. Released without invalidation, it releases the pipeline too (no task of it can be
 /// running then: a running task keeps its session).
-// @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds an immutable `let` and two fields written only in init.
+// @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds an immutable `let` and two fields written in init (or by a test before the first task).
 final class ManagedURLSession: URLSession, @unchecked Sendable {
     let pipeline: Pipeline
     /// corelibs' work queue of this session, found once: `Platform.facts` reads it for every task.
     /// (Named apart from corelibs' own `workQueue`, which the reflection below looks for.)
     private(set) var foundWorkQueue: DispatchQueue?
-    /// The reader of corelibs' task registry of this session (a class, never replaced), found
-    /// once; its contents are read only on the work queue.
-    private(set) var registryReader: TaskRegistryReader?
+    /// The reader of corelibs' task registry of this session, found once; its contents are read
+    /// only on the work queue. `nil` (not found): every task's body is buffered and the async
+    /// APIs' per-task delegates are not called (see `Platform.facts`). Tests replace it before
+    /// the session's first task to force the fallbacks (`CorelibsReadFallbackTests`).
+    var registryReader: TaskRegistryReader?
 
     init(configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline) {
         self.pipeline = pipeline
