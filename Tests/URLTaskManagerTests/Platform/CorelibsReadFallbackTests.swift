@@ -28,6 +28,16 @@ private enum CaseRenamed {
     case downloadCompletionHandlerWithTaskDelegate(RegisteredBehaviour.DownloadCompletion, (any URLSessionTaskDelegate)?)
 }
 
+/// A class whose fields change ownership the way a toolchain might change corelibs' own (a
+/// `session` made `weak` to break a cycle): read by its declared type, a weak field would be
+/// loaded as a strong reference (a crash).
+private final class OwnershipSample {
+    var strong: AnyObject?
+    weak var weakReference: AnyObject?
+    unowned(unsafe) var unsafeReference: AnyObject = OwnershipSample.self as AnyObject
+    let value = 42
+}
+
 /// Each fallback of the bridge's reads of corelibs' task registry, forced on a manager's session,
 /// with a request through every delivery mode: each still completes with the whole body, and
 /// what the fallback costs is asserted (real HTTP over loopback).
@@ -89,6 +99,20 @@ final class CorelibsReadFallbackTests: XCTestCase {
         }
         XCTAssertNil(EnumShape(of: Int.self), "not an enum")
         XCTAssertNil(EnumShape(of: Int?.self), "Optional is refused")
+    }
+
+    /// A field that is not a strong reference or a value is refused before anything is read
+    /// (the caller then takes its fallback, as for a field that is gone); the others read.
+    func testReflectionRefusesAWeakOrUnownedFieldBeforeReadingIt() {
+        XCTAssertNil(StoredField(named: "weakReference", in: OwnershipSample.self), "a weak field is refused")
+        XCTAssertNil(StoredField(named: "unsafeReference", in: OwnershipSample.self), "an unowned field is refused")
+        XCTAssertNil(StoredField(named: "missing", in: OwnershipSample.self))
+        let sample = OwnershipSample()
+        sample.strong = sample
+        XCTAssertEqual(Reflection.child(sample, "value") as? Int, 42)
+        XCTAssertTrue(Reflection.unwrapOptional(Reflection.child(sample, "strong")) as AnyObject === sample)
+        sample.strong = nil
+        XCTAssertNil(Reflection.child(sample, "weakReference"))
     }
 
     /// What each delivery mode gave, on a session whose registry reads were made to fall back.
