@@ -40,8 +40,9 @@ struct OuterTaskFacts: Sendable {
     /// A download task: corelibs cannot complete one through a custom protocol (it reads a
     /// temporary file URL only its own protocol can set), so it is handed to the native one.
     var isDownload: Bool
-    /// The pipeline of the session that created the task, and only that one: `nil` if the
-    /// session is gone from under it (it cannot be while the task lives) or the platform hid it.
+    /// The pipeline of the session that created the task, and only that one (its protocol
+    /// class's slot says which): `nil` if the session is gone from under it (it cannot be while
+    /// the task lives).
     var pipeline: Pipeline?
     /// The session that created the task, where the bridge itself asks the caller's delegate
     /// about redirects and authentication challenges (corelibs cannot take either from a
@@ -65,15 +66,20 @@ struct OuterTaskFacts: Sendable {
 enum Platform {
     /// Inspects `task` from inside `startLoading`, which runs on the session's work queue (the
     /// only place the session's task registry may be read).
+    /// - Parameters:
+    ///   - bridge: The protocol class loading the task: a manager's session has one of its own,
+    ///     whose slot says which session and pipeline the task belongs to.
+    ///   - plainSession: The task's session where no slot says it (the pin tests' own protocol on
+    ///     a plain session); the bridge never reads it from the task.
     static func facts(
-        for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self
+        for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self,
+        plainSession: URLSession? = nil
     ) -> OuterTaskFacts {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
-        let field = sessionField(of: task)
-        // A cast sees through the field's Optional; only another kind of session needs the Mirror.
-        let managed = field as? ManagedURLSession
-        let session = managed ?? Reflection.unwrapOptional(field) as? URLSession
+        let slot = bridge.slotNumber.map { BridgeRegistry.shared.entry(for: $0) }
+        let managed = slot?.session as? ManagedURLSession
+        let session = managed ?? plainSession
         // A manager's session found its work queue and task registry once, when it was made.
         let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
         // (A manager's session that found none then will not find one later: it buffers.)
@@ -98,7 +104,7 @@ enum Platform {
         }
         var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.bodyFromDelegate = fromDelegate
-        facts.pipeline = managed?.pipeline
+        facts.pipeline = slot?.pipeline
         facts.session = managed
         facts.taskDelegate = behaviour?.taskDelegate
         facts.callerDelegate = managed == nil ? nil : task.delegate
@@ -134,23 +140,26 @@ enum Platform {
 
     /// Creates the session a manager hands out, owning `pipeline` for as long as it lives.
     ///
-    /// On swift-corelibs-foundation it is a ``ManagedURLSession``: invalidating it ends the
-    /// pipeline, and the bridge finds the pipeline through the task's own session, so a task
-    /// can only ever run through the pipeline of the session that created it. On Apple
-    /// platforms `URLSession` cannot be subclassed (its initializer is a factory method) and a
-    /// `URLProtocol` cannot see its task's session: the session owns the pipeline through an
-    /// associated object, and gets a protocol class of its own whose number is never reused.
+    /// Every session gets a protocol class of its own whose number is never reused
+    /// (``BridgeSlots``): a `URLProtocol` cannot see its task's session (corelibs keeps it in an
+    /// internal field), so the class says which session and pipeline a task belongs to, and a
+    /// task can only ever run through the pipeline of the session that created it. On
+    /// swift-corelibs-foundation the session is a ``ManagedURLSession``: invalidating it ends the
+    /// pipeline. On Apple platforms `URLSession` cannot be subclassed (its initializer is a
+    /// factory method): the session owns the pipeline through an associated object.
     /// - Parameter configuration: The outer configuration, whose `protocolClasses` this puts
     ///   the bridge in front of.
     static func makeSession(
         configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline
     ) -> URLSession {
-        #if canImport(FoundationNetworking)
-        configuration.protocolClasses = [BridgeURLProtocol.self] + (configuration.protocolClasses ?? [])
-        return ManagedURLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline)
-        #else
         let number = BridgeRegistry.shared.register(pipeline)
         configuration.protocolClasses = [BridgeSlots.protocolClass(for: number)] + (configuration.protocolClasses ?? [])
+        #if canImport(FoundationNetworking)
+        let session = ManagedURLSession(
+            configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline, slot: number)
+        BridgeRegistry.shared.attach(session, to: number)
+        return session
+        #else
         let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
         PipelineOwner.attach(PipelineOwner(pipeline: pipeline, number: number), to: session)
         return session
@@ -162,12 +171,9 @@ enum Platform {
     /// `urlSession(_:task:needNewBodyStream:)`, called right here (on the work queue, like
     /// corelibs). `nil` (no delegate, or the delegate gave no stream) means an empty body, as
     /// with a plain session.
-    static func requestBodyStream(for task: URLSessionTask, completion: @escaping @Sendable (InputStream?) -> Void) {
-        #if canImport(FoundationNetworking)
-        let session = Reflection.unwrapOptional(sessionField(of: task)) as? URLSession
-        #else
-        let session: URLSession? = nil
-        #endif
+    static func requestBodyStream(
+        for task: URLSessionTask, session: URLSession?, completion: @escaping @Sendable (InputStream?) -> Void
+    ) {
         guard let session, let delegate = session.delegate as? URLSessionTaskDelegate else {
             completion(nil)
             return
@@ -261,15 +267,6 @@ enum Platform {
     }()
 
     #if canImport(FoundationNetworking)
-    /// The task's session (`URLSessionTask.session`), found once for every kind of task.
-    private static let taskSession = StoredField(named: "session", in: URLSessionTask.self)
-
-    /// `task`'s `session` field as corelibs declares it (an `Optional` of an internal protocol);
-    /// `nil` where the toolchain hides it.
-    private static func sessionField(of task: URLSessionTask) -> Any? {
-        taskSession?.read(from: task)
-    }
-
     /// What an entry of the task registry says: `callDelegate`, the one case without a payload,
     /// streams; the completion-handler cases buffer, and those of the async APIs
     /// (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate the
@@ -338,6 +335,8 @@ enum Platform {
 // @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds an immutable `let` and two fields written in init (or by a test before the first task).
 final class ManagedURLSession: URLSession, @unchecked Sendable {
     let pipeline: Pipeline
+    /// The number of this session's protocol class (``BridgeSlots``), retired with the session.
+    let slot: Int
     /// corelibs' work queue of this session, found once: `Platform.facts` reads it for every task.
     /// (Named apart from corelibs' own `workQueue`, which the reflection below looks for.)
     private(set) var foundWorkQueue: DispatchQueue?
@@ -347,14 +346,19 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
     /// the session's first task to force the fallbacks (`CorelibsReadFallbackTests`).
     var registryReader: TaskRegistryReader?
 
-    init(configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline) {
+    init(
+        configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline,
+        slot: Int
+    ) {
         self.pipeline = pipeline
+        self.slot = slot
         super.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
         foundWorkQueue = Reflection.child(self, "workQueue") as? DispatchQueue
         registryReader = TaskRegistryReader(session: self)
     }
 
     deinit {
+        BridgeRegistry.shared.unregister(slot)
         pipeline.outerSessionReleased()
     }
 
