@@ -82,33 +82,48 @@ enum Platform {
         let session = managed ?? plainSession
         // A manager's session found its work queue and task registry once, when it was made.
         let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
-        // (A manager's session that found none then will not find one later: it buffers.)
-        let registry = managed.map(\.registryReader) ?? session.flatMap { TaskRegistryReader(session: $0) }
-        // The registry says how the task reports (delegate or completion handler) and holds the
-        // delegate an async API was given; without one, everything is buffered.
-        let behaviour = registry.flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier)) }
-        let delivery = behaviour?.delivery ?? .buffer
         var body = URLTaskBody(request: request)
         var missing = false
         var fromDelegate = false
-        if case .none = body, task is URLSessionUploadTask {
-            if let field = Reflection.child(task, "knownBody") {
-                if let known = Reflection.unwrapOptional(field) {
-                    body = uploadBody(fromKnownBody: known)
-                } else {
-                    // `knownBody` is nil only for `uploadTask(withStreamedRequest:)`.
-                    fromDelegate = true
+        let delivery: BodyDelivery
+        let taskDelegate: (any URLSessionTaskDelegate)?
+        if let record = managed?.factoryRecords.record(for: task) {
+            // Made by one of the session's open factories, which recorded how it reports and the
+            // upload body it was given: nothing of corelibs' is read.
+            delivery = record.delivery
+            taskDelegate = nil
+            if let uploadBody = record.uploadBody { body = uploadBody }
+            fromDelegate = record.bodyFromDelegate
+        } else {
+            // Made by an async API (`data(for:delegate:)`, `upload(for:from:)`, ...), which corelibs
+            // creates through an internal factory: it reports to a completion handler, so its body
+            // is buffered. Only corelibs' task registry holds the delegate the API was given, and
+            // only the task holds an upload's body. (A manager's session that found no registry
+            // when it was made will not find one later: the task delegate is then not called.)
+            let registry = managed.map(\.registryReader) ?? session.flatMap { TaskRegistryReader(session: $0) }
+            let behaviour = registry.flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier)) }
+            // A plain session's task (the pin tests) may be delegate-driven: the registry says.
+            delivery = managed == nil ? behaviour?.delivery ?? .buffer : .buffer
+            taskDelegate = behaviour?.taskDelegate
+            if case .none = body, task is URLSessionUploadTask {
+                if let field = Reflection.child(task, managed?.uploadBodyField ?? "knownBody") {
+                    if let known = Reflection.unwrapOptional(field) {
+                        body = uploadBody(fromKnownBody: known)
+                    } else {
+                        // `knownBody` is nil only for `uploadTask(withStreamedRequest:)`.
+                        fromDelegate = true
+                    }
                 }
             }
-            missing = !fromDelegate && body.isNone
         }
+        if task is URLSessionUploadTask { missing = !fromDelegate && body.isNone }
         var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.bodyFromDelegate = fromDelegate
         facts.pipeline = slot?.pipeline
         facts.session = managed
-        facts.taskDelegate = behaviour?.taskDelegate
+        facts.taskDelegate = taskDelegate
         facts.callerDelegate = managed == nil ? nil : task.delegate
-        facts.uploadProgressDelegate = behaviour?.taskDelegate ?? (delivery == .stream ? task.delegate : nil)
+        facts.uploadProgressDelegate = taskDelegate ?? (delivery == .stream ? task.delegate : nil)
         return facts
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls
@@ -332,7 +347,7 @@ enum Platform {
 /// `finishTasksAndInvalidate()` lets every task it accepted finish, then releases the inner
 /// session. Released without invalidation, it releases the pipeline too (no task of it can be
 /// running then: a running task keeps its session).
-// @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds an immutable `let` and two fields written in init (or by a test before the first task).
+// @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds immutable `let`s, a locked record store, and fields written in init (or by a test before the first task).
 final class ManagedURLSession: URLSession, @unchecked Sendable {
     let pipeline: Pipeline
     /// The number of this session's protocol class (``BridgeSlots``), retired with the session.
@@ -357,9 +372,88 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
         registryReader = TaskRegistryReader(session: self)
     }
 
+    /// How each task made by this session's open factories reports, and the upload body it was
+    /// given: read in `startLoading` instead of corelibs' internals.
+    let factoryRecords = TaskFactoryRecords()
+    /// corelibs' name of the field where a task keeps its upload body (`knownBody`), read only
+    /// for the uploads of the async APIs. Tests rename it before the first task to force the
+    /// fallback: such an upload then fails with ``URLTaskError/uploadBodyUnavailable``.
+    var uploadBodyField = "knownBody"
+
     deinit {
         BridgeRegistry.shared.unregister(slot)
         pipeline.outerSessionReleased()
+    }
+
+    // The open task factories (URLSession.swift:422-507): each records what it was asked for.
+    // The async APIs make their tasks through an internal factory that none of these sees.
+
+    override func dataTask(with request: URLRequest) -> URLSessionDataTask {
+        factoryRecords.record(super.dataTask(with: request), .stream)
+    }
+
+    override func dataTask(with url: URL) -> URLSessionDataTask {
+        factoryRecords.record(super.dataTask(with: url), .stream)
+    }
+
+    override func dataTask(
+        with request: URLRequest, completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionDataTask {
+        factoryRecords.record(super.dataTask(with: request, completionHandler: completionHandler), .buffer)
+    }
+
+    override func dataTask(
+        with url: URL, completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionDataTask {
+        factoryRecords.record(super.dataTask(with: url, completionHandler: completionHandler), .buffer)
+    }
+
+    override func uploadTask(with request: URLRequest, fromFile fileURL: URL) -> URLSessionUploadTask {
+        factoryRecords.record(super.uploadTask(with: request, fromFile: fileURL), .stream, uploadBody: .file(fileURL))
+    }
+
+    override func uploadTask(with request: URLRequest, from bodyData: Data) -> URLSessionUploadTask {
+        factoryRecords.record(super.uploadTask(with: request, from: bodyData), .stream, uploadBody: .data(bodyData))
+    }
+
+    override func uploadTask(withStreamedRequest request: URLRequest) -> URLSessionUploadTask {
+        factoryRecords.record(super.uploadTask(withStreamedRequest: request), .stream, bodyFromDelegate: true)
+    }
+
+    override func uploadTask(
+        with request: URLRequest, fromFile fileURL: URL,
+        completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionUploadTask {
+        factoryRecords.record(
+            super.uploadTask(with: request, fromFile: fileURL, completionHandler: completionHandler), .buffer, uploadBody: .file(fileURL))
+    }
+
+    override func uploadTask(
+        with request: URLRequest, from bodyData: Data?, completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionUploadTask {
+        factoryRecords.record(
+            super.uploadTask(with: request, from: bodyData, completionHandler: completionHandler), .buffer,
+            uploadBody: bodyData.map { .data($0) })
+    }
+
+    override func downloadTask(with request: URLRequest) -> URLSessionDownloadTask {
+        factoryRecords.record(super.downloadTask(with: request), .stream)
+    }
+
+    override func downloadTask(with url: URL) -> URLSessionDownloadTask {
+        factoryRecords.record(super.downloadTask(with: url), .stream)
+    }
+
+    override func downloadTask(
+        with request: URLRequest, completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionDownloadTask {
+        factoryRecords.record(super.downloadTask(with: request, completionHandler: completionHandler), .buffer)
+    }
+
+    override func downloadTask(
+        with url: URL, completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionDownloadTask {
+        factoryRecords.record(super.downloadTask(with: url, completionHandler: completionHandler), .buffer)
     }
 
     override func finishTasksAndInvalidate() {
@@ -377,6 +471,53 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
         let cancel = pipeline.cancelRequested()
         super.invalidateAndCancel()
         pipeline.cancelHeldTasks(cancel)
+    }
+}
+/// What one of ``ManagedURLSession``'s open task factories was asked for.
+struct TaskFactoryRecord {
+    /// A delegate-driven task streams; one with a completion handler buffers.
+    var delivery: BodyDelivery
+    /// The body given to an upload factory; `nil` for other tasks (a data task's body is on its
+    /// request, which the protocol sees).
+    var uploadBody: URLTaskBody?
+    /// `uploadTask(withStreamedRequest:)`: the delegate gives the body.
+    var bodyFromDelegate = false
+}
+
+/// The records of the tasks a ``ManagedURLSession``'s factories made, kept while the task lives
+/// (a task may start loading more than once), found by identity.
+final class TaskFactoryRecords: @unchecked Sendable {  // `entries` and `pruneAt` are guarded by `lock`.
+    private struct Entry {
+        weak var task: URLSessionTask?
+        var record: TaskFactoryRecord
+    }
+
+    private let lock = NSLock()
+    private var entries: [Int: Entry] = [:]
+    /// The count at which entries of released tasks are dropped next (doubles with the live ones).
+    private var pruneAt = 64
+
+    /// Records `task`'s `delivery` and body; returns `task`.
+    func record<Made: URLSessionTask>(
+        _ task: Made, _ delivery: BodyDelivery, uploadBody: URLTaskBody? = nil, bodyFromDelegate: Bool = false
+    ) -> Made {
+        let record = TaskFactoryRecord(delivery: delivery, uploadBody: uploadBody, bodyFromDelegate: bodyFromDelegate)
+        lock.withLock {
+            entries[task.taskIdentifier] = Entry(task: task, record: record)
+            if entries.count >= pruneAt {
+                entries = entries.filter { $0.value.task != nil }
+                pruneAt = max(64, entries.count * 2)
+            }
+        }
+        return task
+    }
+
+    /// The record of `task`; `nil` if no factory of this session made it (an async API's task).
+    func record(for task: URLSessionTask) -> TaskFactoryRecord? {
+        lock.withLock {
+            guard let entry = entries[task.taskIdentifier], entry.task === task else { return nil }
+            return entry.record
+        }
     }
 }
 #else

@@ -190,17 +190,54 @@ final class CorelibsReadFallbackTests: XCTestCase {
     }
 
     /// corelibs' task registry cannot be found at all (forced by removing the session's reader):
-    /// every body is buffered, so every caller still gets the whole body. The stated loss: a
-    /// delegate gets the body in one `didReceive data` instead of chunk by chunk (memory grows
-    /// with the body), and the async APIs' per-task delegates are not called for the body.
-    func testBufferingFallbackWhenTheRegistryIsNotFoundStatesItsLoss() async throws {
+    /// every caller still gets the whole body, and the delegate is still streamed chunk by chunk
+    /// (its task was made by a factory the session overrides, which recorded how it reports).
+    /// The stated loss: the async APIs' per-task delegates are not called for the body.
+    func testRegistryNotFoundLosesOnlyTheAsyncTaskDelegate() async throws {
         let delivered = try await deliverEveryMode { session in session.registryReader = nil }
         XCTAssertEqual(delivered.delegateBytes, length)
-        XCTAssertEqual(delivered.delegateChunks, 1, "the loss: one chunk, the whole body buffered")
+        XCTAssertGreaterThan(delivered.delegateChunks, 1, "the delegate is streamed without the registry")
         XCTAssertEqual(delivered.completionBytes, length)
         XCTAssertEqual(delivered.asyncBytes, length)
         XCTAssertEqual(delivered.asyncWithDelegateBytes, length)
         XCTAssertEqual(delivered.taskDelegateBytes, 0, "the loss: the task delegate is not streamed the body")
+    }
+
+    /// The task's upload body cannot be found (forced by renaming the field the session looks
+    /// for): the uploads of the open factories still send their bodies (recorded when the task
+    /// was made), and an async `upload(for:from:)` fails with `.uploadBodyUnavailable` before
+    /// anything is sent, never as an empty POST.
+    func testUploadBodyNotFoundFailsTheAsyncUploadInsteadOfSendingItEmpty() async throws {
+        let received = Latch<Int>("upload received")
+        server.route("POST", "/upload") { request in
+            received.fulfill(request.bodyLength)
+            return .text("ok")
+        }
+        let manager = URLTaskManager(configuration: .ephemeral)
+        let session = try XCTUnwrap(manager.session as? ManagedURLSession)
+        defer { session.invalidateAndCancel() }
+        session.uploadBodyField = "renamedByAFutureToolchain"
+        var request = URLRequest(url: server.url("/upload"))
+        request.httpMethod = "POST"
+        let payload = Data(GeneratedBody.bytes(offset: 0, count: 70_000))
+
+        let done = Latch<Int?>("completion-handler upload")
+        session.uploadTask(with: request, from: payload) { data, _, error in
+            XCTAssertNil(error)
+            done.fulfill(data?.count)
+        }.resume()
+        let answered = try await done.wait(timeout: .seconds(10))
+        XCTAssertEqual(answered, 2)
+        let sent = try await received.wait(timeout: .seconds(10))
+        XCTAssertEqual(sent, payload.count, "the factory's upload sent its whole body")
+
+        do {
+            _ = try await session.upload(for: request, from: payload)
+            XCTFail("an async upload whose body cannot be found must fail")
+        } catch {
+            XCTAssertEqual((error as? URLTaskError)?.code, .uploadBodyUnavailable, "\(error)")
+        }
+        XCTAssertEqual(server.requests(path: "/upload").count, 1, "nothing was sent for the async upload")
     }
 }
 #endif
