@@ -1,7 +1,8 @@
 // Reads an enum's cases from the runtime's type metadata, without a value of the enum and
 // without any cast, so that two enums can be shown to share a layout before one is read as
-// the other (see RegisteredBehaviour.swift).
+// the other (see RegisteredBehaviour.swift). Only swift-corelibs-foundation needs it.
 
+#if canImport(FoundationNetworking)
 /// An enum type's cases as the compiler describes them in its metadata: each case's name, its
 /// payload's type and whether it is `indirect`, in the order the runtime numbers them, plus the
 /// type's size, stride and alignment.
@@ -105,3 +106,4 @@ struct EnumShape: Equatable {
         }
     }
 }
+#endif
