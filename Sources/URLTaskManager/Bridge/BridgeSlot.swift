@@ -1,13 +1,18 @@
-#if !canImport(FoundationNetworking)
-/// Apple platforms only: gives every manager's session its own `URLProtocol` class.
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Gives every manager's session its own `URLProtocol` class, so the bridge knows a task's
+/// session and pipeline without asking the task.
 ///
-/// There a `URLProtocol` cannot see which session made its task, and `URLSession` cannot be
-/// subclassed, so each session lists a distinct specialisation
+/// A `URLProtocol` cannot see which session made its task (on swift-corelibs-foundation only
+/// through the task's internal `session` field, which the bridge no longer reads), and on Apple
+/// platforms `URLSession` cannot be subclassed, so each session lists a distinct specialisation
 /// `SlottedBridgeURLProtocol<Slot>` whose slot type spells a number in binary
 /// (`Bit1<Bit0<SlotRoot>>` is 5), and the class looks its pipeline up by that number. A number
 /// is taken once for the life of the process and never reused: a session that outlives its
 /// pipeline's registration finds nothing, never another session's pipeline.
-/// (swift-corelibs-foundation needs none of this: see ``ManagedURLSession``.)
 protocol BridgeSlot { static var number: Int { get } }
 
 enum SlotRoot: BridgeSlot { static var number: Int { 1 } }
@@ -43,12 +48,15 @@ enum BridgeSlots {
     }
 }
 
-/// Maps slot numbers to the pipelines of live sessions.
+/// Maps slot numbers to the pipelines (and, on swift-corelibs-foundation, the sessions) of live
+/// sessions.
 final class BridgeRegistry: @unchecked Sendable {  // `entries` and `nextNumber` are guarded by `lock`.
     static let shared = BridgeRegistry()
 
     private struct Entry {
         weak var pipeline: Pipeline?
+        /// The session, where the bridge itself calls its delegate (swift-corelibs-foundation).
+        weak var session: URLSession?
     }
 
     private let lock = NSLock()
@@ -64,6 +72,11 @@ final class BridgeRegistry: @unchecked Sendable {  // `entries` and `nextNumber`
         }
     }
 
+    /// Records the session that slot `number` serves (weakly: the session owns the slot).
+    func attach(_ session: URLSession, to number: Int) {
+        lock.withLock { entries[number]?.session = session }
+    }
+
     func unregister(_ number: Int) {
         lock.withLock { _ = entries.removeValue(forKey: number) }
     }
@@ -71,5 +84,9 @@ final class BridgeRegistry: @unchecked Sendable {  // `entries` and `nextNumber`
     func pipeline(for number: Int) -> Pipeline? {
         lock.withLock { entries[number]?.pipeline }
     }
+
+    /// The pipeline and session of slot `number`, in one look-up.
+    func entry(for number: Int) -> (pipeline: Pipeline?, session: URLSession?) {
+        lock.withLock { (entries[number]?.pipeline, entries[number]?.session) }
+    }
 }
-#endif

@@ -10,9 +10,9 @@ import FoundationNetworking
 /// and `stopLoading` cancels that work. Both run on the session's serial work queue, which
 /// must never block, so the pipeline does everything on its own threads.
 class BridgeURLProtocol: URLProtocol {
-    /// The number of the session this class serves, on platforms where each session needs a
-    /// class of its own (Apple's: see `SlottedBridgeURLProtocol`); `nil` where the task's
-    /// session says which pipeline runs it.
+    /// The number of the session this class serves (see `SlottedBridgeURLProtocol`): every
+    /// manager's session lists a class of its own; `nil` for this base class, which no session
+    /// lists.
     class var slotNumber: Int? { nil }
 
     private var handle: PipelineTaskHandle?
@@ -58,7 +58,7 @@ class BridgeURLProtocol: URLProtocol {
             let deferred = DeferredTaskHandle()
             handle = deferred
             let request = self.request
-            Platform.requestBodyStream(for: task) { stream in
+            Platform.requestBodyStream(for: task, session: facts.session) { stream in
                 let body: URLTaskBody = stream.map { .stream($0) } ?? .none
                 deferred.start { pipeline.start(request: request, body: body, sink: sink) }
             }

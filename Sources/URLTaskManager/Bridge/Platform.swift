@@ -40,8 +40,9 @@ struct OuterTaskFacts: Sendable {
     /// A download task: corelibs cannot complete one through a custom protocol (it reads a
     /// temporary file URL only its own protocol can set), so it is handed to the native one.
     var isDownload: Bool
-    /// The pipeline of the session that created the task, and only that one: `nil` if the
-    /// session is gone from under it (it cannot be while the task lives) or the platform hid it.
+    /// The pipeline of the session that created the task, and only that one (its protocol
+    /// class's slot says which): `nil` if the session is gone from under it (it cannot be while
+    /// the task lives).
     var pipeline: Pipeline?
     /// The session that created the task, where the bridge itself asks the caller's delegate
     /// about redirects and authentication challenges (corelibs cannot take either from a
@@ -65,43 +66,64 @@ struct OuterTaskFacts: Sendable {
 enum Platform {
     /// Inspects `task` from inside `startLoading`, which runs on the session's work queue (the
     /// only place the session's task registry may be read).
+    /// - Parameters:
+    ///   - bridge: The protocol class loading the task: a manager's session has one of its own,
+    ///     whose slot says which session and pipeline the task belongs to.
+    ///   - plainSession: The task's session where no slot says it (the pin tests' own protocol on
+    ///     a plain session); the bridge never reads it from the task.
     static func facts(
-        for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self
+        for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self,
+        plainSession: URLSession? = nil
     ) -> OuterTaskFacts {
         let isDownload = task is URLSessionDownloadTask
         #if canImport(FoundationNetworking)
-        let field = sessionField(of: task)
-        // A cast sees through the field's Optional; only another kind of session needs the Mirror.
-        let managed = field as? ManagedURLSession
-        let session = managed ?? Reflection.unwrapOptional(field) as? URLSession
+        let slot = bridge.slotNumber.map { BridgeRegistry.shared.entry(for: $0) }
+        let managed = slot?.session as? ManagedURLSession
+        let session = managed ?? plainSession
         // A manager's session found its work queue and task registry once, when it was made.
         let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
-        let registry = managed?.registryReader ?? session.flatMap(TaskRegistryReader.init(session:))
-        // The registry says how the task reports (delegate or completion handler) and holds the
-        // delegate an async API was given; without one, everything is buffered.
-        let behaviour = registry.flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier)) }
-        let delivery = behaviour?.delivery ?? .buffer
         var body = URLTaskBody(request: request)
         var missing = false
         var fromDelegate = false
-        if case .none = body, task is URLSessionUploadTask {
-            if let field = Reflection.child(task, "knownBody") {
-                if let known = Reflection.unwrapOptional(field) {
-                    body = uploadBody(fromKnownBody: known)
-                } else {
-                    // `knownBody` is nil only for `uploadTask(withStreamedRequest:)`.
-                    fromDelegate = true
+        let delivery: BodyDelivery
+        let taskDelegate: (any URLSessionTaskDelegate)?
+        if let record = managed?.factoryRecords.record(for: task) {
+            // Made by one of the session's open factories, which recorded how it reports and the
+            // upload body it was given: nothing of corelibs' is read.
+            delivery = record.delivery
+            taskDelegate = nil
+            if let uploadBody = record.uploadBody { body = uploadBody }
+            fromDelegate = record.bodyFromDelegate
+        } else {
+            // Made by an async API (`data(for:delegate:)`, `upload(for:from:)`, ...), which corelibs
+            // creates through an internal factory: it reports to a completion handler, so its body
+            // is buffered. Only corelibs' task registry holds the delegate the API was given, and
+            // only the task holds an upload's body. (A manager's session that found no registry
+            // when it was made will not find one later: the task delegate is then not called.)
+            let registry = managed.map(\.registryReader) ?? session.flatMap { TaskRegistryReader(session: $0) }
+            let behaviour = registry.flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier)) }
+            // A plain session's task (the pin tests) may be delegate-driven: the registry says.
+            delivery = managed == nil ? behaviour?.delivery ?? .buffer : .buffer
+            taskDelegate = behaviour?.taskDelegate
+            if case .none = body, task is URLSessionUploadTask {
+                if let field = Reflection.child(task, managed?.uploadBodyField ?? "knownBody") {
+                    if let known = Reflection.unwrapOptional(field) {
+                        body = uploadBody(fromKnownBody: known)
+                    } else {
+                        // `knownBody` is nil only for `uploadTask(withStreamedRequest:)`.
+                        fromDelegate = true
+                    }
                 }
             }
-            missing = !fromDelegate && body.isNone
         }
+        if task is URLSessionUploadTask { missing = !fromDelegate && body.isNone }
         var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.bodyFromDelegate = fromDelegate
-        facts.pipeline = managed?.pipeline
+        facts.pipeline = slot?.pipeline
         facts.session = managed
-        facts.taskDelegate = behaviour?.taskDelegate
+        facts.taskDelegate = taskDelegate
         facts.callerDelegate = managed == nil ? nil : task.delegate
-        facts.uploadProgressDelegate = behaviour?.taskDelegate ?? (delivery == .stream ? task.delegate : nil)
+        facts.uploadProgressDelegate = taskDelegate ?? (delivery == .stream ? task.delegate : nil)
         return facts
         #else
         // Apple platforms append chunks correctly for every task kind and allow client calls
@@ -133,23 +155,26 @@ enum Platform {
 
     /// Creates the session a manager hands out, owning `pipeline` for as long as it lives.
     ///
-    /// On swift-corelibs-foundation it is a ``ManagedURLSession``: invalidating it ends the
-    /// pipeline, and the bridge finds the pipeline through the task's own session, so a task
-    /// can only ever run through the pipeline of the session that created it. On Apple
-    /// platforms `URLSession` cannot be subclassed (its initializer is a factory method) and a
-    /// `URLProtocol` cannot see its task's session: the session owns the pipeline through an
-    /// associated object, and gets a protocol class of its own whose number is never reused.
+    /// Every session gets a protocol class of its own whose number is never reused
+    /// (``BridgeSlots``): a `URLProtocol` cannot see its task's session (corelibs keeps it in an
+    /// internal field), so the class says which session and pipeline a task belongs to, and a
+    /// task can only ever run through the pipeline of the session that created it. On
+    /// swift-corelibs-foundation the session is a ``ManagedURLSession``: invalidating it ends the
+    /// pipeline. On Apple platforms `URLSession` cannot be subclassed (its initializer is a
+    /// factory method): the session owns the pipeline through an associated object.
     /// - Parameter configuration: The outer configuration, whose `protocolClasses` this puts
     ///   the bridge in front of.
     static func makeSession(
         configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline
     ) -> URLSession {
-        #if canImport(FoundationNetworking)
-        configuration.protocolClasses = [BridgeURLProtocol.self] + (configuration.protocolClasses ?? [])
-        return ManagedURLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline)
-        #else
         let number = BridgeRegistry.shared.register(pipeline)
         configuration.protocolClasses = [BridgeSlots.protocolClass(for: number)] + (configuration.protocolClasses ?? [])
+        #if canImport(FoundationNetworking)
+        let session = ManagedURLSession(
+            configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline, slot: number)
+        BridgeRegistry.shared.attach(session, to: number)
+        return session
+        #else
         let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
         PipelineOwner.attach(PipelineOwner(pipeline: pipeline, number: number), to: session)
         return session
@@ -161,12 +186,9 @@ enum Platform {
     /// `urlSession(_:task:needNewBodyStream:)`, called right here (on the work queue, like
     /// corelibs). `nil` (no delegate, or the delegate gave no stream) means an empty body, as
     /// with a plain session.
-    static func requestBodyStream(for task: URLSessionTask, completion: @escaping @Sendable (InputStream?) -> Void) {
-        #if canImport(FoundationNetworking)
-        let session = Reflection.unwrapOptional(sessionField(of: task)) as? URLSession
-        #else
-        let session: URLSession? = nil
-        #endif
+    static func requestBodyStream(
+        for task: URLSessionTask, session: URLSession?, completion: @escaping @Sendable (InputStream?) -> Void
+    ) {
         guard let session, let delegate = session.delegate as? URLSessionTaskDelegate else {
             completion(nil)
             return
@@ -260,15 +282,6 @@ enum Platform {
     }()
 
     #if canImport(FoundationNetworking)
-    /// The task's session (`URLSessionTask.session`), found once for every kind of task.
-    private static let taskSession = StoredField(named: "session", in: URLSessionTask.self)
-
-    /// `task`'s `session` field as corelibs declares it (an `Optional` of an internal protocol);
-    /// `nil` where the toolchain hides it.
-    private static func sessionField(of task: URLSessionTask) -> Any? {
-        taskSession?.read(from: task)
-    }
-
     /// What an entry of the task registry says: `callDelegate`, the one case without a payload,
     /// streams; the completion-handler cases buffer, and those of the async APIs
     /// (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate the
@@ -283,7 +296,11 @@ enum Platform {
             return (behaviour.delivery, behaviour.taskDelegate)
         case .unreadable(let behaviour):
             // A toolchain whose enum no longer matches ``RegisteredBehaviour``: read it by name.
-            guard let payload = Mirror(reflecting: behaviour).children.first?.value else { return (.stream, nil) }
+            // Only the case named `callDelegate` streams; any other case, known or not, buffers
+            // (a completion handler given chunks would keep only the last one).
+            guard let payload = Mirror(reflecting: behaviour).children.first?.value else {
+                return ("\(behaviour)" == "callDelegate" ? .stream : .buffer, nil)
+            }
             // A cast to the payload's tuple type, not a second `Mirror`: reflecting a payload
             // that holds a closure looks the closure's type up by its mangled name every time.
             // corelibs 6 declares the completions `@Sendable`; the plain types are for older ones.
@@ -330,25 +347,113 @@ enum Platform {
 /// `finishTasksAndInvalidate()` lets every task it accepted finish, then releases the inner
 /// session. Released without invalidation, it releases the pipeline too (no task of it can be
 /// running then: a running task keeps its session).
-// @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds an immutable `let` and two fields written only in init.
+// @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds immutable `let`s, a locked record store, and fields written in init (or by a test before the first task).
 final class ManagedURLSession: URLSession, @unchecked Sendable {
     let pipeline: Pipeline
+    /// The number of this session's protocol class (``BridgeSlots``), retired with the session.
+    let slot: Int
     /// corelibs' work queue of this session, found once: `Platform.facts` reads it for every task.
     /// (Named apart from corelibs' own `workQueue`, which the reflection below looks for.)
     private(set) var foundWorkQueue: DispatchQueue?
-    /// The reader of corelibs' task registry of this session (a class, never replaced), found
-    /// once; its contents are read only on the work queue.
-    private(set) var registryReader: TaskRegistryReader?
+    /// The reader of corelibs' task registry of this session, found once; its contents are read
+    /// only on the work queue. `nil` (not found): every task's body is buffered and the async
+    /// APIs' per-task delegates are not called (see `Platform.facts`). Tests replace it before
+    /// the session's first task to force the fallbacks (`CorelibsReadFallbackTests`).
+    var registryReader: TaskRegistryReader?
 
-    init(configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline) {
+    init(
+        configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline,
+        slot: Int
+    ) {
         self.pipeline = pipeline
+        self.slot = slot
         super.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
         foundWorkQueue = Reflection.child(self, "workQueue") as? DispatchQueue
         registryReader = TaskRegistryReader(session: self)
     }
 
+    /// How each task made by this session's open factories reports, and the upload body it was
+    /// given: read in `startLoading` instead of corelibs' internals.
+    let factoryRecords = TaskFactoryRecords()
+    /// corelibs' name of the field where a task keeps its upload body (`knownBody`), read only
+    /// for the uploads of the async APIs. Tests rename it before the first task to force the
+    /// fallback: such an upload then fails with ``URLTaskError/uploadBodyUnavailable``.
+    var uploadBodyField = "knownBody"
+
     deinit {
+        BridgeRegistry.shared.unregister(slot)
         pipeline.outerSessionReleased()
+    }
+
+    // The open task factories (URLSession.swift:422-507): each records what it was asked for.
+    // The async APIs make their tasks through an internal factory that none of these sees.
+
+    override func dataTask(with request: URLRequest) -> URLSessionDataTask {
+        factoryRecords.record(super.dataTask(with: request), .stream)
+    }
+
+    override func dataTask(with url: URL) -> URLSessionDataTask {
+        factoryRecords.record(super.dataTask(with: url), .stream)
+    }
+
+    override func dataTask(
+        with request: URLRequest, completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionDataTask {
+        factoryRecords.record(super.dataTask(with: request, completionHandler: completionHandler), .buffer)
+    }
+
+    override func dataTask(
+        with url: URL, completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionDataTask {
+        factoryRecords.record(super.dataTask(with: url, completionHandler: completionHandler), .buffer)
+    }
+
+    override func uploadTask(with request: URLRequest, fromFile fileURL: URL) -> URLSessionUploadTask {
+        factoryRecords.record(super.uploadTask(with: request, fromFile: fileURL), .stream, uploadBody: .file(fileURL))
+    }
+
+    override func uploadTask(with request: URLRequest, from bodyData: Data) -> URLSessionUploadTask {
+        factoryRecords.record(super.uploadTask(with: request, from: bodyData), .stream, uploadBody: .data(bodyData))
+    }
+
+    override func uploadTask(withStreamedRequest request: URLRequest) -> URLSessionUploadTask {
+        factoryRecords.record(super.uploadTask(withStreamedRequest: request), .stream, bodyFromDelegate: true)
+    }
+
+    override func uploadTask(
+        with request: URLRequest, fromFile fileURL: URL,
+        completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionUploadTask {
+        factoryRecords.record(
+            super.uploadTask(with: request, fromFile: fileURL, completionHandler: completionHandler), .buffer, uploadBody: .file(fileURL))
+    }
+
+    override func uploadTask(
+        with request: URLRequest, from bodyData: Data?, completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionUploadTask {
+        factoryRecords.record(
+            super.uploadTask(with: request, from: bodyData, completionHandler: completionHandler), .buffer,
+            uploadBody: bodyData.map { .data($0) })
+    }
+
+    override func downloadTask(with request: URLRequest) -> URLSessionDownloadTask {
+        factoryRecords.record(super.downloadTask(with: request), .stream)
+    }
+
+    override func downloadTask(with url: URL) -> URLSessionDownloadTask {
+        factoryRecords.record(super.downloadTask(with: url), .stream)
+    }
+
+    override func downloadTask(
+        with request: URLRequest, completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionDownloadTask {
+        factoryRecords.record(super.downloadTask(with: request, completionHandler: completionHandler), .buffer)
+    }
+
+    override func downloadTask(
+        with url: URL, completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void
+    ) -> URLSessionDownloadTask {
+        factoryRecords.record(super.downloadTask(with: url, completionHandler: completionHandler), .buffer)
     }
 
     override func finishTasksAndInvalidate() {
@@ -366,6 +471,53 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
         let cancel = pipeline.cancelRequested()
         super.invalidateAndCancel()
         pipeline.cancelHeldTasks(cancel)
+    }
+}
+/// What one of ``ManagedURLSession``'s open task factories was asked for.
+struct TaskFactoryRecord {
+    /// A delegate-driven task streams; one with a completion handler buffers.
+    var delivery: BodyDelivery
+    /// The body given to an upload factory; `nil` for other tasks (a data task's body is on its
+    /// request, which the protocol sees).
+    var uploadBody: URLTaskBody?
+    /// `uploadTask(withStreamedRequest:)`: the delegate gives the body.
+    var bodyFromDelegate = false
+}
+
+/// The records of the tasks a ``ManagedURLSession``'s factories made, kept while the task lives
+/// (a task may start loading more than once), found by identity.
+final class TaskFactoryRecords: @unchecked Sendable {  // `entries` and `pruneAt` are guarded by `lock`.
+    private struct Entry {
+        weak var task: URLSessionTask?
+        var record: TaskFactoryRecord
+    }
+
+    private let lock = NSLock()
+    private var entries: [Int: Entry] = [:]
+    /// The count at which entries of released tasks are dropped next (doubles with the live ones).
+    private var pruneAt = 64
+
+    /// Records `task`'s `delivery` and body; returns `task`.
+    func record<Made: URLSessionTask>(
+        _ task: Made, _ delivery: BodyDelivery, uploadBody: URLTaskBody? = nil, bodyFromDelegate: Bool = false
+    ) -> Made {
+        let record = TaskFactoryRecord(delivery: delivery, uploadBody: uploadBody, bodyFromDelegate: bodyFromDelegate)
+        lock.withLock {
+            entries[task.taskIdentifier] = Entry(task: task, record: record)
+            if entries.count >= pruneAt {
+                entries = entries.filter { $0.value.task != nil }
+                pruneAt = max(64, entries.count * 2)
+            }
+        }
+        return task
+    }
+
+    /// The record of `task`; `nil` if no factory of this session made it (an async API's task).
+    func record(for task: URLSessionTask) -> TaskFactoryRecord? {
+        lock.withLock {
+            guard let entry = entries[task.taskIdentifier], entry.task === task else { return nil }
+            return entry.record
+        }
     }
 }
 #else

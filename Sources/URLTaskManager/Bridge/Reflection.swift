@@ -2,7 +2,6 @@
 // which and why), by name, through the runtime's field metadata.
 
 import Foundation
-@_spi(Reflection) import Swift
 
 /// Reads a stored property of a class instance by its name.
 enum Reflection {
@@ -40,20 +39,23 @@ struct StoredField: Sendable {
     let type: Any.Type
 
     /// Finds `name` among the stored properties of `classType` and its superclasses; `nil` if it
-    /// has none of that name, or the runtime cannot describe the class.
+    /// has none of that name, the runtime cannot describe the class, or the field is not a strong
+    /// reference or a value (a `weak` or `unowned` field holds a reference box, not its declared
+    /// type: loading it as that type would crash, so it is refused before any read).
     init?(named name: String, in classType: AnyClass) {
-        var found: (offset: Int, type: Any.Type)?
-        // 1 << 0 (`.classType`): the type is a class; 1 << 1 (`.ignoreUnknown`): skip fields of a
-        // kind the runtime cannot describe rather than give up (the stdlib declares these options
-        // as mutable statics, which strict concurrency refuses to read).
-        let options = _EachFieldOptions(rawValue: 1 << 0 | 1 << 1)
-        _ = _forEachField(of: classType, options: options) { fieldName, offset, type, _ in
-            guard String(cString: fieldName) == name else { return true }
-            found = (offset, type)
-            return false
+        // The runtime's own description of each stored field, as the stdlib's `_forEachField`
+        // reads it, plus whether the field is strong, which `_forEachField` does not pass on.
+        for index in 0..<runtimeFieldCount(classType) {
+            var field = RuntimeFieldMetadata()
+            let fieldType = runtimeField(classType, index: index, fieldMetadata: &field)
+            defer { field.freeFunc?(field.name) }
+            guard let fieldName = field.name, String(cString: fieldName) == name else { continue }
+            guard field.isStrong else { return nil }
+            offset = runtimeFieldOffset(classType, index: index)
+            type = fieldType
+            return
         }
-        guard let found else { return nil }
-        (offset, type) = found
+        return nil
     }
 
     /// The field's value in `object`, which must be an instance of the class it was found in
@@ -80,6 +82,26 @@ struct StoredField: Sendable {
         return found
     }
 }
+
+/// The runtime's `_FieldReflectionMetadata` (ReflectionMirror.cpp), field for field: what the
+/// Swift runtime's field reflection entry points below (`swift_reflectionMirror_recursive*`,
+/// exported since Swift 5, which the stdlib's `_forEachField` calls) say of one stored field,
+/// declared here to learn whether a field is strong, which `_forEachField` does not pass on.
+private struct RuntimeFieldMetadata {
+    var name: UnsafePointer<CChar>?
+    var freeFunc: (@convention(c) (UnsafePointer<CChar>?) -> Void)?
+    var isStrong = false
+    var isVar = false
+}
+
+@_silgen_name("swift_reflectionMirror_recursiveCount")
+private func runtimeFieldCount(_ type: Any.Type) -> Int
+
+@_silgen_name("swift_reflectionMirror_recursiveChildMetadata")
+private func runtimeField(_ type: Any.Type, index: Int, fieldMetadata: UnsafeMutablePointer<RuntimeFieldMetadata>) -> Any.Type
+
+@_silgen_name("swift_reflectionMirror_recursiveChildOffset")
+private func runtimeFieldOffset(_ type: Any.Type, index: Int) -> Int
 
 /// What ``StoredField/cached(_:in:)`` found, for every class and name asked about (absences too).
 private final class FieldCache: @unchecked Sendable {  // `fields` is guarded by `lock`.

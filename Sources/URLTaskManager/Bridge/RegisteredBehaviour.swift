@@ -8,11 +8,13 @@ import FoundationNetworking
 /// name every time: about 66,000 instructions a task, half the bridge's cost on top of the floor).
 ///
 /// Two enums with the same cases, in the same order, with payloads of the same types, have the
-/// same layout. ``init(bitsOf:)`` checks what it can: the size, stride and alignment on every
-/// read, the type's full name once, and each case's name against a `Mirror` the first time the
-/// process meets that case.
-/// When a check fails (a toolchain whose corelibs changed the enum), it returns `nil` for good
-/// and `Platform` goes back to the `Mirror`. `PlatformPinTests` pin every case.
+/// same layout. Before any value is read as this type, ``LayoutCheck`` compares corelibs' enum
+/// with this one as the runtime's metadata describes them (``EnumShape``: every case's name,
+/// payload type and indirectness, in order, and the size, stride and alignment) and the type's
+/// full name, once per process. On any difference (a toolchain whose corelibs inserted, renamed,
+/// reordered or retyped a case, even one that kept the size) no value is ever cast, and
+/// `Platform` reads the entry through a `Mirror` instead. `PlatformPinTests` pin every case, and
+/// `CorelibsReadFallbackTests` force the fallback.
 enum RegisteredBehaviour {
     typealias DataCompletion = @Sendable (Data?, URLResponse?, (any Error)?) -> Void
     typealias DownloadCompletion = @Sendable (URL?, URLResponse?, (any Error)?) -> Void
@@ -23,36 +25,11 @@ enum RegisteredBehaviour {
     case downloadCompletionHandler(DownloadCompletion)
     case downloadCompletionHandlerWithTaskDelegate(DownloadCompletion, (any URLSessionTaskDelegate)?)
 
-    /// The case names, in declaration order, as corelibs spells them.
-    private static let caseNames = [
-        "callDelegate", "dataCompletionHandler", "dataCompletionHandlerWithTaskDelegate", "downloadCompletionHandler",
-        "downloadCompletionHandlerWithTaskDelegate",
-    ]
-
-    private var caseIndex: Int {
-        switch self {
-        case .callDelegate: 0
-        case .dataCompletionHandler: 1
-        case .dataCompletionHandlerWithTaskDelegate: 2
-        case .downloadCompletionHandler: 3
-        case .downloadCompletionHandlerWithTaskDelegate: 4
-        }
-    }
-
-    /// `value` (an entry of corelibs' registry) read as this type; `nil` when it cannot be
-    /// shown to have this type's layout.
-    init?<Corelibs>(bitsOf value: Corelibs) {
-        guard MemoryLayout<Corelibs>.size == MemoryLayout<Self>.size, MemoryLayout<Corelibs>.stride == MemoryLayout<Self>.stride,
-            MemoryLayout<Corelibs>.alignment == MemoryLayout<Self>.alignment, LayoutCheck.shared.isUsable(for: Corelibs.self)
-        else { return nil }
-        let behaviour = unsafeBitCast(value, to: Self.self)
-        let index = behaviour.caseIndex
-        if !LayoutCheck.shared.isConfirmed(index) {
-            // A case with a payload is a child named after it; `callDelegate` has none.
-            let name = Mirror(reflecting: value).children.first?.label ?? "\(value)"
-            guard LayoutCheck.shared.confirm(index, matches: name == Self.caseNames[index]) else { return nil }
-        }
-        self = behaviour
+    /// `value` (an entry of corelibs' registry) read as this type; `nil` when `check` cannot show
+    /// that its type has this type's layout (then nothing is cast).
+    init?<Corelibs>(bitsOf value: Corelibs, check: LayoutCheck = .shared) {
+        guard check.isUsable(for: Corelibs.self) else { return nil }
+        self = unsafeBitCast(value, to: Self.self)
     }
 
     /// How the task reports its body: chunk by chunk to the session's delegate, or all at once
@@ -72,37 +49,37 @@ enum RegisteredBehaviour {
     }
 }
 
-/// Which cases of ``RegisteredBehaviour`` have been checked against corelibs' own, and whether
-/// one failed (then none is read this way again).
-private final class LayoutCheck: @unchecked Sendable {  // `confirmed`, `confirmedType` and `failed` are guarded by `lock`.
-    static let shared = LayoutCheck()
-    private let lock = NSLock()
-    private var confirmed: Set<Int> = []
-    private var confirmedType: ObjectIdentifier?
-    private var failed = false
+/// Whether corelibs' enum has ``RegisteredBehaviour``'s layout, decided once per type before
+/// any value is cast.
+final class LayoutCheck: @unchecked Sendable {  // `verdicts` is guarded by `lock`; the rest is immutable.
+    /// The check against ``RegisteredBehaviour`` that every session uses.
+    static let shared = LayoutCheck(expected: EnumShape(of: RegisteredBehaviour.self), typeName: corelibsName)
 
     /// The full name corelibs 6 gives its enum.
-    private static let corelibsName = "FoundationNetworking.URLSession._TaskRegistry._Behaviour"
+    static let corelibsName = "FoundationNetworking.URLSession._TaskRegistry._Behaviour"
 
-    /// Whether `type` is corelibs' enum and no check has failed.
-    func isUsable(for type: Any.Type) -> Bool {
-        let id = ObjectIdentifier(type)
-        if let usable = lock.withLock({ failed ? false : (confirmedType == id ? true : nil) }) { return usable }
-        let matches = _typeName(type, qualified: true) == Self.corelibsName
-        lock.withLock {
-            if matches { confirmedType = id } else { failed = true }
-        }
-        return matches
+    private let expected: EnumShape?
+    private let typeName: String
+    private let lock = NSLock()
+    private var verdicts: [ObjectIdentifier: Bool] = [:]
+
+    /// A check that accepts only an enum named `typeName` whose shape is `expected` (`nil`
+    /// accepts none). Tests make one with another shape to force the `Mirror` fallback.
+    init(expected: EnumShape?, typeName: String) {
+        self.expected = expected
+        self.typeName = typeName
     }
 
-    func isConfirmed(_ index: Int) -> Bool { lock.withLock { confirmed.contains(index) } }
+    /// Whether this check has refused a type (tests see that the fallback was taken).
+    var hasRefused: Bool { lock.withLock { verdicts.values.contains(false) } }
 
-    /// Records the check of case `index`; returns `matches`.
-    func confirm(_ index: Int, matches: Bool) -> Bool {
-        lock.withLock {
-            if matches { confirmed.insert(index) } else { failed = true }
-        }
-        return matches
+    /// Whether `type` has the expected name and shape: its metadata is read the first time only.
+    func isUsable<Corelibs>(for type: Corelibs.Type) -> Bool {
+        let id = ObjectIdentifier(type)
+        if let verdict = lock.withLock({ verdicts[id] }) { return verdict }
+        let usable = expected != nil && _typeName(type, qualified: true) == typeName && EnumShape(of: type) == expected
+        lock.withLock { verdicts[id] = usable }
+        return usable
     }
 }
 #endif

@@ -21,9 +21,12 @@ struct TaskRegistryReader {
     private let registry: AnyObject
     private let behaviours: StoredField
     private let table: any BehaviourTable.Type
+    private let layoutCheck: LayoutCheck
 
     /// The reader of `session`'s registry; `nil` where the toolchain hides it.
-    init?(session: URLSession) {
+    /// - Parameter layoutCheck: Decides whether an entry may be read as ``RegisteredBehaviour``
+    ///   (tests pass one that refuses, to force the `Mirror` fallback).
+    init?(session: URLSession, layoutCheck: LayoutCheck = .shared) {
         guard let registry = Reflection.child(session, "taskRegistry"), let registryType = type(of: registry) as? AnyClass,
             let behaviours = StoredField.cached("behaviours", in: registryType),
             let table = behaviours.type as? any BehaviourTable.Type
@@ -31,25 +34,34 @@ struct TaskRegistryReader {
         self.registry = registry as AnyObject
         self.behaviours = behaviours
         self.table = table
+        self.layoutCheck = layoutCheck
     }
+
+    /// The type of the registry's entries (corelibs' `_Behaviour`), for the layout pin tests.
+    var entryType: Any.Type { table.entryType }
 
     /// The entry of the task `taskIdentifier`: one key looked up in place (a cast of the whole
     /// dictionary would convert every live task's entry, O(live tasks) for every task started).
     func entry(for taskIdentifier: Int) -> Entry {
-        withExtendedLifetime(registry) { table.entry(at: behaviours.pointer(in: registry), forKey: taskIdentifier) }
+        withExtendedLifetime(registry) { table.entry(at: behaviours.pointer(in: registry), forKey: taskIdentifier, check: layoutCheck) }
     }
 }
 
 /// corelibs' `[Int: _Behaviour]`, whose value type it keeps internal.
 protocol BehaviourTable {
-    /// The entry for `key` of the dictionary at `pointer`.
-    static func entry(at pointer: UnsafeRawPointer, forKey key: Int) -> TaskRegistryReader.Entry
+    /// The entry for `key` of the dictionary at `pointer`, read as ``RegisteredBehaviour`` only if
+    /// `check` accepts the value type.
+    static func entry(at pointer: UnsafeRawPointer, forKey key: Int, check: LayoutCheck) -> TaskRegistryReader.Entry
+    /// The dictionary's value type.
+    static var entryType: Any.Type { get }
 }
 
 extension Dictionary: BehaviourTable where Key == Int {
-    static func entry(at pointer: UnsafeRawPointer, forKey key: Int) -> TaskRegistryReader.Entry {
+    static var entryType: Any.Type { Value.self }
+
+    static func entry(at pointer: UnsafeRawPointer, forKey key: Int, check: LayoutCheck) -> TaskRegistryReader.Entry {
         guard let value = pointer.assumingMemoryBound(to: Self.self).pointee[key] else { return .absent }
-        return RegisteredBehaviour(bitsOf: value).map(TaskRegistryReader.Entry.found) ?? .unreadable(value)
+        return RegisteredBehaviour(bitsOf: value, check: check).map(TaskRegistryReader.Entry.found) ?? .unreadable(value)
     }
 }
 #endif

@@ -68,11 +68,17 @@ final class PinProtocol: URLProtocol {
 
     override class func canonicalRequest(for request: URLRequest) -> URLRequest { request }
 
+    /// corelibs' internal `URLSessionTask.session`.
+    private static let taskSession = StoredField(named: "session", in: URLSessionTask.self)
+
     override func startLoading() {
         let request = self.request
         var facts: OuterTaskFacts?
         if let task {
-            facts = Platform.facts(for: task, request: request)
+            // The library never reads a task's session (a manager's session has a protocol
+            // class of its own); this protocol, on plain sessions, reads it to pin the rest.
+            let session = Self.taskSession.map { Reflection.unwrapOptional($0.read(from: task)) as? URLSession } ?? nil
+            facts = Platform.facts(for: task, request: request, plainSession: session)
         }
         let token = UUID().uuidString
         facts?.workQueue?.setSpecific(key: Self.queueKey, value: token)
