@@ -7,9 +7,8 @@ import URLTaskManager  // not @testable: this target sees what an app sees
 // DocC third-party breaker: begin
 /// A circuit breaker written by an app, on URLTaskManager's public API alone: an interceptor
 /// that refuses requests to a failing host, and an outcome observer that counts failures.
+// @unchecked Sendable: `machine` is only read and written under `lock`; the rest is immutable.
 final class HostBreaker: URLTaskInterceptor, SynchronousInterceptor, URLTaskOutcomeObserver, @unchecked Sendable {
-    // @unchecked: `machine` is only read and written under `lock`.
-
     /// What the breaker decided, for logs and tests.
     enum Decision: Sendable, Equatable {
         case opened(URLOrigin, failures: Int)

@@ -18,19 +18,11 @@ final class HostBreakerTests: XCTestCase {
         func advance(by duration: Duration) { lock.withLock { offset += duration } }
     }
 
-    /// Counts a server's requests.
-    final class Hits: @unchecked Sendable {  // `count` is guarded by `lock`.
-        private let lock = NSLock()
-        private var count = 0
-        var value: Int { lock.withLock { count } }
-        func add() { lock.withLock { count += 1 } }
-    }
-
     /// A server whose `/api` answers `status()` and counts its requests.
-    private func server(hits: Hits, status: @escaping @Sendable () -> Int) throws -> LoopbackServer {
+    private func server(hits: Locked<Int>, status: @escaping @Sendable () -> Int) throws -> LoopbackServer {
         let server = try LoopbackServer()
         server.route("/api") { _ in
-            hits.add()
+            hits.update { $0 += 1 }
             return .text("answer", status: status())
         }
         return server
@@ -54,7 +46,7 @@ final class HostBreakerTests: XCTestCase {
     }
 
     func testItOpensAfterTheThresholdAndRefusesWithoutTheNetwork() async throws {
-        let hits = Hits()
+        let hits = Locked(0)
         let server = try server(hits: hits) { 503 }
         defer { server.shutdown() }
         let clock = TestClock()
@@ -83,8 +75,8 @@ final class HostBreakerTests: XCTestCase {
     }
 
     func testAProbeAfterTheCoolDownClosesTheCircuit() async throws {
-        let hits = Hits()
-        let failing = ManagedStatus(503)
+        let hits = Locked(0)
+        let failing = Locked(503)
         let server = try server(hits: hits) { failing.value }
         defer { server.shutdown() }
         let clock = TestClock()
@@ -116,7 +108,7 @@ final class HostBreakerTests: XCTestCase {
     }
 
     func testAFailedProbeOpensTheCircuitAgain() async throws {
-        let hits = Hits()
+        let hits = Locked(0)
         let server = try server(hits: hits) { 500 }
         defer { server.shutdown() }
         let clock = TestClock()
@@ -141,8 +133,8 @@ final class HostBreakerTests: XCTestCase {
     }
 
     func testHostsHaveCircuitsOfTheirOwn() async throws {
-        let failingHits = Hits()
-        let healthyHits = Hits()
+        let failingHits = Locked(0)
+        let healthyHits = Locked(0)
         let failing = try server(hits: failingHits) { 502 }
         let healthy = try server(hits: healthyHits) { 200 }
         defer {
@@ -187,17 +179,4 @@ final class HostBreakerTests: XCTestCase {
     func testTheManagerChecksItGoesFirst() {
         XCTAssertEqual(HostBreaker().interceptorPlacement, .first)
     }
-}
-
-/// A status a test changes while the server runs.
-final class ManagedStatus: @unchecked Sendable {  // `status` is guarded by `lock`.
-    private let lock = NSLock()
-    private var status: Int
-
-    init(_ status: Int) {
-        self.status = status
-    }
-
-    var value: Int { lock.withLock { status } }
-    func set(_ newValue: Int) { lock.withLock { status = newValue } }
 }

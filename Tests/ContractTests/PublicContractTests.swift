@@ -69,9 +69,11 @@ final class PublicContractTests: XCTestCase {
     func testAMetricsObserverGivenOnItsOwnCountsEveryAttempt() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
-        let calls = LockedCounter()
+        let calls = Locked(0)
         server.route("/flaky") { _ in
-            calls.next() < 3 ? ServerResponse(status: 503, headers: ["Retry-After": "0"]) : .text("ok")
+            calls.update {
+                $0 += 1; return $0
+            } < 3 ? ServerResponse(status: 503, headers: ["Retry-After": "0"]) : .text("ok")
         }
         let metrics = StatusCounter()
         let breaker = CircuitBreaker()
@@ -163,19 +165,5 @@ final class PublicContractTests: XCTestCase {
         XCTAssertNil(origin("/relative/path"))
         XCTAssertNil(URLOrigin(nil))
         XCTAssertEqual(Set([origin("http://h/1"), origin("http://H:80/2"), origin("http://h:81/3")]).count, 2)
-    }
-}
-
-/// A count shared with a server's route.
-private final class LockedCounter: @unchecked Sendable {  // `value` is guarded by `lock`.
-    private let lock = NSLock()
-    private var value = 0
-
-    /// The count before this call, then one more.
-    func next() -> Int {
-        lock.withLock {
-            value += 1
-            return value
-        }
     }
 }
