@@ -133,12 +133,8 @@ final class OutcomeObserverTests: XCTestCase {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route("/down") { _ in .status(503) }
-        let slowFailure: @Sendable (URLTaskOutcome) -> Bool = { outcome in
-            _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(50))
-            return CircuitBreaker.isServerOrTransportFailure(outcome)
-        }
         let breaker = CircuitBreaker(
-            policy: .init(failureThreshold: 4, window: .seconds(60), coolDown: .seconds(60), isFailure: slowFailure))
+            policy: .init(failureThreshold: 4, window: .seconds(60), coolDown: .seconds(60), isFailure: Self.slowFailure))
         let retry = RetryReactor(
             policy: .init(maximumAttempts: 2, backoff: .init(base: .milliseconds(1), maximum: .milliseconds(2), jitter: 0)))
         let manager = URLTaskManager(interceptors: [breaker], reactors: [retry])
@@ -156,6 +152,13 @@ final class OutcomeObserverTests: XCTestCase {
 }
 
 extension OutcomeObserverTests {
+    /// The breaker's usual failure predicate, 50 ms a call: slow enough that a caller told the end
+    /// before the breaker counted would race it.
+    static let slowFailure: @Sendable (URLTaskOutcome) -> Bool = { outcome in
+        _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(50))
+        return CircuitBreaker.isServerOrTransportFailure(outcome)
+    }
+
     /// A retry's next attempt waits until the outcome that caused it was observed: the breaker,
     /// opened by the second 503 (its predicate slow, 50 ms a call), refuses the third attempt
     /// before it is sent, every time.
@@ -163,12 +166,8 @@ extension OutcomeObserverTests {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route("/down") { _ in .status(503) }
-        let slowFailure: @Sendable (URLTaskOutcome) -> Bool = { outcome in
-            _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(50))
-            return CircuitBreaker.isServerOrTransportFailure(outcome)
-        }
         let breaker = CircuitBreaker(
-            policy: .init(failureThreshold: 2, window: .seconds(60), coolDown: .seconds(60), isFailure: slowFailure))
+            policy: .init(failureThreshold: 2, window: .seconds(60), coolDown: .seconds(60), isFailure: Self.slowFailure))
         let retry = RetryReactor(policy: .init(maximumAttempts: 3, backoff: .init(base: .zero, maximum: .zero, jitter: 0)))
         let manager = URLTaskManager(interceptors: [breaker], reactors: [retry])
         defer { manager.invalidateAndCancel() }
