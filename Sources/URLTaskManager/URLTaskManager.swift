@@ -90,8 +90,8 @@ public final class URLTaskManager: Sendable {
     ///
     /// Each call returns a new stream, subscribed when this method returns; it ends when the
     /// session is invalidated or released, or when the loop reading it stops
-    /// (`invalidateAndCancel()` ends it before returning, so the cancellation of a task on the
-    /// network is not reported). A task started while no stream is open emits nothing and
+    /// (`invalidateAndCancel()` ends it before it cancels anything, so the cancellations it
+    /// causes are not reported). A task started while no stream is open emits nothing and
     /// records nothing: events cost nothing unless someone listens. So call it before starting
     /// the work you want to see, and read the stream in a task; calling it inside that task
     /// subscribes only when the task first runs, which may be after your next request started.

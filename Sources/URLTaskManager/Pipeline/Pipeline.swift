@@ -242,24 +242,27 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
         cancelHeldTasks(cancelRequested())
     }
 
-    /// The first half of ``invalidateAndCancel()``: from now on nothing more is sent, and the
-    /// transfers of the tasks the session cancels are abandoned rather than cancelled one by one.
-    /// Touches nothing but the lifecycle, so that corelibs' `invalidateAndCancel()`, which reads
+    /// The first half of ``invalidateAndCancel()``: from now on nothing more is sent, the
+    /// transfers of the tasks the session cancels are abandoned rather than cancelled one by one,
+    /// and the streams of events end, so the cancellations that follow are not reported (the
+    /// session's, which complete on corelibs' work queue at any time after its call, and the held
+    /// tasks' alike). Completes no task, so that corelibs' `invalidateAndCancel()`, which reads
     /// its task registry on the caller's thread (URLSession.swift:331-337), can run next without
-    /// the pipeline completing tasks (removing them from that registry) meanwhile.
+    /// the pipeline removing tasks from that registry meanwhile.
     func cancelRequested() -> PipelineLifecycleStateMachine.CancelAction {
-        lock.withLock { lifecycle.cancelRequested() }
+        let action = lock.withLock { lifecycle.cancelRequested() }
+        if case .cancelHeldTasks = action { events.finish() }
+        return action
     }
 
     /// The second half of ``invalidateAndCancel()``: held tasks complete with `cancelled` (those
-    /// the session already cancelled stay silent, see ``ProtocolSink``), the streams of events
-    /// end, and the inner session is abandoned.
+    /// the session already cancelled stay silent, see ``ProtocolSink``) and the inner session is
+    /// abandoned.
     func cancelHeldTasks(_ action: PipelineLifecycleStateMachine.CancelAction) {
         guard case .cancelHeldTasks(let inner) = action else { return }
         for batch in batches {
             for run in batch.removeAll() { run.failUnsent(URLError.cancelled(url: run.callerURL)) }
         }
-        events.finish()
         perform(inner)
     }
 
