@@ -1,7 +1,7 @@
 import Foundation
 
 /// Serializes a `ServerResponse` onto a socket: adds framing headers, streams the body, and
-/// enforces `dropAfterBodyBytes` by cutting the body short.
+/// enforces `dropAfterHeadBytes` and `dropAfterBodyBytes` by cutting the head or the body short.
 struct ResponseWriter {
     /// Thrown internally when the drop budget is used up; the connection then closes abruptly.
     struct Dropped: Error {}
@@ -48,6 +48,10 @@ struct ResponseWriter {
         head += "HTTP/1.1 \(status) \(HTTPReasonPhrase.phrase(for: status))\r\n"
         for field in headers { head += "\(field.name): \(field.value)\r\n" }
         head += "\r\n"
+        if let cut = response.dropAfterHeadBytes {
+            try Array(head.utf8.prefix(max(0, cut))).withUnsafeBytes { try Socket.sendAll(fd, $0) }
+            throw Dropped()
+        }
         try Array(head.utf8).withUnsafeBytes { try Socket.sendAll(fd, $0) }
 
         if sendsBody { try sendBody(response.body, chunked: chunked) }

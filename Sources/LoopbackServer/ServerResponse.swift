@@ -17,6 +17,10 @@ public struct ServerResponse: Sendable {
     /// for chunked bodies), then close the connection without finishing the message, like a server
     /// dying mid-response. `0` closes right after the head. See `dropStyle` for how it closes.
     public var dropAfterBodyBytes: Int?
+    /// Send only this many bytes of the head (the status line and header fields as they go on the
+    /// wire), then close the connection as `dropStyle` says: a server dying before its response
+    /// is whole, which clients must report as an error and never mistake for a response.
+    public var dropAfterHeadBytes: Int?
     /// Whether a dropped response resets the connection (the default) or closes it in an orderly way.
     public var dropStyle: DropStyle
     /// Send `Connection: close` and close the connection after this response.
@@ -32,6 +36,7 @@ public struct ServerResponse: Sendable {
         self.body = body
         self.delay = nil
         self.dropAfterBodyBytes = nil
+        self.dropAfterHeadBytes = nil
         self.dropStyle = .reset
         self.closeConnection = false
         self.informational = []

@@ -38,7 +38,7 @@ class BridgeURLProtocol: URLProtocol {
         let sink = ProtocolSink(urlProtocol: self, client: client, facts: facts)
         self.sink = sink
         if facts.isDownload, let nativeClass = Platform.nativeHTTPProtocol {
-            // See Platform.swift: only the native protocol can complete a download task.
+            // See `CorelibsPlatform`: only the native protocol can complete a download task.
             let native = NativeDownload(
                 native: nativeClass.init(task: task, cachedResponse: cachedResponse, client: client), sink: sink, facts: facts)
             self.native = native

@@ -1,5 +1,5 @@
 /// The life of a download task made with the session's own download APIs on Linux, which
-/// corelibs can complete only from its own protocol (see `Platform.swift`).
+/// corelibs can complete only from its own protocol (see `CorelibsPlatform`).
 ///
 /// Before the task is handed to corelibs, the interceptors are asked whether they would leave
 /// its request as it is (``NativeDownloadCheck``); meanwhile the caller may cancel it. The check

@@ -13,11 +13,7 @@ public struct HeaderName: Sendable, Hashable {
     /// Works out the stored spelling of `name` once, for an interceptor to keep.
     public init(_ name: String) {
         spelled = name
-        #if canImport(FoundationNetworking)
-        stored = name.capitalized
-        #else
-        stored = name
-        #endif
+        stored = Platform.storedSpelling(ofHeader: name)
     }
 
     /// Whether `other` is this field under any spelling (field names are ASCII tokens and

@@ -16,19 +16,7 @@ extension URLRequest {
     /// with ``URLTaskError/Code-swift.struct/invalidHeader`` where corelibs' `setValue` would
     /// have dropped the header without a word.
     public mutating func replaceHeader(_ name: HeaderName, with value: String) {
-        #if canImport(FoundationNetworking)
-        guard var fields = allHTTPHeaderFields, !fields.isEmpty else {
-            allHTTPHeaderFields = [name.stored: value]
-            return
-        }
-        for existing in fields.keys where existing != name.stored && name.matches(existing) {
-            fields[existing] = nil
-        }
-        fields[name.stored] = value
-        allHTTPHeaderFields = fields
-        #else
-        setValue(value, forHTTPHeaderField: name.spelled)
-        #endif
+        Platform.replaceHeader(name, with: value, in: &self)
     }
 
     /// Sets every one of `headers` as ``replaceHeader(_:with:)`` does, in order, with one write
@@ -37,23 +25,7 @@ extension URLRequest {
     /// gets them without a search for other spellings.
     public mutating func replaceHeaders(_ headers: [(name: HeaderName, value: String)]) {
         guard !headers.isEmpty else { return }
-        #if canImport(FoundationNetworking)
-        guard var fields = allHTTPHeaderFields, !fields.isEmpty else {
-            var fresh = [String: String](minimumCapacity: headers.count)
-            for (name, value) in headers { fresh[name.stored] = value }
-            allHTTPHeaderFields = fresh
-            return
-        }
-        for (name, value) in headers {
-            for existing in fields.keys where existing != name.stored && name.matches(existing) {
-                fields[existing] = nil
-            }
-            fields[name.stored] = value
-        }
-        allHTTPHeaderFields = fields
-        #else
-        for (name, value) in headers { setValue(value, forHTTPHeaderField: name.spelled) }
-        #endif
+        Platform.replaceHeaders(headers, in: &self)
     }
 
     /// The value of `name` under any spelling: what `value(forHTTPHeaderField:)` answers.
@@ -63,13 +35,6 @@ extension URLRequest {
     /// with one header, and the send path asks two of them (`Content-Length`, the policy's
     /// header) of every request; field names are ASCII tokens, compared here byte by byte.
     func headerValue(_ name: HeaderName) -> String? {
-        #if canImport(FoundationNetworking)
-        guard let fields = allHTTPHeaderFields, !fields.isEmpty else { return nil }
-        if let value = fields[name.stored] { return value }
-        for (existing, value) in fields where name.matches(existing) { return value }
-        return nil
-        #else
-        return value(forHTTPHeaderField: name.spelled)
-        #endif
+        Platform.headerValue(name, in: self)
     }
 }

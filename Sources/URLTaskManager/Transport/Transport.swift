@@ -82,20 +82,10 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         return task
     }
 
-    /// Cancels an inner task (a caller cancelled its own request), from a thread of its own:
-    /// `cancel()` `sync`s onto the work queue on 6.3, where the transport's callbacks may be
-    /// running. From 6.4 (corelibs #5417) it only queues a block there and the hop is merely
-    /// unneeded; nothing here waits for the cancellation to take effect, which is reported, as
-    /// on 6.3, by `didCompleteWithError` (see `testCorelibs5417_CancelReturnsBeforeTheTaskIsCanceling`).
-    ///
-    /// corelibs' `cancel()` racing with the transfer's own end can report that end twice (a
-    /// `fatalError` in `URLSession.behaviour(for:)`), for plain sessions too. Neither cancelling
-    /// on the delegate queue nor waiting for the task's work queue after the cancel made that
-    /// race go away when dozens of transfers were cancelled at once (2 to 6 crashes in 40
-    /// stress runs); that is why a session's invalidation abandons its transfers instead of
-    /// cancelling them (see `Pipeline`). One caller's cancel is as exposed as with a plain session.
+    /// Cancels an inner task (a caller cancelled its own request), as the platform allows
+    /// (``PlatformSupport/cancel(innerTask:)``: on corelibs, from a thread of its own).
     func cancel(_ task: URLSessionTask) {
-        DispatchQueue.global().async { task.cancel() }
+        Platform.cancel(innerTask: task)
     }
 
     private func events(for task: URLSessionTask) -> (any TransportEvents)? {
@@ -128,28 +118,20 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         events?.transportDidComplete(error: handedOver ? nil : error)
     }
 
-    /// corelibs raises an HTTP authentication challenge (a 401 with `WWW-Authenticate: Basic`)
-    /// only after the response and its body were delivered. The challenge belongs to the
-    /// caller's session, which gets the 401 like any response and then asks the caller's
-    /// delegate or credential storage exactly as a plain session does (and resends the request
-    /// with the credential itself). The inner session must not answer it: with a credential in
-    /// the storage it shares with the caller's configuration it would resend the request itself,
-    /// unseen by the interceptors and the caller's delegate; without one, what it does depends on
-    /// the toolchain (6.3.1 never completes the task; from 6.3.2, corelibs #5457, it completes
-    /// with the 401). So the inner task is cancelled here, whatever the toolchain, and its end
-    /// reported as the normal end of the 401 response (`testCorelibs5457_A401WithoutCredentialCompletes`
-    /// pins which behaviour a plain session has).
+    /// An HTTP authentication challenge belongs to the caller's session, which gets the 401 like
+    /// any response and then asks the caller's delegate or credential storage exactly as a plain
+    /// session does. Where the platform would have the inner session answer it itself
+    /// (``PlatformSupport/handsChallengeToCaller(_:)``), the inner task's challenge is refused and
+    /// its end reported as the normal end of the 401 response.
     func urlSession(
         _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
         var disposition = URLSession.AuthChallengeDisposition.performDefaultHandling
-        #if canImport(FoundationNetworking)
-        if (challenge.failureResponse as? HTTPURLResponse)?.statusCode == 401 {
+        if Platform.handsChallengeToCaller(challenge) {
             lock.withLock { _ = handedOver.insert(task.taskIdentifier) }
             disposition = .cancelAuthenticationChallenge
         }
-        #endif
         // corelibs answers by cancelling or suspending the task, a `sync` onto the work queue.
         if Platform.isOnSessionWorkQueue {
             // Called once, from that one thread; corelibs' handler locks what it touches.

@@ -97,12 +97,13 @@ final class CorelibsChangePinTests: XCTestCase {
         task.resume()
 
         let parked = Latch<Void>("the work queue is held")
+        let released = Latch<DispatchTimeoutResult>("the work queue was let go")
         let free = DispatchSemaphore(value: 0)
         workQueue.async {
             _ = parked.fulfill(())
-            // Freed by the cancelling thread once `cancel()` returned, or by this deadline when
-            // `cancel()` waits for this very queue (6.3).
-            _ = free.wait(timeout: .now() + 2)
+            // Freed by the cancelling thread once `cancel()` returned (6.4), or by this deadline
+            // when `cancel()` waits for this very queue (6.3).
+            _ = released.fulfill(free.wait(timeout: .now() + 2))
         }
         try await parked.wait(timeout: .seconds(10))
         let returned = Latch<URLSessionTask.State>("cancel() returned")
@@ -114,11 +115,90 @@ final class CorelibsChangePinTests: XCTestCase {
             _ = returned.fulfill(state)
         }
         let state = try await returned.wait(timeout: .seconds(10))
+        // Whether `cancel()` returned while the queue was held: the holder was freed by the
+        // cancelling thread (6.4), or had to give up at its deadline because `cancel()` was
+        // waiting for it (6.3). The task's state after the call is no witness on 6.3: once the
+        // queue is free, the cancellation's end may already have run (`.completed`).
+        let waitedForTheQueue = try await released.wait(timeout: .seconds(10)) == .timedOut
         #if compiler(>=6.4)
-        XCTAssertEqual(state, .running, "cancel() waited for the work queue: corelibs #5417 is not in this toolchain")
+        XCTAssertFalse(waitedForTheQueue, "cancel() waited for the work queue: corelibs #5417 is not in this toolchain")
+        XCTAssertEqual(state, .running, "the cancellation ran inside cancel()")
         #else
-        XCTAssertEqual(state, .canceling, "cancel() returned before its first step ran: corelibs #5417 is in this toolchain")
+        XCTAssertTrue(waitedForTheQueue, "cancel() returned before its first step ran: corelibs #5417 is in this toolchain")
+        XCTAssertNotEqual(state, .running, "cancel() returned with nothing of the cancellation done")
         #endif
+    }
+
+    /// corelibs #5285 (fixed on `main` by #5286, in the 6.4 snapshots; not in 6.3.1 or 6.3.2):
+    /// a server that closes the connection in the middle of its response head makes libcurl end
+    /// the transfer without an error and without a response, and corelibs stops the process
+    /// (`fatalError("Transfer completed, but there's no response.")`, NativeProtocol.swift:240)
+    /// instead of failing the task with `networkConnectionLost`.
+    ///
+    /// The crash happens inside corelibs' own HTTP protocol, before any delegate callback, so a
+    /// manager cannot step in: its inner session is a corelibs session like any other. Shown here
+    /// in child processes (this test run again with `URLTASKMANAGER_PROBE` set), one with a plain
+    /// session and one with a manager's: on 6.3 both die by a signal, from 6.4 both complete with
+    /// an error. If this fails, update the expectation and the Linux notes.
+    func testCorelibs5285_AHeadCutShortStopsTheProcessAsItDoesAPlainSession() async throws {
+        if let side = ProcessInfo.processInfo.environment[Self.probeVariable] {
+            return try await Self.requestAHeadCutShort(throughManager: side == "manager", server: server)
+        }
+        for side in ["plain", "manager"] {
+            let ending = try await Self.runProbe(side, test: "testCorelibs5285_AHeadCutShortStopsTheProcessAsItDoesAPlainSession")
+            #if compiler(>=6.4)
+            XCTAssertEqual(ending.reason, .exit, "\(side): the process stopped: corelibs #5286 is not in this toolchain\n\(ending.tail)")
+            XCTAssertEqual(ending.status, 0, "\(side): \(ending.tail)")
+            #else
+            XCTAssertEqual(
+                ending.reason, .uncaughtSignal, "\(side): the task completed: corelibs #5286 is in this toolchain\n\(ending.tail)")
+            XCTAssertTrue(ending.output.contains("there's no response"), "\(side): it stopped for another reason\n\(ending.tail)")
+            #endif
+        }
+    }
+
+    private static let probeVariable = "URLTASKMANAGER_PROBE"
+
+    /// The child's part: one request to a route whose head is cut short after 20 bytes (`HTTP/1.1
+    /// 200 OK\r\nCon`), with an orderly close. Returns if the task completes with an error.
+    private static func requestAHeadCutShort(throughManager: Bool, server: LoopbackServer) async throws {
+        server.route(nil, "/cut") { _ in
+            .text("never whole").with {
+                $0.dropAfterHeadBytes = 20
+                $0.dropStyle = .close
+            }
+        }
+        let manager = URLTaskManager(configuration: .ephemeral)
+        let session = throughManager ? manager.session : URLSession(configuration: .ephemeral)
+        defer { session.invalidateAndCancel() }
+        do {
+            _ = try await session.data(from: server.url("/cut"))
+            XCTFail("a head cut short was taken for a response")
+        } catch {
+            XCTAssertNotNil(error as? URLError, "\(error)")
+        }
+    }
+
+    /// Runs `test` of this class in a child process with the probe variable set to `side`, and
+    /// returns how it ended, what it printed, and the end of that (for a failure's message).
+    private static func runProbe(
+        _ side: String, test: String
+    ) async throws -> (reason: Process.TerminationReason, status: Int32, output: String, tail: String) {
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        child.arguments = ["URLTaskManagerTests.CorelibsChangePinTests/\(test)"]
+        child.environment = ProcessInfo.processInfo.environment.merging([probeVariable: side]) { $1 }
+        let pipe = Pipe()
+        child.standardOutput = pipe
+        child.standardError = pipe
+        let ended = Latch<Void>("the \(side) probe ended")
+        child.terminationHandler = { _ in ended.fulfill(()) }
+        try child.run()
+        let text = pipe.fileHandleForReading.readDataToEndOfFile()
+        try await ended.wait(timeout: .seconds(60))
+        let output = String(decoding: text, as: UTF8.self)
+        let tail = output.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).joined(separator: "\n")
+        return (child.terminationReason, child.terminationStatus, output, tail)
     }
 }
 #endif

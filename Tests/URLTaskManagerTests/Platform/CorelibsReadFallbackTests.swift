@@ -239,5 +239,57 @@ final class CorelibsReadFallbackTests: XCTestCase {
         }
         XCTAssertEqual(server.requests(path: "/upload").count, 1, "nothing was sent for the async upload")
     }
+
+    /// Neither session's work queue can be found (forced by renaming the field corelibs keeps it
+    /// in, before the manager makes its sessions): the transport's callbacks keep a serial queue
+    /// of their own instead of libcurl's, the finishing barrier falls back to corelibs'
+    /// `getAllTasks`, and nothing else changes. Every delivery mode still gets the whole body,
+    /// tasks resumed right before `finishTasksAndInvalidate()` complete with 200, and the
+    /// pipeline ends (its streams of events end, the inner session is released).
+    func testWorkQueueNotFoundKeepsEveryModeAndTheFinishingPath() async throws {
+        let fieldName = CorelibsPlatform.workQueueField
+        CorelibsPlatform.workQueueField = "renamedByAFutureToolchain"
+        defer { CorelibsPlatform.workQueueField = fieldName }
+
+        let delivered = try await deliverEveryMode { session in
+            XCTAssertNil(session.foundWorkQueue, "the forced rename did not take")
+        }
+        XCTAssertEqual(delivered.delegateBytes, length)
+        XCTAssertGreaterThan(delivered.delegateChunks, 1, "the delegate is still streamed")
+        XCTAssertEqual(delivered.completionBytes, length)
+        XCTAssertEqual(delivered.asyncBytes, length)
+        XCTAssertEqual(delivered.asyncWithDelegateBytes, length)
+
+        let manager = URLTaskManager(configuration: .ephemeral)
+        let session = try XCTUnwrap(manager.session as? ManagedURLSession)
+        XCTAssertNil(session.foundWorkQueue)
+        XCTAssertFalse(
+            CorelibsPlatform.runCallbacksOnWorkQueue(of: URLSession(configuration: .ephemeral), delegateQueue: OperationQueue()),
+            "a transport would still run its callbacks on a work queue it cannot find")
+        let events = manager.events()
+        let ended = Latch<Void>("the pipeline finished")
+        let reader = Task {
+            for await _ in events {}
+            ended.fulfill(())
+        }
+        defer { reader.cancel() }
+        let statuses = LockedBox<[Int]>([])
+        let answered = Latch<Void>("8 tasks answered")
+        let length = self.length
+        for _ in 0..<8 {
+            session.dataTask(with: server.url("/300kb")) { data, response, _ in
+                let count = statuses.withLock {
+                    $0.append(data?.count == length ? (response as? HTTPURLResponse)?.statusCode ?? -1 : -2)
+                    return $0.count
+                }
+                if count == 8 { answered.fulfill(()) }
+            }.resume()
+        }
+        session.finishTasksAndInvalidate()
+        try await answered.wait(timeout: .seconds(20))
+        try await ended.wait(timeout: .seconds(20))
+        XCTAssertEqual(statuses.withLock { $0 }, Array(repeating: 200, count: 8), "each task's whole body, 200")
+        XCTAssertTrue(session.pipeline.isInvalidated, "the inner session is released")
+    }
 }
 #endif

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 @testable import URLTaskManager
 
+#if canImport(FoundationNetworking)
 /// A deliberately naive `URLProtocol`, NOT the library's bridge: it records what corelibs
 /// shows a custom protocol, then answers locally (on the session's work queue, inside
 /// `startLoading`, as the native protocol does) with a 200 and the chunks its URL asks for:
@@ -123,3 +124,4 @@ final class PinProtocol: URLProtocol {
 enum SHA256Hex {
     static func of(_ data: Data) -> String { String(SHA256.hex(data).prefix(16)) }
 }
+#endif

@@ -8,7 +8,7 @@ import XCTest
 
 #if canImport(FoundationNetworking)
 /// Pins the swift-corelibs-foundation facts the bridge works around (see
-/// `Bridge/Platform.swift` and the team's linux-foundation notes), using `PinProtocol`, a
+/// `Platform/` and the team's linux-foundation notes), using `PinProtocol`, a
 /// deliberately naive protocol of the tests' own. If a toolchain changes one of these, the
 /// matching test fails and says which workaround to revisit.
 final class PlatformPinTests: XCTestCase {
@@ -151,7 +151,7 @@ final class PlatformPinTests: XCTestCase {
             ContinuousClock.now - start, .milliseconds(400), "a 0.5 s timeout is now honoured: tests may use sub-second timeouts")
     }
 
-    // MARK: The library's reflection (Bridge/Platform.swift) works on this toolchain
+    // MARK: The library's reflection (Platform/Corelibs) works on this toolchain
 
     func testReflectionFindsDeliveryAndWorkQueue() async throws {
         let session = pinSession()

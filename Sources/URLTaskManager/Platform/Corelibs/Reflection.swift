@@ -1,6 +1,7 @@
-// Reads stored properties that swift-corelibs-foundation keeps internal (see Platform.swift for
-// which and why), by name, through the runtime's field metadata.
+// Reads stored properties that swift-corelibs-foundation keeps internal (see
+// `CorelibsPlatform` for which and why), by name, through the runtime's field metadata.
 
+#if canImport(FoundationNetworking)
 import Foundation
 
 /// Reads a stored property of a class instance by its name.
@@ -123,3 +124,4 @@ private final class FieldCache: @unchecked Sendable {  // `fields` is guarded by
         lock.withLock { fields[key] = field }
     }
 }
+#endif

@@ -1,0 +1,72 @@
+#if !canImport(FoundationNetworking)
+import Dispatch
+import Foundation
+
+/// Apple's Foundation: a custom `URLProtocol` gets every chunk appended for every task kind, may
+/// call its client from any thread, and the session answers challenges, moves progress and
+/// reports invalidation itself. What is left is ownership: `URLSession` cannot be subclassed
+/// there (its initializer is a factory method), so the session owns the pipeline through an
+/// associated object (``PipelineOwner``).
+///
+/// This file cannot be compiled on the Linux machine the library is developed on; the macOS
+/// jobs of the CI workflow compile and test it. Keep it this small.
+enum ApplePlatform: PlatformSupport {
+    static func facts(for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type) -> OuterTaskFacts {
+        let body = URLTaskBody(request: request)
+        let missing = task is URLSessionUploadTask && body.isNone
+        var facts = OuterTaskFacts(
+            delivery: .stream, workQueue: nil, body: body, bodyMissing: missing, isDownload: task is URLSessionDownloadTask)
+        facts.pipeline = bridge.slotNumber.flatMap { BridgeRegistry.shared.pipeline(for: $0) }
+        return facts
+    }
+
+    /// A plain `URLSession` cannot tell the pipeline: the manager's methods do.
+    static let sessionReportsInvalidation = false
+
+    /// URLSession counts what a protocol delivers.
+    static let bridgeMovesProgress = false
+
+    /// Creates the session a manager hands out: a plain `URLSession` with a protocol class of
+    /// its own in front (``BridgeSlots``), owning `pipeline` through an associated object.
+    static func makeSession(
+        configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline
+    ) -> URLSession {
+        let number = BridgeRegistry.shared.register(pipeline)
+        configuration.protocolClasses = [BridgeSlots.protocolClass(for: number)] + (configuration.protocolClasses ?? [])
+        let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
+        PipelineOwner.attach(PipelineOwner(pipeline: pipeline, number: number), to: session)
+        return session
+    }
+
+    /// The transport's callbacks keep their own serial delegate queue.
+    static func runCallbacksOnWorkQueue(of session: URLSession, delegateQueue: OperationQueue) -> Bool { false }
+
+    /// `getAllTasks` is thread-safe here, and answers after the tasks resumed before it started.
+    static func afterTasksResumedSoFar(of session: URLSession, _ body: @escaping @Sendable () -> Void) {
+        session.getAllTasks { _ in body() }
+    }
+
+    static var isOnSessionWorkQueue: Bool { false }
+
+    static func cancel(innerTask task: URLSessionTask) {
+        task.cancel()
+    }
+
+    /// The inner session's default handling completes a 401 with no credential as a response.
+    static func handsChallengeToCaller(_ challenge: URLAuthenticationChallenge) -> Bool { false }
+
+    static func storedSpelling(ofHeader name: String) -> String { name }
+
+    static func replaceHeader(_ name: HeaderName, with value: String, in request: inout URLRequest) {
+        request.setValue(value, forHTTPHeaderField: name.spelled)
+    }
+
+    static func replaceHeaders(_ headers: [(name: HeaderName, value: String)], in request: inout URLRequest) {
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name.spelled) }
+    }
+
+    static func headerValue(_ name: HeaderName, in request: URLRequest) -> String? {
+        request.value(forHTTPHeaderField: name.spelled)
+    }
+}
+#endif

@@ -1,0 +1,117 @@
+// The one room where URLTaskManager forks by platform.
+//
+// Everything the library does differently on swift-corelibs-foundation (Linux, Windows) and on
+// Apple's Foundation is a requirement of `PlatformSupport`, answered once by `CorelibsPlatform`
+// (Platform/Corelibs) and once by `ApplePlatform` (Platform/Apple); the rest of the library calls
+// `Platform`, which is one of the two, and holds no `#if` beyond its imports. Each corelibs
+// answer names the corelibs issue, commit or source line it works around, and a pin test
+// (Tests/URLTaskManagerTests/Platform) says which of those facts still hold on the toolchain in
+// use, so the day one changes, a test says which.
+
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+#if canImport(FoundationNetworking)
+/// The platform this build runs on: swift-corelibs-foundation.
+typealias Platform = CorelibsPlatform
+#else
+/// The platform this build runs on: Apple's Foundation.
+typealias Platform = ApplePlatform
+#endif
+
+/// What the bridge, the transport and the pipeline need to know or do differently on each
+/// Foundation. Static requirements only: the answer is fixed per build, and a call through
+/// ``Platform`` costs nothing at run time.
+protocol PlatformSupport {
+    // MARK: The session a manager hands out
+
+    /// Creates the session a manager hands out, owning `pipeline` for as long as it lives, with
+    /// the bridge's protocol class in front of the configuration's `protocolClasses`.
+    static func makeSession(
+        configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline
+    ) -> URLSession
+
+    /// Whether that session tells the pipeline of its own invalidation. Where it cannot, the
+    /// manager's invalidation methods tell the pipeline themselves.
+    static var sessionReportsInvalidation: Bool { get }
+
+    /// Runs `body` (on a thread of the pipeline's) once `session` has started every task resumed
+    /// before this call, so that each of them has reached the pipeline.
+    static func afterTasksResumedSoFar(of session: URLSession, _ body: @escaping @Sendable () -> Void)
+
+    // MARK: The outer task, seen from the bridge's `startLoading`
+
+    /// What the bridge needs to know about the outer `task` it starts loading: how its body is
+    /// handed over, its queue, its upload body, its pipeline.
+    static func facts(for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type) -> OuterTaskFacts
+
+    /// Whether the bridge moves the outer task's `progress` itself (the platform does not).
+    static var bridgeMovesProgress: Bool { get }
+
+    // MARK: The inner session
+
+    /// Makes the inner session's delegate callbacks run where its transfers are read, if the
+    /// platform allows it; `false` if they keep their own delegate queue.
+    @discardableResult
+    static func runCallbacksOnWorkQueue(of session: URLSession, delegateQueue: OperationQueue) -> Bool
+
+    /// Whether the current code runs on a session's work queue, where a `URLProtocolClient` may
+    /// be called at once and a task must not be created, resumed or cancelled.
+    static var isOnSessionWorkQueue: Bool { get }
+
+    /// Cancels an inner transfer from wherever the transport's caller is.
+    static func cancel(innerTask task: URLSessionTask)
+
+    /// Whether the inner session must refuse `challenge` so that the caller's session, which
+    /// gets the response, answers it (as a plain session would).
+    static func handsChallengeToCaller(_ challenge: URLAuthenticationChallenge) -> Bool
+
+    // MARK: Header fields
+
+    /// The spelling `setValue(_:forHTTPHeaderField:)` stores `name` under.
+    static func storedSpelling(ofHeader name: String) -> String
+
+    /// Sets `value` under `name`, replacing the field under any spelling (see
+    /// `URLRequest.replaceHeader(_:with:)`).
+    static func replaceHeader(_ name: HeaderName, with value: String, in request: inout URLRequest)
+
+    /// Sets every one of `headers` in order, with one write of the request's fields where that
+    /// matters (see `URLRequest.replaceHeaders(_:)`).
+    static func replaceHeaders(_ headers: [(name: HeaderName, value: String)], in request: inout URLRequest)
+
+    /// The value of `name` under any spelling.
+    static func headerValue(_ name: HeaderName, in request: URLRequest) -> String?
+}
+
+extension PlatformSupport {
+    /// Asks the outer session's delegate for the body of a `uploadTask(withStreamedRequest:)`
+    /// task, as corelibs' own protocol does (`URLSessionTask.getBody`): its
+    /// `urlSession(_:task:needNewBodyStream:)`, called right here (on the work queue, like
+    /// corelibs). `nil` (no delegate, or the delegate gave no stream) means an empty body, as
+    /// with a plain session.
+    static func requestBodyStream(
+        for task: URLSessionTask, session: URLSession?, completion: @escaping @Sendable (InputStream?) -> Void
+    ) {
+        guard let session, let delegate = session.delegate as? URLSessionTaskDelegate else {
+            completion(nil)
+            return
+        }
+        delegate.urlSession(session, task: task, needNewBodyStream: completion)
+    }
+
+    /// The protocol class URLSession itself uses for HTTP, to which download tasks are handed.
+    static var nativeHTTPProtocol: URLProtocol.Type? { NativeHTTPProtocol.found }
+}
+
+/// The native HTTP protocol class, found once.
+private enum NativeHTTPProtocol {
+    static let found: URLProtocol.Type? = {
+        let classes = URLSessionConfiguration.default.protocolClasses ?? []
+        return classes.lazy.compactMap { $0 as? URLProtocol.Type }.first {
+            $0.canInit(with: URLRequest(url: URL(string: "http://127.0.0.1/")!))
+        }
+    }()
+}
