@@ -114,6 +114,7 @@ final class FileCredentialStoreTests: XCTestCase {
         ]
         for (contents, reason) in cases {
             try Data(contents.utf8).write(to: url)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path)
             do {
                 _ = try await store.load()
                 XCTFail("loaded \(contents)")
