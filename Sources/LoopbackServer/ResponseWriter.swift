@@ -32,7 +32,8 @@ struct ResponseWriter {
             chunked = false
             if !framed && bodyAllowed { headers["Content-Length"] = String(data.count) }
         case .chunked:
-            chunked = true
+            // A length the response states itself: the pieces go out unframed, paced the same.
+            chunked = !headers.contains("Content-Length")
             if !framed && sendsBody { headers["Transfer-Encoding"] = "chunked" }
         case .generated(let length, _, let isChunked):
             chunked = isChunked
@@ -69,11 +70,11 @@ struct ResponseWriter {
             for chunk in chunks where !chunk.isEmpty {
                 if !first, let chunkDelay, !registry.sleep(for: chunkDelay) { throw LoopbackServerError.shutDown }
                 first = false
-                try writeChunkHeader(chunk.count)
+                if chunked { try writeChunkHeader(chunk.count) }
                 try chunk.withUnsafeBytes { try write($0) }
-                try writeText("\r\n")
+                if chunked { try writeText("\r\n") }
             }
-            try writeText("0\r\n\r\n")
+            if chunked { try writeText("0\r\n\r\n") }
         case .generated(let length, let chunkSize, _):
             try GeneratedBody.forEachPiece(length: length, pieceSize: chunkSize) { piece in
                 if chunked { try writeChunkHeader(piece.count) }

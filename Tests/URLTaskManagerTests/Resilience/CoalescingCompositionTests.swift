@@ -292,6 +292,49 @@ extension CoalescingCompositionTests {
 }
 
 extension CoalescingCompositionTests {
+    /// An answer whose `Content-Length` already says it will pass the late-join limit is not
+    /// kept for late requests from its head on: an identical request arriving while it streams
+    /// sends its own at once and gets its own whole body, never a part of the first followed by
+    /// a second fetch (0.2.0: 20 callers of a 64 MiB answer with a 4 MiB limit made 21 server
+    /// hits and moved 1,344 MiB). The first answer pauses 20 s after its first 1,000 bytes, so
+    /// the late request is answered, by its own transfer, while the first is still streaming.
+    func testALateRequestForAnAnswerKnownToExceedTheLimitSendsItsOwnAtOnce() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let parts = [Data(repeating: 65, count: 1_000), Data(repeating: 66, count: 2_000)]
+        let hits = LockedBox(0)
+        server.route("/long") { _ in
+            let hit = hits.withLock {
+                $0 += 1
+                return $0
+            }
+            // The first hit streams slowly; any later one is answered at once.
+            return ServerResponse(headers: ["Content-Length": "3000"], body: .chunked(parts, chunkDelay: hit == 1 ? .seconds(20) : nil))
+        }
+        let coalescing = CoalescingInterceptor(configuration: .init(lateJoinLimit: 1_000))
+        let manager = URLTaskManager(interceptors: [coalescing])
+        defer { manager.invalidateAndCancel() }
+        let sharing = Kit.Events(coalescing.events())
+        let collector = EventCollector(manager.events())
+        let first = Task { await fetched(manager.session, URLRequest(url: server.url("/long"))) }
+        try await collector.waitFor("the first answer began") {
+            $0.contains { if case .responseHead = $0.kind { return true } else { return false } }
+        }
+
+        let late = await fetched(manager.session, URLRequest(url: server.url("/long")))
+        guard case .response(200, _, let body) = late else { return XCTFail("not answered: \(late)") }
+        XCTAssertEqual(body, parts.reduce(Data(), +), "its own whole body, from the first byte")
+        XCTAssertEqual(server.requestCount(path: "/long"), 2, "one request each, none sent twice")
+        try await sharing.wait("the late request started its own transfer", count: 2) {
+            if case .started = $0 { return true } else { return false }
+        }
+        XCTAssertEqual(sharing.count { if case .joined = $0 { return true } else { return false } }, 0, "the late request joined")
+        first.cancel()
+        _ = await first.value
+    }
+}
+
+extension CoalescingCompositionTests {
     /// Finding 7: through a 401 storm, where requests that decided their headers before the
     /// refresh are intercepted again before they leave, there is exactly one `curl` line and one
     /// `traceparent` per request the server received (0.2 logged 46 `curl` lines for 31 sent).
