@@ -4,6 +4,7 @@
 //     swift run -c release Benchmarks lifetime   # what a dropped session leaves behind
 //     swift run -c release Benchmarks coalescing # 100 identical GETs: server hits and wall time
 //     swift run -c release Benchmarks soak-refresh [REQUESTS] [IN-FLIGHT]   # tokens revoked again and again
+//     swift run -c release Benchmarks hosts [HOSTS]     # per-host state of a limiter and a breaker
 //     swift run -c release Benchmarks profile N CONCURRENCY SECONDS   # configuration N alone, for perf
 //     scripts/bench-netem.sh       # over a veth pair with netem delay (1 and 20 ms round trip)
 //     scripts/bench-callgrind.sh   # instructions per request under callgrind
@@ -82,6 +83,9 @@ case "soak-refresh":
     run { try await SoakRefreshBenchmark.run(arguments) }
 case "lifetime":
     run { try await LifetimeBenchmark.run(iterations: 10_000) }
+case "hosts":
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    run { try await HostsBenchmark.run(arguments) }
 default:
     run { try await LatencyBenchmark.run() }
 }

@@ -46,13 +46,20 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
         public var isFailure: @Sendable (URLTaskOutcome) -> Bool
         /// Requests the breaker neither stops nor counts (a token endpoint's).
         public var exempts: @Sendable (URLRequest) -> Bool
+        /// The most hosts whose circuit is remembered (default 4,096; at least 1). A host whose
+        /// failures are all older than ``window`` is forgotten (it is closed either way), as is
+        /// one whose cool-down ended a ``window`` ago with no request since; past this many, the
+        /// least recently used circuit is forgotten too, and that host starts closed when it is
+        /// seen again. So a client that talks to any number of hosts keeps a bounded state (a
+        /// few hundred bytes a host).
+        public var maximumHosts: Int
 
         /// Opens after 5 failures in 30 seconds, for 30 seconds.
         public init(
             failureThreshold: Int = 5, window: Duration = .seconds(30), coolDown: Duration = .seconds(30),
             probeTimeout: Duration = .seconds(60),
             isFailure: @escaping @Sendable (URLTaskOutcome) -> Bool = CircuitBreaker.isServerOrTransportFailure,
-            exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
+            exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }, maximumHosts: Int = 4_096
         ) {
             self.failureThreshold = failureThreshold
             self.window = window
@@ -60,6 +67,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
             self.probeTimeout = probeTimeout
             self.isFailure = isFailure
             self.exempts = exempts
+            self.maximumHosts = max(1, maximumHosts)
         }
     }
 
@@ -103,6 +111,9 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
         self.storage = CircuitBreakerStorage(policy: policy)
         self.now = now
     }
+
+    /// How many hosts the breaker keeps a circuit for (at most about ``Policy/maximumHosts``).
+    var rememberedHostCount: Int { storage.hostCount }
 
     /// A stream of the breaker's decisions; it ends when the breaker is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
@@ -183,14 +194,16 @@ public struct CircuitOpenError: Error, Sendable, CustomStringConvertible, Locali
     public var errorDescription: String? { description }
 }
 
-/// One ``CircuitBreakerStateMachine`` per host, behind a lock.
+/// One ``CircuitBreakerStateMachine`` per host, in a ``HostTable`` (idle circuits forgotten, at
+/// most ``CircuitBreaker/Policy/maximumHosts`` kept), behind a lock.
 final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` is guarded by `lock`.
     private let lock = NSLock()
-    private var circuits: [String: CircuitBreakerStateMachine] = [:]
+    private var circuits: HostTable<CircuitBreakerStateMachine>
     private let policy: CircuitBreaker.Policy
 
     init(policy: CircuitBreaker.Policy) {
         self.policy = policy
+        self.circuits = HostTable(capacity: policy.maximumHosts)
     }
 
     private func fresh() -> CircuitBreakerStateMachine {
@@ -200,23 +213,33 @@ final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` is guard
 
     func requestArrives(_ task: URLTask.ID, host: String, now: ContinuousClock.Instant) -> CircuitBreakerStateMachine.Admission {
         lock.withLock {
-            guard var circuit = circuits[host] else { return .pass }
-            defer { circuits[host] = circuit }
-            return circuit.requestArrives(task, now: now)
+            // A host without a circuit is closed: nothing to record.
+            guard circuits[host] != nil else { return .pass }
+            return circuits.update(host, now: now, make: fresh) { circuit in
+                let admission = circuit.requestArrives(task, now: now)
+                return (!circuit.isIdle(at: now), admission)
+            }
         }
     }
 
     func outcome(of task: URLTask.ID, host: String, failed: Bool, now: ContinuousClock.Instant) -> CircuitBreakerStateMachine.Transition {
         lock.withLock {
-            var circuit = circuits[host] ?? fresh()
-            let transition = circuit.outcome(of: task, failed: failed, now: now)
-            // A closed circuit without failures is the default: forget it.
-            circuits[host] = circuit.isIdle ? nil : circuit
-            return transition
+            // A success for a host without a circuit changes nothing: nothing to record.
+            guard failed || circuits[host] != nil else { return .none }
+            return circuits.update(host, now: now, make: fresh) { circuit in
+                let transition = circuit.outcome(of: task, failed: failed, now: now)
+                // A closed circuit without recent failures is the default: forget it.
+                return (!circuit.isIdle(at: now), transition)
+            }
         }
     }
 
     func isOpen(host: String) -> Bool {
         lock.withLock { circuits[host]?.isOpen ?? false }
+    }
+
+    /// How many hosts have a circuit on record (for tests and the `hosts` benchmark).
+    var hostCount: Int {
+        lock.withLock { circuits.count }
     }
 }

@@ -2,7 +2,7 @@ import URLTaskManager
 /// One host's circuit: closed (counting failures in a sliding window), open (failing requests
 /// at once until a cool-down ends), or half-open (one probe request is out; its outcome closes
 /// or reopens the circuit). Pure: time is passed in, no locks, no I/O.
-struct CircuitBreakerStateMachine {
+struct CircuitBreakerStateMachine: HostState {
     typealias Instant = ContinuousClock.Instant
 
     let failureThreshold: Int
@@ -47,11 +47,20 @@ struct CircuitBreakerStateMachine {
         case reopened
     }
 
-    /// Closed with no failure on record: the same as a circuit never seen.
-    var isIdle: Bool {
-        if case .closed(let failures) = state { return failures.isEmpty }
-        return false
+    /// Closed with no failure within the window: the same as a circuit never seen. Open, it is
+    /// forgotten once its cool-down ended a window ago with no request since (the next request
+    /// would have probed; it passes instead); half-open, once its probe went unanswered for its
+    /// timeout and a window more.
+    func isIdle(at now: Instant) -> Bool {
+        switch state {
+        case .closed(let failures): return failures.allSatisfy { now - $0 > window }
+        case .open(let until): return now >= until + window
+        case .halfOpen(_, let since): return now - since >= probeTimeout + window
+        }
     }
+
+    /// Any circuit may be forgotten when the breaker remembers too many hosts: nothing waits on it.
+    func mayBeEvicted(at now: Instant) -> Bool { true }
 
     var isOpen: Bool {
         if case .closed = state { return false }

@@ -45,12 +45,20 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
         public var maximumPause: Duration
         /// Requests that are not limited.
         public var exempts: @Sendable (URLRequest) -> Bool
+        /// The most hosts whose bucket is remembered (default 4,096; at least 1). A host whose
+        /// bucket has refilled, with nobody waiting and no pause in force, is forgotten (a new
+        /// bucket starts full, so nothing changes); past this many, the least recently used
+        /// bucket nobody waits on is forgotten too, and that host starts with a full bucket when
+        /// it is seen again. Hosts with waiting requests or a server's pause are always kept. So
+        /// a client that talks to any number of hosts keeps a bounded state.
+        public var maximumHosts: Int
 
         /// `rate` requests a second and bursts of `burst` per host; `429` and `503` pause for
         /// their `Retry-After`, at most a minute.
         public init(
             rate: Double, burst: Int = 1, maximumQueueLength: Int? = nil, pausingStatuses: Set<Int> = [429, 503],
-            maximumPause: Duration = .seconds(60), exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
+            maximumPause: Duration = .seconds(60), exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false },
+            maximumHosts: Int = 4_096
         ) {
             self.rate = rate
             self.burst = burst
@@ -58,6 +66,7 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
             self.pausingStatuses = pausingStatuses
             self.maximumPause = maximumPause
             self.exempts = exempts
+            self.maximumHosts = max(1, maximumHosts)
         }
     }
 
@@ -83,6 +92,9 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
         self.policy = policy
         self.storage = RateLimiterStorage(policy: policy)
     }
+
+    /// How many hosts the limiter keeps a bucket for (at most about ``Policy/maximumHosts``).
+    var rememberedHostCount: Int { storage.hostCount }
 
     /// A stream of the limiter's decisions; it ends when the limiter is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
@@ -180,8 +192,9 @@ public struct RateLimitQueueFullError: Error, Sendable, CustomStringConvertible,
     public var errorDescription: String? { description }
 }
 
-/// One ``TokenBucketStateMachine`` per host, the waiting requests' continuations and one timer
-/// per host. Nothing is resumed while the lock is held.
+/// One ``TokenBucketStateMachine`` per host in a ``HostTable`` (refilled buckets forgotten, at
+/// most ``RateLimiter/Policy/maximumHosts`` kept), the waiting requests' continuations and one
+/// timer per host. Nothing is resumed while the lock is held.
 final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is guarded by `lock`.
     enum Turn: Sendable {
         case go(waited: Bool)
@@ -191,7 +204,7 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
 
     private let lock = NSLock()
     private let policy: RateLimiter.Policy
-    private var buckets: [String: TokenBucketStateMachine] = [:]
+    private var buckets: HostTable<TokenBucketStateMachine>
     private var waiting: [TokenBucketStateMachine.Waiter: CheckedContinuation<Turn, Never>] = [:]
     private var cancelledEarly: Set<TokenBucketStateMachine.Waiter> = []
     /// The earliest wake-up armed per host.
@@ -200,6 +213,12 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
 
     init(policy: RateLimiter.Policy) {
         self.policy = policy
+        self.buckets = HostTable(capacity: policy.maximumHosts)
+    }
+
+    /// How many hosts have a bucket on record (for tests and the `hosts` benchmark).
+    var hostCount: Int {
+        lock.withLock { buckets.count }
     }
 
     func makeWaiter() -> TokenBucketStateMachine.Waiter {
@@ -209,9 +228,8 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
         }
     }
 
-    private func bucket(_ host: String, now: ContinuousClock.Instant) -> TokenBucketStateMachine {
-        buckets[host]
-            ?? TokenBucketStateMachine(rate: policy.rate, burst: policy.burst, maximumQueueLength: policy.maximumQueueLength, now: now)
+    private func freshBucket(now: ContinuousClock.Instant) -> TokenBucketStateMachine {
+        TokenBucketStateMachine(rate: policy.rate, burst: policy.burst, maximumQueueLength: policy.maximumQueueLength, now: now)
     }
 
     func arrive(
@@ -222,9 +240,10 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
         let now = ContinuousClock.now
         let (action, wake): (TokenBucketStateMachine.ArrivalAction, ContinuousClock.Instant?) = lock.withLock {
             if cancelledEarly.remove(waiter) != nil { return (.refuse(queued: -1), nil) }
-            var bucket = bucket(host, now: now)
-            let action = bucket.arrive(waiter, now: now)
-            buckets[host] = bucket
+            let action = buckets.update(host, now: now, make: { freshBucket(now: now) }) { bucket in
+                let action = bucket.arrive(waiter, now: now)
+                return (!bucket.isIdle(at: now), action)
+            }
             guard case .wait(_, let wakeAt) = action else { return (action, nil) }
             waiting[waiter] = continuation
             return (action, arm(host, at: wakeAt))
@@ -244,7 +263,7 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
                 cancelledEarly.insert(waiter)
                 return nil
             }
-            _ = buckets[host]?.leave(waiter)
+            _ = buckets.updateIfPresent(host) { $0.leave(waiter) }
             return continuation
         }
         continuation?.resume(returning: .cancelled)
@@ -253,9 +272,9 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
     func pause(host: String, for duration: Duration) {
         let now = ContinuousClock.now
         let wake: ContinuousClock.Instant? = lock.withLock {
-            var bucket = bucket(host, now: now)
-            let wakeAt = bucket.pause(for: duration, now: now)
-            buckets[host] = bucket
+            let wakeAt = buckets.update(host, now: now, make: { freshBucket(now: now) }) { bucket in
+                (true, bucket.pause(for: duration, now: now))
+            }
             return wakeAt.flatMap { arm(host, at: $0) }
         }
         if let wake { schedule(host, at: wake) }
@@ -280,9 +299,7 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
         let now = ContinuousClock.now
         let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = lock.withLock {
             if armed[host] == instant { armed[host] = nil }
-            guard var bucket = buckets[host] else { return ([], nil) }
-            let action = bucket.tick(now: now)
-            buckets[host] = bucket
+            guard let action = buckets.updateIfPresent(host, { $0.tick(now: now) }) else { return ([], nil) }
             let released = action.released.compactMap { waiting.removeValue(forKey: $0) }
             return (released, action.wakeAt.flatMap { arm(host, at: $0) })
         }

@@ -2,7 +2,7 @@ import URLTaskManager
 /// One host's token bucket: `rate` tokens a second up to `burst`; a request takes one token or
 /// waits its turn, in arrival order. A 429 or 503 with `Retry-After` pauses the bucket. Pure: time
 /// is passed in, no locks, no I/O.
-struct TokenBucketStateMachine {
+struct TokenBucketStateMachine: HostState {
     typealias Instant = ContinuousClock.Instant
 
     /// One request waiting for a token.
@@ -51,6 +51,21 @@ struct TokenBucketStateMachine {
 
     /// How many requests wait.
     var queuedCount: Int { queue.count }
+
+    /// Nobody waits, no pause is in force, and the bucket has refilled by `now`: the same as a
+    /// fresh bucket, which starts full.
+    func isIdle(at now: Instant) -> Bool {
+        guard mayBeEvicted(at: now) else { return false }
+        return tokens + max(0, (now - refilledAt) / .seconds(1)) * rate >= burst - 1e-9
+    }
+
+    /// Nobody waits and no pause a server asked for is in force: dropped when the limiter keeps
+    /// too many hosts, the host starts again with a full bucket.
+    func mayBeEvicted(at now: Instant) -> Bool {
+        guard queue.isEmpty else { return false }
+        if case .paused(let until) = state, now < until { return false }
+        return true
+    }
 
     mutating func arrive(_ waiter: Waiter, now: Instant) -> ArrivalAction {
         refill(now)

@@ -30,7 +30,7 @@ final class ResilienceStateMachineTests: XCTestCase {
         XCTAssertEqual(machine.outcome(of: id(10), failed: true, now: later), .reopened)
         XCTAssertEqual(machine.requestArrives(id(12), now: later + .seconds(5)), .probe)
         XCTAssertEqual(machine.outcome(of: id(12), failed: false, now: later + .seconds(5)), .closed)
-        XCTAssertTrue(machine.isIdle)
+        XCTAssertTrue(machine.isIdle(at: later + .seconds(5)))
         XCTAssertEqual(machine.requestArrives(id(13), now: later + .seconds(5)), .pass)
     }
 

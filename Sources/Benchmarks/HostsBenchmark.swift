@@ -1,0 +1,78 @@
+// Per-host state over many hosts: `swift run -c release Benchmarks hosts [HOSTS]`.
+//
+// A rate limiter and a circuit breaker keep state per host. This drives HOSTS (200,000 by
+// default) distinct hosts through each, through their public API as the manager would call it
+// (`intercept` before the request, `observe` after: a success for the limiter, a refused
+// connection for the breaker, so every host has a failure on record), without the network, and
+// reads resident memory (after `malloc_trim`) before and after. The loop alone is measured first:
+// its growth is the harness's, not the parts'. 0.2.0 kept every host forever: limiter +72 MiB,
+// breaker +84 MiB, both +147 MiB, never reclaimed.
+
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import URLTaskManager
+import URLTaskResilience
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+enum HostsBenchmark {
+    static func run(_ arguments: [String]) async throws {
+        let hosts = arguments.first.flatMap(Int.init) ?? 200_000
+        print("\(hosts) distinct hosts through each part's intercept and observe (no network); resident memory after malloc_trim")
+        print("configuration".padding(toLength: 34, withPad: " ", startingAt: 0) + "before     after      growth     per host")
+        let configurations: [(name: String, make: () -> [any URLTaskInterceptor & URLTaskOutcomeObserver])] = [
+            ("the loop alone", { [] }),
+            ("RateLimiter (10/s, burst 1)", { [RateLimiter(policy: .init(rate: 10, burst: 1))] }),
+            ("CircuitBreaker (5 in 30 s)", { [CircuitBreaker()] }),
+            ("both", { [RateLimiter(policy: .init(rate: 10, burst: 1)), CircuitBreaker()] }),
+        ]
+        for configuration in configurations {
+            let before = residentKiB()
+            var parts: [any URLTaskInterceptor & URLTaskOutcomeObserver]? = configuration.make()
+            try await drive(hosts: hosts, through: parts!)
+            let after = residentKiB()
+            parts = nil
+            let growth = after - before
+            print(
+                configuration.name.padding(toLength: 34, withPad: " ", startingAt: 0)
+                    + "\(before / 1024) MiB".padding(toLength: 11, withPad: " ", startingAt: 0)
+                    + "\(after / 1024) MiB".padding(toLength: 11, withPad: " ", startingAt: 0)
+                    + String(format: "%+.1f MiB", Double(growth) / 1024).padding(toLength: 11, withPad: " ", startingAt: 0)
+                    + "\(growth * 1024 / max(1, hosts)) B")
+            _ = parts
+        }
+    }
+
+    private static func drive(hosts: Int, through parts: [any URLTaskInterceptor & URLTaskOutcomeObserver]) async throws {
+        let context = InterceptContext(currentBatchCount: 0)
+        let refused = URLTaskOutcome.failure(URLError(.cannotConnectToHost))
+        for index in 0..<hosts {
+            let url = URL(string: "https://h\(index).example.com/v1/items")!
+            var task = URLTask(request: URLRequest(url: url))
+            for part in parts { _ = try await part.intercept(&task, context: context) }
+            let outcome =
+                parts.contains { $0 is CircuitBreaker }
+                ? refused : .response(HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: nil)!)
+            for part in parts { part.observe(outcome, of: task) }
+        }
+    }
+
+    /// Resident memory in KiB after giving freed memory back to the system (glibc's
+    /// `malloc_trim(0)`, looked up at run time: the Glibc module does not export it).
+    private static func residentKiB() -> Int {
+        #if canImport(Glibc)
+        typealias Trim = @convention(c) (Int) -> Int32
+        if let process = dlopen(nil, RTLD_NOW), let symbol = dlsym(process, "malloc_trim") {
+            _ = unsafeBitCast(symbol, to: Trim.self)(0)
+        }
+        #endif
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return -1 }
+        return Int(line.dropFirst(6).filter(\.isNumber)) ?? -1
+    }
+}
