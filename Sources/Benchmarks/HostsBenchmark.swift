@@ -1,4 +1,4 @@
-// Per-host state over many hosts: `swift run -c release Benchmarks hosts [HOSTS]`.
+// Per-host state over many hosts: `swift run -c release Benchmarks hosts [HOSTS] [MAXIMUM-HOSTS]`.
 //
 // A rate limiter and a circuit breaker keep state per host. This drives HOSTS (200,000 by
 // default) distinct hosts through each, through their public API as the manager would call it
@@ -6,7 +6,8 @@
 // connection for the breaker, so every host has a failure on record), without the network, and
 // reads resident memory (after `malloc_trim`) before and after. The loop alone is measured first:
 // its growth is the harness's, not the parts'. 0.2.0 kept every host forever: limiter +72 MiB,
-// breaker +84 MiB, both +147 MiB, never reclaimed.
+// breaker +84 MiB, both +147 MiB, never reclaimed. MAXIMUM-HOSTS sets both parts'
+// `maximumHosts` (default theirs, 4,096); a bound above HOSTS shows what no bound costs.
 
 import Foundation
 #if canImport(FoundationNetworking)
@@ -22,13 +23,24 @@ import Glibc
 enum HostsBenchmark {
     static func run(_ arguments: [String]) async throws {
         let hosts = arguments.first.flatMap(Int.init) ?? 200_000
-        print("\(hosts) distinct hosts through each part's intercept and observe (no network); resident memory after malloc_trim")
+        let bound = arguments.dropFirst().first.flatMap(Int.init) ?? 4_096
+        print(
+            "\(hosts) distinct hosts through each part's intercept and observe (no network), maximumHosts \(bound); "
+                + "resident memory after malloc_trim")
         print("configuration".padding(toLength: 34, withPad: " ", startingAt: 0) + "before     after      growth     per host")
         let configurations: [(name: String, make: () -> [any URLTaskInterceptor & URLTaskOutcomeObserver])] = [
             ("the loop alone", { [] }),
-            ("RateLimiter (10/s, burst 1)", { [RateLimiter(policy: .init(rate: 10, burst: 1))] }),
-            ("CircuitBreaker (5 in 30 s)", { [CircuitBreaker()] }),
-            ("both", { [RateLimiter(policy: .init(rate: 10, burst: 1)), CircuitBreaker()] }),
+            ("RateLimiter (10/s, burst 1)", { [RateLimiter(policy: .init(rate: 10, burst: 1, maximumHosts: bound))] }),
+            ("CircuitBreaker (5 in 30 s)", { [CircuitBreaker(policy: .init(maximumHosts: bound))] }),
+            (
+                "both",
+                {
+                    [
+                        RateLimiter(policy: .init(rate: 10, burst: 1, maximumHosts: bound)),
+                        CircuitBreaker(policy: .init(maximumHosts: bound)),
+                    ]
+                }
+            ),
         ]
         for configuration in configurations {
             let before = residentKiB()
