@@ -72,6 +72,8 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var answer = TokenAnswer.issue
     private var expiresIn: Int? = 3600
     private var tokenGate: Gate?
+    /// Token answers are sent in this many pieces, this far apart (after the grant is processed).
+    private var tokenDrip: (pieces: Int, interval: Duration)?
     private var heldPaths: [String: Gate] = [:]
     private var exchangeAccepts: @Sendable (String) -> Bool = { _ in false }
     private var receivedRefreshTokens: [String] = []
@@ -150,6 +152,12 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     public func setExpiresIn(_ seconds: Int?) { lock.withLock { expiresIn = seconds } }
     /// Holds every token response until `gate` opens (`nil`: stop holding).
     public func holdTokenResponses(on gate: Gate?) { lock.withLock { tokenGate = gate } }
+    /// Sends each token answer in `pieces` pieces `interval` apart, after the grant was processed
+    /// (a rotated refresh token is then already the only valid one): a token endpoint answering
+    /// slower than its client waits. `nil` sends answers whole again.
+    public func dripTokenAnswers(pieces: Int = 10, every interval: Duration?) {
+        lock.withLock { tokenDrip = interval.map { (max(1, pieces), $0) } }
+    }
     /// Holds the response to `/api<path>` until `gate` opens.
     public func holdResponses(to path: String, on gate: Gate) { lock.withLock { heldPaths["/api" + path] = gate } }
     /// The access token a token exchange must present as `subject_token` (`nil`: refuse all).
@@ -248,7 +256,13 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             // The test's predicate runs outside the lock (it may ask another server).
             let exchangeAllowed = form["subject_token"].map(accepts) ?? false
             let basic = Self.decodeBasicClient(request.headers["authorization"])
-            return lock.withLock { answerToken(form, basic: basic, exchangeAllowed: exchangeAllowed) }
+            return lock.withLock {
+                let answer = answerToken(form, basic: basic, exchangeAllowed: exchangeAllowed)
+                guard let tokenDrip, case .data(let body) = answer.body else { return answer }
+                let size = max(1, (body.count + tokenDrip.pieces - 1) / tokenDrip.pieces)
+                let pieces = stride(from: 0, to: body.count, by: size).map { body.subdata(in: $0..<min(body.count, $0 + size)) }
+                return answer.with { $0.body = .chunked(pieces, chunkDelay: tokenDrip.interval) }
+            }
         }
     }
 

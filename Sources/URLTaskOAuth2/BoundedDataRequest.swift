@@ -118,7 +118,7 @@ struct BoundedDataRequestStateMachine {
         }
     }
 
-    private static func info(_ url: URL?) -> [String: Any] {
+    static func info(_ url: URL?) -> [String: Any] {
         guard let url else { return [NSLocalizedDescriptionKey: "The request timed out."] }
         return [
             NSURLErrorFailingURLErrorKey: url, "NSErrorFailingURLStringKey": url.absoluteString,

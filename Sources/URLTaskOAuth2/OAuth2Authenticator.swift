@@ -77,10 +77,14 @@ import FoundationNetworking
 ///   a new one before every request; a credential this authenticator just refreshed is therefore
 ///   renewed early only once it has actually expired.
 /// - A refresh that has started runs to its end even if every request waiting for it is
-///   cancelled: the new token is still worth keeping, and cancelling a rotation half-way could
-///   lose the new refresh token. Its end is bounded: the token endpoint's whole answer by
-///   ``OAuth2TokenEndpoint/timeout``, and a refresh whose ``OAuth2RefreshReactor`` run timed
-///   out is cancelled with it.
+///   cancelled or gave up: the new token is still worth keeping, and cancelling a rotation
+///   half-way could lose the new refresh token (a server that processed the grant has already
+///   made the old one invalid). The requests waiting for it fail with `URLError.timedOut` after
+///   ``OAuth2TokenEndpoint/timeout``, but its answer is read on for
+///   ``OAuth2TokenEndpoint/lateAnswerLimit`` more and stored when it arrives; meanwhile a
+///   request that needs a refresh waits for that one (again at most `timeout`) instead of
+///   sending the old refresh token. With your own `refresh`, nothing bounds it but the
+///   ``OAuth2RefreshReactor`` run's timeout, which cancels it.
 public actor OAuth2Authenticator {
     /// Obtains a new credential from the current one.
     public typealias Refresh = @Sendable (OAuth2Credential) async throws -> OAuth2Credential
@@ -106,6 +110,10 @@ public actor OAuth2Authenticator {
     private nonisolated let originKeys: [String]
     private nonisolated let tokenRequestMatcher: @Sendable (URLRequest) -> Bool
     private let refresher: Refresh
+    /// How long a request waits for a refresh in flight before it fails with `URLError.timedOut`
+    /// (the token endpoint's `timeout`), and the endpoint that error names; `nil` (your own
+    /// `refresh`) waits for the refresh's end. The refresh itself runs on (see the hard cases).
+    private let refreshWait: (limit: Duration, tokenEndpoint: URL)?
     private let store: any CredentialStore
     private let onRefreshFailure: (@Sendable (any Error) async -> Void)?
 
@@ -162,7 +170,8 @@ public actor OAuth2Authenticator {
         self.init(
             origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff,
             isTokenRequest: { tokenEndpoint.matches($0) }, onRefreshFailure: onRefreshFailure,
-            refresh: { try await tokenEndpoint.refresh($0) }
+            refreshWait: tokenEndpoint.timeout.map { ($0, tokenEndpoint.url) },
+            refresh: { try await tokenEndpoint.refreshAllowingLateAnswer($0) }
         )
     }
 
@@ -193,6 +202,17 @@ public actor OAuth2Authenticator {
         onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil,
         refresh: @escaping Refresh
     ) {
+        self.init(
+            origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff, isTokenRequest: isTokenRequest,
+            onRefreshFailure: onRefreshFailure, refreshWait: nil, refresh: refresh)
+    }
+
+    private init(
+        origins: [URL], store: any CredentialStore, refreshLeeway: Duration, refreshBackoff: Duration,
+        isTokenRequest: @escaping @Sendable (URLRequest) -> Bool, onRefreshFailure: (@Sendable (any Error) async -> Void)?,
+        refreshWait: (limit: Duration, tokenEndpoint: URL)?, refresh: @escaping Refresh
+    ) {
+        self.refreshWait = refreshWait
         self.origins = Set(origins.compactMap { URLOrigin($0) })
         self.originKeys = self.origins.map(\.description)
         self.store = store
@@ -223,13 +243,13 @@ public actor OAuth2Authenticator {
     /// Throws the refresh's error, or the rejection that ended the session.
     public func validCredential() async throws -> (credential: OAuth2Credential, version: Int)? {
         try await ensureLoaded()
-        if let refreshing { _ = try await refreshing.value }
+        if let refreshing { _ = try await wait(for: refreshing) }
         try throwIfRejected()
         guard let credential else { return nil }
         let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
         if credential.isExpired(within: leeway) {
             try throwIfBackingOff()
-            _ = try await startRefresh().value
+            _ = try await wait(for: startRefresh())
         }
         return self.credential.map { ($0, storedVersion) }
     }
@@ -262,19 +282,30 @@ public actor OAuth2Authenticator {
     public func refresh(ifUnchangedSince sentVersion: Int) async throws {
         try await ensureLoaded()
         if let refreshing {
-            _ = try await refreshing.value
+            _ = try await wait(for: refreshing)
             return
         }
         guard sentVersion == storedVersion else { return }
         try throwIfBackingOff()
-        _ = try await startRefresh().value
+        _ = try await wait(for: startRefresh())
     }
 
-    /// Cancels the refresh in flight, if any: its token request stops and the refresh fails
-    /// (a failure like any other: back-off, hook). Called when the refresh reactor's run timed
-    /// out; a refresh nobody has given up on runs to its end (see the hard cases).
+    /// Called when the refresh reactor's run timed out. A refresh through a token endpoint runs
+    /// on, bounded by the endpoint's `timeout` plus its `lateAnswerLimit`: its answer may carry
+    /// a rotated refresh token the server already holds as the only valid one. A refresh of your
+    /// own `refresh`, which nothing else bounds, is cancelled: its `refresh` call is cancelled,
+    /// and the refresh fails (a failure like any other: back-off, hook).
     func abandonRefresh() {
+        guard refreshWait == nil else { return }
         refreshing?.cancel()
+    }
+
+    /// The credential `refresh` produces, waited for at most the token endpoint's `timeout`
+    /// (then `URLError.timedOut`, the refresh running on), or for as long as it takes with your
+    /// own `refresh`.
+    private func wait(for refresh: Task<OAuth2Credential, any Error>) async throws -> OAuth2Credential {
+        guard let refreshWait else { return try await refresh.value }
+        return try await RefreshWait.value(of: refresh, within: refreshWait.limit, tokenEndpoint: refreshWait.tokenEndpoint)
     }
 
     // MARK: The app's side
@@ -292,9 +323,9 @@ public actor OAuth2Authenticator {
     @discardableResult
     public func refresh() async throws -> OAuth2Credential {
         try await ensureLoaded()
-        if let refreshing { return try await refreshing.value }
+        if let refreshing { return try await wait(for: refreshing) }
         try throwIfRejected()
-        return try await startRefresh().value
+        return try await wait(for: startRefresh())
     }
 
     /// Saves `credential` and makes it current. Nothing changes if the store fails.

@@ -52,8 +52,9 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
         // The engine already sent late 401s again without calling this; the check closes the
         // window between its decision and this call.
         // The engine cancels the work only when the run's timeout has passed (its waiters have
-        // then failed with `reactorTimedOut`): the refresh it waits for stops too, rather than
-        // run on, unbounded, for tasks that arrive later.
+        // then failed with `reactorTimedOut`). A refresh through a token endpoint runs on,
+        // bounded by the endpoint (its answer may carry the only valid refresh token); one of
+        // the app's own `refresh`, which nothing else bounds, stops too.
         do {
             try await withTaskCancellationHandler {
                 try await authenticator.refresh(ifUnchangedSince: sent)

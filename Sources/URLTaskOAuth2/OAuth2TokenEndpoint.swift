@@ -67,6 +67,15 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// between two bytes. Short, because every request waiting for a
     /// refresh waits this long too (see the type's "Timeouts and dead connections").
     public var timeout: Duration?
+    /// How much longer than ``timeout`` an ``OAuth2Authenticator``'s refresh lets its token
+    /// request run in the background (60 seconds unless you say otherwise). The requests waiting
+    /// for the refresh still fail with `URLError.timedOut` at ``timeout``, but the answer on its
+    /// way is read to its end and stored: a server that already rotated the refresh token when a
+    /// slow answer reached its deadline would otherwise leave the client with a dead one, and
+    /// every later refresh would fail with `invalid_grant` until the user signs in again. Until
+    /// the answer arrives, later refreshes wait for it instead of sending the old refresh token.
+    /// Past both, the transfer is cancelled and the refresh fails with `URLError.timedOut`.
+    public var lateAnswerLimit: Duration
     /// The session the requests go through.
     public var session: URLSession
 
@@ -80,6 +89,9 @@ public struct OAuth2TokenEndpoint: Sendable {
         /// servers require (`client_secret_post` in OpenID Connect terms).
         case requestBody
     }
+
+    /// The ``lateAnswerLimit`` unless you pass another.
+    public static let defaultLateAnswerLimit: Duration = .seconds(60)
 
     /// The ``timeout`` unless you pass another: long enough for a token endpoint under load,
     /// short enough that requests waiting for a refresh are not held long by a dead one.
@@ -107,10 +119,13 @@ public struct OAuth2TokenEndpoint: Sendable {
     ///   - clientAuthentication: How a confidential client sends its secret; HTTP Basic unless
     ///     the server only accepts it in the form.
     ///   - timeout: How long a token request may wait for an answer (``defaultTimeout``).
+    ///   - lateAnswerLimit: How much longer a refresh's answer is still read, in the background,
+    ///     and stored (``defaultLateAnswerLimit``).
     ///   - session: The session the requests go through (``defaultSession``).
     public init(
         url: URL, clientID: String? = nil, clientSecret: String? = nil,
         clientAuthentication: ClientAuthentication = .basic, timeout: Duration? = OAuth2TokenEndpoint.defaultTimeout,
+        lateAnswerLimit: Duration = OAuth2TokenEndpoint.defaultLateAnswerLimit,
         session: URLSession = OAuth2TokenEndpoint.defaultSession
     ) {
         self.url = url
@@ -119,6 +134,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         self.clientSecret = clientSecret
         self.clientAuthentication = clientAuthentication
         self.timeout = timeout
+        self.lateAnswerLimit = lateAnswerLimit < .zero ? .zero : lateAnswerLimit
         self.session = session
     }
 
@@ -128,8 +144,19 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// it and the old one must be considered dead; when it carries none, the old one is kept, as
     /// RFC 6749 §6 says. The same goes for `scope`.
     public func refresh(_ credential: OAuth2Credential) async throws -> OAuth2Credential {
+        try await refresh(credential, within: timeout)
+    }
+
+    /// ``refresh(_:)`` with its answer read for ``timeout`` plus ``lateAnswerLimit``: how an
+    /// ``OAuth2Authenticator`` refreshes, bounding the wait of the requests that need the
+    /// refresh by ``timeout`` itself.
+    func refreshAllowingLateAnswer(_ credential: OAuth2Credential) async throws -> OAuth2Credential {
+        try await refresh(credential, within: timeout.map { $0 + lateAnswerLimit })
+    }
+
+    private func refresh(_ credential: OAuth2Credential, within limit: Duration?) async throws -> OAuth2Credential {
         guard let refreshToken = credential.refreshToken else { throw OAuth2Error.noRefreshToken }
-        return try await requestToken(["grant_type": "refresh_token", "refresh_token": refreshToken], previous: credential)
+        return try await requestToken(["grant_type": "refresh_token", "refresh_token": refreshToken], previous: credential, within: limit)
     }
 
     /// Signs in with a username and password: the resource owner password credentials grant
@@ -162,11 +189,17 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// the token response. Fields the response leaves out (`refresh_token`, `scope`) are taken
     /// from `previous`.
     public func requestToken(_ parameters: [String: String], previous: OAuth2Credential? = nil) async throws -> OAuth2Credential {
+        try await requestToken(parameters, previous: previous, within: timeout)
+    }
+
+    private func requestToken(
+        _ parameters: [String: String], previous: OAuth2Credential?, within limit: Duration?
+    ) async throws -> OAuth2Credential {
         let request = tokenRequest(parameters)
         // `expires_in` counts from when the server answered; counting from before the request
         // left errs on the side of renewing early.
         let issuedAt = Date()
-        let (data, response) = try await send(request)
+        let (data, response) = try await send(request, within: limit)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
         guard (200..<300).contains(status) else {
@@ -177,28 +210,19 @@ public struct OAuth2TokenEndpoint: Sendable {
         return try Self.credential(from: object, issuedAt: issuedAt, previous: previous)
     }
 
-    /// Sends `request`, within ``timeout`` for the whole answer; an HTTP authentication
+    /// Sends `request`, within `limit` for the whole answer; an HTTP authentication
     /// challenge the session's ``TokenSessionDelegate`` refused (URLSession then reports a
     /// cancel) becomes the rejection it stands for.
-    private func send(_ request: URLRequest) async throws -> (Data, URLResponse) {
+    private func send(_ request: URLRequest, within limit: Duration?) async throws -> (Data, URLResponse) {
         let delegate = session.delegate as? TokenSessionDelegate
         do {
-            let answer = try await answer(to: request)
+            let answer = try await session.boundedData(for: request, deadline: limit)
             _ = delegate?.takeRefusal(of: request)
             return answer
         } catch let error as URLError where error.code == .cancelled {
             guard let status = delegate?.takeRefusal(of: request) else { throw error }
             throw OAuth2Error.tokenRequestRejected(status: status, error: nil, description: nil)
         }
-    }
-
-    /// The token endpoint's answer to `request`, bounded by ``timeout`` as a whole: a request's
-    /// own `timeoutInterval` only bounds the silence between two bytes, so an endpoint that
-    /// drips its answer a byte at a time would hold every request waiting for the refresh for
-    /// as long as it drips. Past the timeout the transfer is cancelled and the refresh fails
-    /// with `URLError.timedOut`.
-    private func answer(to request: URLRequest) async throws -> (Data, URLResponse) {
-        try await session.boundedData(for: request, deadline: timeout)
     }
 
     /// The `POST` that carries `parameters` plus the client's authentication.

@@ -147,8 +147,9 @@ final class PipelineWaitTimeoutTests: XCTestCase {
         }
     }
 
-    /// When the refresh reactor's run times out, the refresh it waited for is cancelled (its
-    /// failure reaches the hook at once), instead of running on until the endpoint answers.
+    /// When the refresh reactor's run times out, a refresh nothing else bounds (an endpoint
+    /// without a timeout) is cancelled (its failure reaches the hook at once), instead of running
+    /// on until the endpoint answers.
     func testAReactorTimeoutCancelsTheRefresh() async throws {
         let hook = Latch<String>("onRefreshFailure")
         var configuration = URLTaskReactorConfiguration.authentication
