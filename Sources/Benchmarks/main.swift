@@ -5,6 +5,7 @@
 //     swift run -c release Benchmarks coalescing # 100 identical GETs: server hits and wall time
 //     swift run -c release Benchmarks soak-refresh [REQUESTS] [IN-FLIGHT]   # tokens revoked again and again
 //     swift run -c release Benchmarks hosts [HOSTS]     # per-host state of a limiter and a breaker
+//     swift run -c release Benchmarks soak [REQUESTS] [IN-FLIGHT]   # memory and threads over a long run, plain and kit
 //     swift run -c release Benchmarks profile N CONCURRENCY SECONDS   # configuration N alone, for perf
 //     scripts/bench-netem.sh       # over a veth pair with netem delay (1 and 20 ms round trip)
 //     scripts/bench-callgrind.sh   # instructions per request under callgrind
@@ -83,6 +84,17 @@ case "soak-refresh":
     run { try await SoakRefreshBenchmark.run(arguments) }
 case "lifetime":
     run { try await LifetimeBenchmark.run(iterations: 10_000) }
+case "soak":
+    do { try SoakMemoryBenchmark.run(Array(CommandLine.arguments.dropFirst(2))) } catch {
+        print("soak failed: \(error)")
+        exit(1)
+    }
+    exit(0)
+case "serve-oauth":
+    try SoakMemoryBenchmark.serve()
+case "soak-client":
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    run { try await SoakMemoryBenchmark.client(arguments) }
 case "hosts":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
     run { try await HostsBenchmark.run(arguments) }

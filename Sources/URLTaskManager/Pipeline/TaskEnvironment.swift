@@ -63,6 +63,37 @@ protocol TaskEnvironment: AnyObject, Sendable {
 /// The inner task of a transfer, as a task's machine keeps it: something to stop.
 protocol TransferHandle: AnyObject, Sendable {}
 
+/// A timer of the pipeline's runtime (``PipelineRuntime/at(_:_:)``), cancelled when what it
+/// bounds has ended, so that it does not outlive it.
+protocol PipelineTimer: Sendable {
+    func cancel()
+}
+
+/// A Dispatch timer source, cancelled once: when it fires, or when cancelled before. Its event
+/// handler holds it until then (Dispatch releases the handler on cancellation).
+final class DispatchPipelineTimer: PipelineTimer, @unchecked Sendable {  // `source` is guarded by `lock`.
+    private let lock = NSLock()
+    private var source: (any DispatchSourceTimer)?
+
+    init(deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) {
+        let source = DispatchSource.makeTimerSource(queue: .global())
+        self.source = source
+        source.schedule(deadline: deadline)
+        source.setEventHandler { [self] in
+            cancel()
+            work()
+        }
+        source.resume()
+    }
+
+    func cancel() {
+        lock.withLock {
+            defer { source = nil }
+            return source
+        }?.cancel()
+    }
+}
+
 extension URLSessionTask: TransferHandle {}
 
 /// Where the pipeline's storages run what is not theirs to run under a caller's thread: hops to
@@ -74,8 +105,10 @@ protocol PipelineRuntime: Sendable {
     /// Runs `work` soon on another thread (the caller may be the session's work queue, or a
     /// transport callback).
     func async(_ work: @escaping @Sendable () -> Void)
-    /// Runs `work` at `deadline` (a timer: it must check that its reason still holds).
-    func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void)
+    /// Runs `work` at `deadline` (a timer: it must check that its reason still holds), unless
+    /// the returned timer is cancelled first.
+    @discardableResult
+    func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) -> any PipelineTimer
     /// Runs `reactor`'s work once on `outcome`, then calls `finished` with how it went.
     /// Returns the Swift task it runs in.
     func react(
@@ -92,8 +125,13 @@ struct LiveRuntime: PipelineRuntime {
         DispatchQueue.global().async(execute: work)
     }
 
-    func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) {
-        DispatchQueue.global().asyncAfter(deadline: deadline, execute: work)
+    /// A timer source rather than `asyncAfter`, whose timer lives until its deadline whatever
+    /// happens: a task's timeouts (60 s by default) then outlived the task, two for each task
+    /// that waited, and a soak of 120,000 requests kept 357 B a request more than a plain
+    /// session. A cancelled source is released at once.
+    @discardableResult
+    func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) -> any PipelineTimer {
+        DispatchPipelineTimer(deadline: deadline, work)
     }
 
     func react(

@@ -32,6 +32,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// Whether the task's end or next attempt waits for its outcomes to be observed; guarded by
     /// `lock`.
     private var observation = OutcomeObservationStateMachine<TaskStateMachine.Completion, TaskStateMachine.ProceedAction>()
+    /// The timers armed for this task's waits, cancelled as it ends so none outlives it (a
+    /// request's timeout is 60 s by default); guarded by `lock`. Each checks, when it fires,
+    /// that the wait it bounds is still on (the machine's generations), so one that fires
+    /// anyway changes nothing.
+    private var timers: [any PipelineTimer] = []
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
         self.id = id
@@ -324,6 +329,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             work?.cancel()
         }
         observer?.completed(error: URLError(.cancelled))
+        cancelTimers()
         environment.taskEnded(self)
     }
 
@@ -372,7 +378,22 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             observer?.completed(error: error)
             sink.fail(error)
         }
+        cancelTimers()
         environment.taskEnded(self)
+    }
+
+    /// Arms a timer for one of the task's waits, kept to be cancelled when the task ends.
+    private func arm(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) {
+        let timer = environment.runtime.at(deadline, work)
+        lock.withLock { timers.append(timer) }
+    }
+
+    private func cancelTimers() {
+        let armed = lock.withLock {
+            defer { timers = [] }
+            return timers
+        }
+        for timer in armed { timer.cancel() }
     }
 
     /// Asks the caller's side about the challenge of `response` (a 401): a credential sends the
@@ -429,7 +450,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         let limit = policy?.maximumHoldSeconds.map { Duration.milliseconds(Int64($0 * 1_000)) } ?? environment.options.maximumHoldTime
         let interceptor = environment.interceptorComponents[index]
         let runtime = environment.runtime
-        runtime.at(runtime.now + limit.dispatchInterval) { [weak self] in
+        arm(runtime.now + limit.dispatchInterval) { [weak self] in
             guard let self else { return }
             let error = URLTaskError.holdTimedOut(interceptor, after: limit)
             perform(lock.withLock { machine.holdExpired(index: index, generation: generation, error: error) })
@@ -478,7 +499,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         let (interval, url) = lock.withLock { (machine.task.request.timeoutInterval, machine.task.request.url) }
         guard interval > 0, interval.isFinite else { return }
         let runtime = environment.runtime
-        runtime.at(runtime.now + interval) { [weak self] in
+        arm(runtime.now + interval) { [weak self] in
             guard let self, environment.admission.slotWaitExpired(self, generation: generation) else { return }
             failUnsent(URLError.timedOut(url: url))
         }
@@ -488,7 +509,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// (``TaskStateMachine/waitBegins()``).
     private func waitBegins() {
         guard let timer = lock.withLock({ machine.waitBegins() }) else { return }
-        environment.runtime.at(timer.deadline) { [weak self] in
+        arm(timer.deadline) { [weak self] in
             guard let self else { return }
             perform(
                 lock.withLock {

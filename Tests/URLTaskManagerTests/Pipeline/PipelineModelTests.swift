@@ -200,14 +200,22 @@ final class PipelineModelTests: XCTestCase {
 
         // MARK: PipelineRuntime
 
+        private struct ModelTimer: PipelineTimer {
+            func cancel() {}
+        }
+
         var now: DispatchTime { .now() }
 
         func async(_ work: @escaping @Sendable () -> Void) {
             schedule("hop", work)
         }
 
-        func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) {
+        /// The model fires timers whenever its seed says, cancelled or not: a storage must find
+        /// that the wait a late timer bounds is over.
+        @discardableResult
+        func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) -> any PipelineTimer {
             lock.withLock { timers.append(Item(label: "timer", work: work)) }
+            return ModelTimer()
         }
 
         func react(
