@@ -16,10 +16,6 @@ import FoundationNetworking
 import URLTaskManager
 import URLTaskResilience
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 enum HostsBenchmark {
     static func run(_ arguments: [String]) async throws {
         let hosts = arguments.first.flatMap(Int.init) ?? 200_000
@@ -43,10 +39,10 @@ enum HostsBenchmark {
             ),
         ]
         for configuration in configurations {
-            let before = residentKiB()
+            let before = ProcessStatus.residentKiBAfterTrim()
             var parts: [any URLTaskInterceptor & URLTaskOutcomeObserver]? = configuration.make()
             try await drive(hosts: hosts, through: parts!)
-            let after = residentKiB()
+            let after = ProcessStatus.residentKiBAfterTrim()
             parts = nil
             let growth = after - before
             print(
@@ -71,20 +67,5 @@ enum HostsBenchmark {
                 ? refused : .response(HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: nil)!)
             for part in parts { part.observe(outcome, of: task) }
         }
-    }
-
-    /// Resident memory in KiB after giving freed memory back to the system (glibc's
-    /// `malloc_trim(0)`, looked up at run time: the Glibc module does not export it).
-    private static func residentKiB() -> Int {
-        #if canImport(Glibc)
-        typealias Trim = @convention(c) (Int) -> Int32
-        if let process = dlopen(nil, RTLD_NOW), let symbol = dlsym(process, "malloc_trim") {
-            _ = unsafeBitCast(symbol, to: Trim.self)(0)
-        }
-        #endif
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
-        else { return -1 }
-        return Int(line.dropFirst(6).filter(\.isNumber)) ?? -1
     }
 }

@@ -19,15 +19,10 @@ enum LifetimeBenchmark {
 
         static var now: Reading {
             Reading(
-                residentKiB: field("VmRSS") ?? -1,
+                residentKiB: ProcessStatus.field("VmRSS") ?? -1,
                 descriptors: (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1)
         }
 
-        private static func field(_ name: String) -> Int? {
-            guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
-            let line = status.split(separator: "\n").first { $0.hasPrefix(name + ":") }
-            return line.flatMap { Int($0.dropFirst(name.count + 1).filter(\.isNumber)) }
-        }
     }
 
     static func run(iterations: Int) async throws {

@@ -124,7 +124,7 @@ enum SoakMemoryBenchmark {
             for await status in group {
                 done += 1
                 statuses[status, default: 0] += 1
-                if done % checkpoint == 0 { print("CHECK \(done) \(residentKiB()) \(threads())") }
+                if done % checkpoint == 0 { print("CHECK \(done) \(ProcessStatus.residentKiBAfterTrim()) \(ProcessStatus.threads)") }
                 if started < requests {
                     group.addTask { await fetch() }
                     started += 1
@@ -156,24 +156,5 @@ enum SoakMemoryBenchmark {
             line.append(chunk)
         }
         return (process, output, input, String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
-    }
-
-    private static func residentKiB() -> Int {
-        #if canImport(Glibc)
-        typealias Trim = @convention(c) (Int) -> Int32
-        if let process = dlopen(nil, RTLD_NOW), let symbol = dlsym(process, "malloc_trim") {
-            _ = unsafeBitCast(symbol, to: Trim.self)(0)
-        }
-        #endif
-        return statusField("VmRSS") ?? -1
-    }
-
-    private static func threads() -> Int { statusField("Threads") ?? -1 }
-
-    private static func statusField(_ name: String) -> Int? {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") })
-        else { return nil }
-        return Int(line.dropFirst(name.count + 1).filter(\.isNumber))
     }
 }
