@@ -80,9 +80,11 @@ public struct Redaction: Sendable, Hashable {
         self.init(names: Self.defaultNames.union(names), headers: Self.defaultHeaders.union(headers))
     }
 
-    /// Exactly these names and headers, besides the suffix rule (for ``CURLDescription/Options``,
-    /// whose sets already hold the defaults and may have been narrowed).
-    init(names: some Sequence<String>, headers: some Sequence<String>) {
+    /// Exactly these names and headers, the defaults not added (the name endings in
+    /// ``defaultNameSuffixes`` still count): for a redaction narrower than the defaults, and for
+    /// ``CURLDescription/Options``, whose sets already hold the defaults and may have been
+    /// changed.
+    public init(names: some Sequence<String>, headers: some Sequence<String>) {
         self.names = Set(names.map(Self.normalized))
         self.headers = Set(headers.map { $0.lowercased() })
     }
