@@ -16,7 +16,7 @@ extension Scenario {
         // DocC curl-interceptor: begin
         let manager = URLTaskManager(interceptors: [
             HeaderInterceptor(["Authorization": "Bearer s3cr3t-token"]),
-            CURLDescriptionInterceptor(options: .init(redactingQueryItems: ["api_key"])),  // last: it sees what the others left
+            CURLDescriptionInterceptor(options: .init(redactingQueryItems: ["tenant_ref"])),  // last: it sees what the others left
         ])
         let events = manager.events()  // subscribe before the first request
         let commands = Task {
@@ -29,11 +29,11 @@ extension Scenario {
         // DocC curl-interceptor: end
 
         // DocC curl-request: begin
-        var request = URLRequest(url: server.url("/orders?api_key=s3cr3t-key"))
+        var request = URLRequest(url: server.url("/orders?api_key=s3cr3t-key&tenant_ref=s3cr3t-tenant"))
         request.httpMethod = "POST"
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.httpBody = Data(#"{"item":"tea","note":"it's hot"}"#.utf8)
-        let command = CURLDescription(request, options: .init(redactingQueryItems: ["api_key"])).command
+        let command = CURLDescription(request, options: .init(redactingQueryItems: ["tenant_ref"])).command
         // DocC curl-request: end
         transcript.client("before sending: \(command)")
 
@@ -48,6 +48,7 @@ extension Scenario {
         try transcript.check(sent.contains("'Authorization: Bearer REDACTED'"), "the token is not redacted")
         try transcript.check(!command.contains("Authorization"), "before sending, the request had no Authorization yet")
         try transcript.check(sent.contains("api_key=REDACTED"), "the api_key is not redacted")
+        try transcript.check(sent.contains("tenant_ref=REDACTED"), "the name added to the options is not redacted")
         try transcript.check(!sent.contains("s3cr3t") && !command.contains("s3cr3t"), "a secret reached the command")
 
         // The command is a shell command: run as it is (secrets redacted), it sends the same body.

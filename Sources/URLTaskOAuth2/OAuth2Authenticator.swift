@@ -494,3 +494,15 @@ private final class PublishedCredential: @unchecked Sendable {  // `snapshot` is
         lock.withLock { snapshot = new }
     }
 }
+
+extension PublishedCredential.Snapshot: CustomReflectable {
+    /// The credential as its own mirror shows it; the `Authorization` value as its scheme only.
+    var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "credential": credential as Any, "authorization": authorization.map { _ in "Bearer REDACTED" } as Any,
+                "version": version, "settled": settled, "leeway": leeway,
+            ], displayStyle: .struct)
+    }
+}

@@ -316,14 +316,16 @@ public struct OAuth2TokenEndpoint: Sendable {
 }
 
 extension OAuth2TokenEndpoint: CustomStringConvertible, CustomDebugStringConvertible {
-    /// The URL, the client ID and how the client authenticates; never the client secret
-    /// (the synthesized description of a struct would print every stored property).
+    /// The URL (secrets redacted, see `Redaction`), the client ID and how the client
+    /// authenticates; never the client secret (the synthesized description of a struct would
+    /// print every stored property).
     public var description: String {
-        "OAuth2TokenEndpoint(url: \(url.absoluteString), clientID: \(clientID ?? "none"), clientSecret: \(clientSecret == nil ? "none" : "set"), "
+        "OAuth2TokenEndpoint(url: \(Redaction.standard.url(url)), clientID: \(clientID ?? "none"), clientSecret: \(clientSecret == nil ? "none" : "set"), "
             + "clientAuthentication: \(clientAuthentication))"
     }
 
-    /// The same as ``description``: `String(reflecting:)` and the debugger do not show the secret either.
+    /// The same as ``description``: `String(reflecting:)` does not show the secret either (nor
+    /// do `dump(_:)` and the debugger: see ``customMirror``).
     public var debugDescription: String { description }
 }
 

@@ -7,15 +7,17 @@ import FoundationNetworking
 /// bug report and replay what the app sent.
 ///
 /// It shows the method, the URL, every header of the request (sorted by name) and a small text
-/// body, each quoted for a POSIX shell. Redacted by default: the values of `Authorization`,
-/// `Cookie` and `Proxy-Authorization` (the scheme, such as `Bearer`, is kept), a password in
-/// the URL, and the query items and form fields that carry OAuth 2.0 secrets
-/// (``Options/defaultRedactedQueryItems``); add the names of your own secrets to
-/// ``Options/redactedQueryItems`` and ``Options/redactedHeaders``.
+/// body, each quoted for a POSIX shell, through the library's one ``Redaction``: by default
+/// the values of `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`, `X-API-Key`
+/// and any header with a secret-like name (the scheme, such as `Bearer`, is kept), the URL's
+/// user and password, and the query items, path parameters, form fields (whatever the body's
+/// declared `Content-Type`) and JSON members with secret-like names
+/// (``Redaction/defaultNames``: `access_token`, `api_key`, `password`, `session`...); add the
+/// names of your own secrets to ``Options/redactedQueryItems`` and ``Options/redactedHeaders``.
 ///
 /// ```swift
-/// let command = CURLDescription(request, options: .init(redactingQueryItems: ["api_key"]))
-/// print(command)  // curl 'https://api.example.com/items?api_key=REDACTED' -H 'Authorization: Bearer REDACTED'
+/// let command = CURLDescription(request, options: .init(redactingQueryItems: ["tenant"]))
+/// print(command)  // curl 'https://api.example.com/items?tenant=REDACTED' -H 'Authorization: Bearer REDACTED'
 /// ```
 ///
 /// For the request as a manager last sent it, after the interceptors, use
@@ -30,25 +32,24 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
 
     /// What is redacted, and how large a body may be to be shown.
     public struct Options: Sendable, Hashable {
-        /// Header names whose values are replaced by `REDACTED` (compared without case). The
+        /// Header names whose values are replaced by `REDACTED` (compared without case), besides
+        /// the headers whose names are secret-like (``Redaction/isSecret(headerName:)``). The
         /// scheme of an `Authorization`-like value (`Bearer`, `Basic`) is kept.
         public var redactedHeaders: Set<String>
-        /// Query item names whose values are replaced by `REDACTED` (compared without case), in
-        /// the URL and in an `application/x-www-form-urlencoded` body.
+        /// Names whose values are replaced by `REDACTED` (compared without case, `_`, `-` or
+        /// `.`) in the URL's query and path parameters and in a form or JSON body, besides the
+        /// names that end like a secret (``Redaction/defaultNameSuffixes``).
         public var redactedQueryItems: Set<String>
         /// The largest body shown, in bytes; a larger one, a binary one (not UTF-8, or holding
         /// control characters a terminal would interpret) or a stream is named but not shown.
         public var maximumBodySize: Int
 
-        /// `Authorization`, `Cookie` and `Proxy-Authorization`: the request headers that carry
-        /// credentials in every HTTP stack.
-        public static let defaultRedactedHeaders: Set<String> = ["Authorization", "Cookie", "Proxy-Authorization"]
-        /// The OAuth 2.0 parameters that are secrets wherever they appear (RFC 6749, RFC 7636,
-        /// RFC 8693): `access_token`, `refresh_token`, `id_token`, `client_secret`,
-        /// `password`, `code`, `code_verifier` and `subject_token`.
-        public static let defaultRedactedQueryItems: Set<String> = [
-            "access_token", "refresh_token", "id_token", "client_secret", "password", "code", "code_verifier", "subject_token",
-        ]
+        /// ``Redaction/defaultHeaders``: `Authorization`, `Proxy-Authorization`, `Cookie`,
+        /// `Set-Cookie` and `X-API-Key`.
+        public static let defaultRedactedHeaders: Set<String> = Redaction.defaultHeaders
+        /// ``Redaction/defaultNames``: the OAuth 2.0 parameters that are secrets wherever they
+        /// appear (RFC 6749, RFC 7636, RFC 8693), API keys, passwords, sessions and signatures.
+        public static let defaultRedactedQueryItems: Set<String> = Redaction.defaultNames
         /// 4 KiB: enough for a JSON request, small enough for a log line.
         public static let defaultMaximumBodySize = 4096
 
@@ -60,6 +61,9 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
             redactedQueryItems = Self.defaultRedactedQueryItems.union(redactingQueryItems)
             self.maximumBodySize = maximumBodySize
         }
+
+        /// The redaction these names make.
+        var redaction: Redaction { Redaction(names: redactedQueryItems, headers: redactedHeaders) }
     }
 
     /// The request as it stands, its `httpBody` as the body (an `httpBodyStream` is named, not read).
@@ -75,12 +79,8 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
     /// The command line.
     public var description: String { command }
 
-    /// What replaces a secret.
-    static let redacted = "REDACTED"
-
     private static func render(_ request: URLRequest, body: URLTaskBody, options: Options) -> String {
-        let redactedHeaders = Set(options.redactedHeaders.map { $0.lowercased() })
-        let redactedItems = Set(options.redactedQueryItems.map { $0.lowercased() })
+        let redaction = options.redaction
         var parts = ["curl"]
         let method = request.httpMethod ?? "GET"
         let hasBody: Bool
@@ -90,10 +90,10 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
         } else if method != "GET" || hasBody {
             parts.append("-X \(quoted(method))")
         }
-        parts.append(quoted(redactedURL(request.url, items: redactedItems)))
+        parts.append(quoted(redaction.url(request.url)))
         let headers = (request.allHTTPHeaderFields ?? [:]).sorted { $0.key.lowercased() < $1.key.lowercased() }
         for (name, value) in headers {
-            let shown = redactedHeaders.contains(name.lowercased()) ? redactedHeaderValue(value) : value
+            let shown = redaction.headerValue(value, name: name)
             parts.append("-H \(quoted("\(name): \(shown)"))")
         }
         switch body {
@@ -105,9 +105,8 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
             parts.append("# body not shown: a stream")
         case .data(let data):
             if let text = shownText(data, maximum: options.maximumBodySize) {
-                let isForm =
-                    request.value(forHTTPHeaderField: "Content-Type")?.lowercased().hasPrefix("application/x-www-form-urlencoded") ?? false
-                parts.append("--data-binary \(quoted(isForm ? redactedForm(text, items: redactedItems) : text))")
+                // Whatever its declared type: URLSession sends a form without a Content-Type.
+                parts.append("--data-binary \(quoted(redaction.text(text)))")
             } else {
                 parts.append("# body not shown: \(data.count) bytes")
             }
@@ -130,39 +129,6 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
             (scalar.value < 0x20 && !allowed.contains(scalar)) || scalar.value == 0x7f || (0x80...0x9f).contains(scalar.value)
         }
         return binary ? nil : text
-    }
-
-    /// A credential-carrying header value with its scheme kept: `Bearer REDACTED`.
-    private static func redactedHeaderValue(_ value: String) -> String {
-        let words = value.split(separator: " ", maxSplits: 1)
-        if words.count == 2, words[0].allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" }) {
-            return "\(words[0]) \(redacted)"
-        }
-        return redacted
-    }
-
-    /// The URL with the password and the named query items' values redacted, and no fragment
-    /// (it is never sent).
-    private static func redactedURL(_ url: URL?, items: Set<String>) -> String {
-        guard let url else { return "" }
-        guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url.absoluteString }
-        parts.fragment = nil
-        if parts.password != nil { parts.percentEncodedPassword = redacted }
-        if let query = parts.percentEncodedQuery {
-            parts.percentEncodedQuery = redactedForm(query, items: items)
-        }
-        return parts.string ?? url.absoluteString
-    }
-
-    /// `name=value&...` with the named fields' values redacted; everything else as it was.
-    private static func redactedForm(_ text: String, items: Set<String>) -> String {
-        text.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
-            let pieces = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let name = String(pieces[0])
-            let decoded = (name.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? name).lowercased()
-            guard pieces.count == 2, items.contains(decoded) else { return String(pair) }
-            return "\(name)=\(redacted)"
-        }.joined(separator: "&")
     }
 }
 

@@ -151,17 +151,9 @@ extension URLTaskEvent.Kind {
 }
 
 extension URLTaskEvent {
-    /// `url` without its query, fragment or user info: where a token could hide.
+    /// `url` without its query, fragment or user info (where a token could hide), and with its
+    /// secret path parameters (`;jsessionid=`) redacted: ``Redaction/standard``'s location.
     static func redacted(_ url: URL?) -> URL? {
-        guard let url else { return nil }
-        // Most URLs carry none of these: they are not parsed into components (about 13,000
-        // instructions on corelibs, for every task an events reader sees).
-        if url.query == nil, url.fragment == nil, url.user == nil, url.password == nil, url.baseURL == nil { return url }
-        guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return nil }
-        parts.query = nil
-        parts.fragment = nil
-        parts.user = nil
-        parts.password = nil
-        return parts.url
+        Redaction.standard.location(of: url)
     }
 }

@@ -132,3 +132,18 @@ extension HeaderInterceptor: SynchronousInterceptor {
         return .execute
     }
 }
+
+extension HeaderInterceptor: CustomReflectable {
+    /// What `dump(_:)` and the debugger show: each header's name and its value, redacted when
+    /// the header carries a secret (``Redaction/isSecret(headerName:)``: an API key set here is
+    /// not shown), a computed value as `<computed>`.
+    public var customMirror: Mirror {
+        let shown = fields.map { field -> (name: String, value: String) in
+            switch field.value {
+            case .fixed(let value): (field.name.spelled, Redaction.standard.headerValue(value, name: field.name.spelled))
+            case .computed: (field.name.spelled, "<computed>")
+            }
+        }
+        return Mirror(self, children: ["fields": shown, "conflict": conflict], displayStyle: .struct)
+    }
+}

@@ -53,19 +53,13 @@ public struct ResponseValidation: Sendable, Equatable, Codable {
     /// The most of a rejected body an error keeps.
     static let bodyPrefixLimit = 512
 
-    /// `body` cut to ``bodyPrefixLimit`` with the values of known secret fields masked (JSON
-    /// members and form fields named like OAuth2's tokens, secrets and codes): a server that
-    /// echoes a token in its error page must not put it in an app's logs.
+    /// `body` cut to ``bodyPrefixLimit`` with the values of secret fields masked by
+    /// ``Redaction/standard`` (JSON members, to their real end, and `name=value` pairs with
+    /// secret-like names): a server that echoes a token in its error page must not put it in
+    /// an app's logs.
     static func safePrefix(of body: Data) -> Data {
         let prefix = body.prefix(bodyPrefixLimit)
-        guard var text = String(data: prefix, encoding: .utf8) else { return Data() }
-        for name in CURLDescription.Options.defaultRedactedQueryItems {
-            text = text.replacingOccurrences(
-                of: "(\"\(name)\"\\s*:\\s*\")[^\"]*", with: "$1\(CURLDescription.redacted)",
-                options: [.regularExpression, .caseInsensitive])
-            text = text.replacingOccurrences(
-                of: "((^|[&?\\s])\(name)=)[^&\\s]*", with: "$1\(CURLDescription.redacted)", options: [.regularExpression, .caseInsensitive])
-        }
-        return Data(text.utf8)
+        guard let text = String(data: prefix, encoding: .utf8) else { return Data() }
+        return Data(Redaction.standard.text(text).utf8)
     }
 }

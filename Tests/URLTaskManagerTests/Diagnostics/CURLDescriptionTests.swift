@@ -25,9 +25,10 @@ final class CURLDescriptionTests: XCTestCase {
 
         XCTAssertEqual(
             command,
-            #"curl -X 'POST' 'https://user:REDACTED@api.example.com/items?api_key=REDACTED&page=2' -H 'Authorization: Bearer REDACTED' "#
+            #"curl -X 'POST' 'https://REDACTED:REDACTED@api.example.com/items?api_key=REDACTED&page=2' -H 'Authorization: Bearer REDACTED' "#
                 + #"-H 'Content-Type: application/json' -H 'Cookie: REDACTED' --data-binary '{"name":"it'\''s"}'"#)
         XCTAssertFalse(command.contains("tok-123") || command.contains("k-123") || command.contains("pa55") || command.contains("abc"))
+        XCTAssertFalse(command.contains("user"), "a URL's user may be a token (git hosts, Stripe)")
     }
 
     func testFormBodiesHaveTheirSecretFieldsRedactedByDefault() {
