@@ -53,7 +53,7 @@ public final class OfflineHold: URLTaskReactor {
         /// passes. Negative counts as zero, and anything beyond 100 years (as a `timeoutInterval`
         /// of 1e300 s or infinity) as 100 years.
         public var maximumHold: Duration?
-        /// How many times one request may be held; zero or less holds none.
+        /// How many times one request may be held; below 1 counts as 1.
         public var maximumHoldsPerTask: Int
         /// Requests never held.
         public var exempts: @Sendable (URLRequest) -> Bool
