@@ -64,7 +64,7 @@ final class ExtremeInputTests: XCTestCase {
                     let configuration = URLTaskReactorConfiguration(
                         mode: .singleFlight(loopGuard: .init(maximumRuns: runs, window: .seconds(Int64.max)), afterwards: .sendAgain),
                         timeout: timeout, maximumReactionsPerTask: reactions)
-                    let manager = URLTaskManager(reactors: [Unauthorized(configuration: configuration)])
+                    let manager = URLTaskManager(reactors: [Unauthorized(configuration: configuration, work: url("/ok"))])
                     defer { manager.invalidateAndCancel() }
                     let result = await fetched(manager.session, URLRequest(url: url("/once", ["n": "r\(round)", "s": "401"])))
                     // Sent again after the reaction, or a typed error (too many reactions, a loop,
@@ -278,16 +278,27 @@ final class ExtremeInputTests: XCTestCase {
     }
 }
 
-/// Reacts to a 401 by doing nothing, so the task is sent again.
+/// Reacts to a 401 by asking `work` (when set) over HTTP, so its run takes a moment and its
+/// deadline's timer starts, then has the task sent again.
 private struct Unauthorized: URLTaskReactor {
     let configuration: URLTaskReactorConfiguration
+    var work: URL?
+    /// One session for every run.
+    private static let session = URLSession(configuration: .ephemeral)
 
     func shouldReact(to outcome: URLTaskOutcome, of task: URLTask) -> Bool {
         if case .response(let response) = outcome { return response.statusCode == 401 }
         return false
     }
 
-    func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {}
+    func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
+        guard let work else { return }
+        // Not cancelled with the run: corelibs traps when an async data task is cancelled as a
+        // reactor's timeout cancels its work; the run's deadline leaves it to finish.
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Self.session.dataTask(with: work) { _, _, _ in done.resume() }.resume()
+        }
+    }
 }
 
 /// A component's events, read as they come.
