@@ -85,14 +85,18 @@ final class OAuth2InputTests: XCTestCase {
         let api = try OAuthServer()
         defer { api.shutdown() }
         let wrong = OAuth2TokenEndpoint(url: api.server.url("/oauth/tokn"), clientID: "tests")
-        api.server.route("POST", "/oauth/tokn") { _ in ServerResponse(status: 404, headers: ["Content-Type": "text/html"], body: .data(Data("<h1>404</h1>".utf8))) }
+        api.server.route("POST", "/oauth/tokn") { _ in
+            ServerResponse(status: 404, headers: ["Content-Type": "text/html"], body: .data(Data("<h1>404</h1>".utf8)))
+        }
         let store = InMemoryCredentialStore(api.credential(access: "stale", expiresIn: -10))
         let auth = OAuth2Authenticator(origins: [api.baseURL], tokenEndpoint: wrong, store: store)
-        let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
         defer { manager.invalidateAndCancel() }
         let result = await fetched(manager.session, URLRequest(url: api.apiURL("/me")))
         let underlying = result.taskError?.underlying as? OAuth2Error
-        XCTAssertEqual(underlying, .notATokenEndpoint(url: api.server.url("/oauth/tokn"), status: 404, mediaType: "text/html"), result.label)
+        XCTAssertEqual(
+            underlying, .notATokenEndpoint(url: api.server.url("/oauth/tokn"), status: 404, mediaType: "text/html"), result.label)
         XCTAssertEqual(underlying?.isConfigurationError, true)
         let kept = try await store.load()
         XCTAssertNotNil(kept, "a configuration error does not end the session")
@@ -101,15 +105,18 @@ final class OAuth2InputTests: XCTestCase {
     /// `expires_in` at its extremes in a real token answer: clamped to ten years or refused with
     /// a typed error, never a trap.
     func testExpiresInExtremesOverHTTP() async throws {
-        let values = ["1e300", "-1e300", "0", "-1", "9223372036854775807", "9223372036854775808", "1e-300", "\"NaN\"", "\"inf\"",
-            "\"1e400\"", "null", "true"]
+        let values = [
+            "1e300", "-1e300", "0", "-1", "9223372036854775807", "9223372036854775808", "1e-300", "\"NaN\"", "\"inf\"",
+            "\"1e400\"", "null", "true",
+        ]
         for (index, value) in values.enumerated() {
             server.route("POST", "/token\(index)") { _ in
                 .json(Data(#"{"access_token":"a","token_type":"Bearer","expires_in":\#(value)}"#.utf8))
             }
             let endpoint = OAuth2TokenEndpoint(url: server.url("/token\(index)"))
             do {
-                let credential = try await endpoint.refresh(OAuth2Credential(accessToken: "old", refreshToken: "r", expiresAt: .distantPast))
+                let credential = try await endpoint.refresh(
+                    OAuth2Credential(accessToken: "old", refreshToken: "r", expiresAt: .distantPast))
                 if value == "null" {
                     XCTAssertEqual(credential.expiresAt, .distantFuture, "left out: renewed when a 401 says so")
                 } else {
@@ -129,9 +136,11 @@ final class OAuth2InputTests: XCTestCase {
         for duration in [Duration.seconds(Int64.max), .seconds(Int64.min), .seconds(1e16), .zero] {
             let endpoint = OAuth2TokenEndpoint(url: api.tokenURL, clientID: "tests", timeout: duration)
             let auth = OAuth2Authenticator(
-                origins: [api.baseURL], tokenEndpoint: endpoint, store: InMemoryCredentialStore(api.credential(access: "stale", expiresIn: 30)),
+                origins: [api.baseURL], tokenEndpoint: endpoint,
+                store: InMemoryCredentialStore(api.credential(access: "stale", expiresIn: 30)),
                 refreshLeeway: duration, refreshBackoff: duration)
-            let manager = URLTaskManager(interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+            let manager = URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
             defer { manager.invalidateAndCancel() }
             let result = await fetched(manager.session, URLRequest(url: api.apiURL("/me")))
             // A zero or negative timeout ends the token request at once: `URLError.timedOut`.

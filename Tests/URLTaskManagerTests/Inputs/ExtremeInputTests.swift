@@ -139,7 +139,8 @@ final class ExtremeInputTests: XCTestCase {
     func testRetryPolicyExtremes() {
         let longest = Duration.seconds(3_155_760_000)
         let answer = URLTaskOutcome.response(
-            HTTPURLResponse(url: url("/x"), statusCode: 503, httpVersion: "HTTP/1.1", headerFields: ["Retry-After": "99999999999999999999"])!)
+            HTTPURLResponse(
+                url: url("/x"), statusCode: 503, httpVersion: "HTTP/1.1", headerFields: ["Retry-After": "99999999999999999999"])!)
         for base in Self.hugeDurations {
             for maximum in Self.hugeDurations {
                 for multiplier in Self.hugeDoubles {
@@ -184,7 +185,8 @@ final class ExtremeInputTests: XCTestCase {
     func testRateLimiterRateExtremes() async throws {
         for rate in Self.hugeDoubles {
             for burst in [Int.min, 0, 1, Int.max] {
-                let limiter = RateLimiter(policy: .init(rate: rate, burst: burst, maximumQueueLength: Int.max, maximumPause: .seconds(Int64.max)))
+                let limiter = RateLimiter(
+                    policy: .init(rate: rate, burst: burst, maximumQueueLength: Int.max, maximumPause: .seconds(Int64.max)))
                 let manager = URLTaskManager(interceptors: [limiter])
                 defer { manager.invalidateAndCancel() }
                 let first = await fetched(manager.session, URLRequest(url: url("/ok"), timeoutInterval: 1))

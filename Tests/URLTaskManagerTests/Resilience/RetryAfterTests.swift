@@ -67,7 +67,9 @@ final class RetryAfterTests: XCTestCase {
 
     /// An absurd `now` (the caller's) is no trap either.
     func testAnAbsurdNowIsNoTrap() {
-        for now in [Date(timeIntervalSince1970: .nan), Date(timeIntervalSince1970: 1e300), Date(timeIntervalSince1970: -1e300), .distantFuture] {
+        for now in [
+            Date(timeIntervalSince1970: .nan), Date(timeIntervalSince1970: 1e300), Date(timeIntervalSince1970: -1e300), .distantFuture,
+        ] {
             _ = RetryAfter(headerValue: "Sunday, 06-Nov-94 08:49:47 GMT", now: now)
             _ = RetryAfter(headerValue: "Sun, 06 Nov 1994 08:49:47 GMT", now: now)
         }
