@@ -184,7 +184,7 @@ final class ExtremeInputTests: XCTestCase {
     /// converting 1e300 s); infinity limits nothing.
     func testRateLimiterRateExtremes() async throws {
         for rate in Self.hugeDoubles {
-            for burst in [Int.min, 0, 1, Int.max] {
+            for burst in [Int.min, Int.max] {
                 let limiter = RateLimiter(
                     policy: .init(rate: rate, burst: burst, maximumQueueLength: Int.max, maximumPause: .seconds(Int64.max)))
                 let manager = URLTaskManager(interceptors: [limiter])
