@@ -4,6 +4,8 @@ extension URLTaskManager {
         /// The longest a task may wait in an interceptor's batch. A task held longer fails with
         /// ``URLTaskError/Code-swift.struct/holdTimedOut``: URLSession's own timeouts do not
         /// run while a task is held, so without this a forgotten batch would hang its callers.
+        /// Negative counts as zero (the task fails at once), and anything beyond 100 years as
+        /// 100 years.
         public var maximumHoldTime: Duration
 
         /// The largest `httpBodyStream` body kept so the task can be sent again.
@@ -13,13 +15,15 @@ extension URLTaskManager {
         /// read into memory before the first send (off URLSession's queues) and replayed byte
         /// for byte on every resend. A larger stream is sent once as it is, streamed; if it must
         /// be resent the task fails with ``URLTaskError/Code-swift.struct/bodyNotReplayable`` rather than
-        /// send an empty or partial body. `Data` and file bodies are always replayable.
+        /// send an empty or partial body. `Data` and file bodies are always replayable. Zero or
+        /// less keeps no stream body.
         public var maximumReplayableBodySize: Int
 
         /// How many requests to one host the manager hands to URLSession at once, when it has
         /// a reactor that holds new tasks (``URLTaskReactorConfiguration/Mode/refresh(loopGuard:)``, as
         /// ``URLTaskReactorConfiguration/authentication`` does). `nil`, the default, uses the
-        /// configuration's `httpMaximumConnectionsPerHost`.
+        /// configuration's `httpMaximumConnectionsPerHost`. Zero or less (here or there) keeps no
+        /// queue of the manager's: URLSession queues the requests, as without such a reactor.
         ///
         /// URLSession sends that many requests to a host at once and queues the rest inside
         /// itself, their headers already applied. When a 401 starts a token refresh, requests
@@ -45,7 +49,8 @@ extension URLTaskManager {
         /// of the request itself; gathered for 20 ms, 0.02 to 0.08 ms (medians of 5 runs, from
         /// sequential to 1,000 concurrent requests; `swift run -c release Benchmarks`, "with an
         /// events reader"). Events are for logs and metrics; shorten the window where a reader
-        /// must see an event sooner.
+        /// must see an event sooner. Negative counts as zero and anything beyond 60 seconds as
+        /// 60 seconds: a window that never closed would keep every event and hand none over.
         public var eventBatchWindow: Duration?
 
         /// Creates options; every parameter has a sensible default.

@@ -74,7 +74,9 @@ public struct URLTaskPolicy: Sendable, Equatable {
     /// The answers this request accepts, instead of ``URLTaskManager/Options/responseValidation``.
     public var responseValidation: ResponseValidation?
     /// The longest a batch may hold this request, instead of
-    /// ``URLTaskManager/Options/maximumHoldTime``, in seconds.
+    /// ``URLTaskManager/Options/maximumHoldTime``, in seconds. Any value is safe: negative and NaN
+    /// count as zero (the task fails with ``URLTaskError/Code-swift.struct/holdTimedOut`` at
+    /// once), and anything beyond 100 years (infinity included) as 100 years.
     public var maximumHoldSeconds: Double?
 
     /// A policy; every part defaults to "as the manager does".
@@ -82,7 +84,7 @@ public struct URLTaskPolicy: Sendable, Equatable {
     ///   - interceptors: Interceptor types this request skips (every interceptor of such a type).
     ///   - reactors: Reactor types that never see this request's outcome.
     ///   - responseValidation: The answers it accepts.
-    ///   - maximumHoldTime: The longest a batch may hold it.
+    ///   - maximumHoldTime: The longest a batch may hold it; clamped as ``maximumHoldSeconds`` says.
     ///   - added: Interceptor and reactor types this request adds: the manager's
     ///     ``PerRequestInterceptor`` or ``PerRequestReactor`` wrapping that type acts for it.
     public init(
@@ -182,7 +184,9 @@ public struct URLTaskPolicy: Sendable, Equatable {
             self.skippedReactors = parts(policy.skippedReactors)
             self.added = parts(policy.added)
             self.responseValidation = policy.responseValidation
-            self.maximumHoldSeconds = policy.maximumHoldSeconds
+            // Clamped here too: JSON has no NaN or infinity, and 0.2.0 dropped such a policy
+            // whole (the encoder threw) instead of holding as it says.
+            self.maximumHoldSeconds = policy.maximumHoldSeconds.map { Duration(clampingSeconds: $0).seconds }
         }
 
         /// The policy, if this process wrote it and every identity reads.

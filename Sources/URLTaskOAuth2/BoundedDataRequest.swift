@@ -40,7 +40,7 @@ extension URLSession {
                 }
                 bounded.perform(bounded.locked { $0.started(task, continuation: continuation) })
                 if let deadline {
-                    DispatchQueue.global().asyncAfter(deadline: .now() + deadline / .seconds(1)) {
+                    DispatchQueue.global().asyncAfter(deadline: .now() + deadline.clampedWait / .seconds(1)) {
                         bounded.perform(bounded.locked { $0.deadlinePassed() })
                     }
                 }

@@ -32,6 +32,23 @@ import FoundationNetworking
 /// The code is bound to the verifier: someone who intercepts the redirect (another app
 /// registered for the same scheme) cannot exchange the code without it. The ``tokenEndpoint``'s
 /// `clientID` is the `client_id` of both requests.
+///
+/// **One exchange per attempt.** An attempt's code is exchanged at most once: a second callback
+/// for the same attempt (a double delivery, a replayed redirect, a second tap) fails with
+/// ``OAuth2AuthorizationError/attemptAlreadyExchanged`` and sends no token request, whether the
+/// first exchange succeeded, failed or is still running. A server that sees a code twice must
+/// refuse it and should revoke the tokens it issued for it (RFC 6749 §4.1.2), so a second
+/// exchange could cost the sign-in that just succeeded. Copies of an attempt share this; an
+/// attempt rebuilt with ``OAuth2AuthorizationRequest/init(url:state:codeVerifier:redirectURI:)``
+/// (after a relaunch) is a new one.
+///
+/// **The issuer (RFC 9207).** Give ``issuer`` and a callback's `iss` parameter must equal it
+/// (simple string comparison, RFC 9207 §2.4), or the callback fails with
+/// ``OAuth2AuthorizationError/issuerMismatch(expected:received:)`` before anything is exchanged:
+/// it defends a client of several authorization servers against a mix-up attack, where one
+/// server's callback is made to look like another's. A callback without `iss` is accepted
+/// unless ``requiresIssuer`` says the server always sends it (its metadata's
+/// `authorization_response_iss_parameter_supported`).
 public struct OAuth2AuthorizationCodeFlow: Sendable {
     /// The authorization endpoint the browser is sent to.
     public var authorizationEndpoint: URL
@@ -42,6 +59,13 @@ public struct OAuth2AuthorizationCodeFlow: Sendable {
     public var redirectURI: URL
     /// The scope asked for, if any.
     public var scope: String?
+    /// The authorization server's issuer identifier (its metadata's `issuer`), which a callback's
+    /// `iss` parameter must equal (RFC 9207); `nil` checks no `iss`.
+    public var issuer: String?
+    /// Whether a callback must carry `iss` (the server's metadata says
+    /// `authorization_response_iss_parameter_supported`): one without it then fails with
+    /// ``OAuth2AuthorizationError/issuerMismatch(expected:received:)``. Needs ``issuer``.
+    public var requiresIssuer: Bool
 
     /// Describes the flow of one client.
     ///
@@ -50,11 +74,18 @@ public struct OAuth2AuthorizationCodeFlow: Sendable {
     ///   - tokenEndpoint: The token endpoint, with the client's `clientID`.
     ///   - redirectURI: The redirect URI registered for the client.
     ///   - scope: The scope to ask for.
-    public init(authorizationEndpoint: URL, tokenEndpoint: OAuth2TokenEndpoint, redirectURI: URL, scope: String? = nil) {
+    ///   - issuer: The server's issuer identifier, which a callback's `iss` must equal (RFC 9207).
+    ///   - requiresIssuer: Whether a callback without `iss` is refused.
+    public init(
+        authorizationEndpoint: URL, tokenEndpoint: OAuth2TokenEndpoint, redirectURI: URL, scope: String? = nil, issuer: String? = nil,
+        requiresIssuer: Bool = false
+    ) {
         self.authorizationEndpoint = authorizationEndpoint
         self.tokenEndpoint = tokenEndpoint
         self.redirectURI = redirectURI
         self.scope = scope
+        self.issuer = issuer
+        self.requiresIssuer = requiresIssuer
     }
 
     /// A new sign-in attempt: a fresh `state` and code verifier, and the URL to open.
@@ -88,13 +119,22 @@ public struct OAuth2AuthorizationCodeFlow: Sendable {
     ///
     /// Checked in this order: the callback is for the ``redirectURI`` (scheme, host, port and
     /// path), its `state` is the request's (else ``OAuth2AuthorizationError/stateMismatch``, even
-    /// for an error answer, which could be forged), an `error` parameter becomes
-    /// ``OAuth2AuthorizationError/authorizationFailed(error:description:)``, and there is a `code`.
+    /// for an error answer, which could be forged), its `iss` is the ``issuer`` (RFC 9207; else
+    /// ``OAuth2AuthorizationError/issuerMismatch(expected:received:)``, error answers included),
+    /// an `error` parameter becomes ``OAuth2AuthorizationError/authorizationFailed(error:description:)``,
+    /// and there is a `code`. Reading a code uses nothing up: ``exchange(code:for:)`` does.
     public func authorizationCode(from callback: URL, for request: OAuth2AuthorizationRequest) throws -> String {
         guard Self.sameEndpoint(callback, request.redirectURI) else { throw OAuth2AuthorizationError.redirectMismatch }
         let fields = Self.queryFields(of: callback)
         guard let state = fields["state"], Self.constantTimeEqual(state, request.state) else {
             throw OAuth2AuthorizationError.stateMismatch
+        }
+        if let issuer {
+            let received = fields["iss"]
+            // RFC 9207 §2.4: a simple string comparison, before the answer is processed.
+            if received.map({ $0 != issuer }) ?? requiresIssuer {
+                throw OAuth2AuthorizationError.issuerMismatch(expected: issuer, received: received)
+            }
         }
         if let error = fields["error"] {
             throw OAuth2AuthorizationError.authorizationFailed(error: error, description: fields["error_description"])
@@ -106,9 +146,11 @@ public struct OAuth2AuthorizationCodeFlow: Sendable {
     /// Exchanges `code` and the request's verifier for a credential at the token endpoint
     /// (`grant_type=authorization_code`, RFC 6749 §4.1.3, RFC 7636 §4.5). A code that is wrong,
     /// used before or bound to another verifier is ``OAuth2Error/tokenRequestRejected(status:error:description:)``
-    /// with `invalid_grant`.
+    /// with `invalid_grant`. Once per attempt: a second call for `request` (or a copy of it)
+    /// throws ``OAuth2AuthorizationError/attemptAlreadyExchanged`` and sends nothing.
     public func exchange(code: String, for request: OAuth2AuthorizationRequest) async throws -> OAuth2Credential {
-        try await tokenEndpoint.requestToken([
+        guard request.exchanges.exchangeRequested() else { throw OAuth2AuthorizationError.attemptAlreadyExchanged }
+        return try await tokenEndpoint.requestToken([
             "grant_type": "authorization_code",
             "code": code,
             "redirect_uri": request.redirectURI.absoluteString,
@@ -176,6 +218,9 @@ public struct OAuth2AuthorizationRequest: Sendable, Hashable, CustomStringConver
     public let codeVerifier: String
     /// The redirect URI the URL names, which the exchange repeats.
     public let redirectURI: URL
+    /// Whether this attempt was exchanged: shared by its copies, so that one attempt is
+    /// exchanged once (see ``OAuth2AuthorizationCodeFlow``). Not part of equality.
+    let exchanges = AuthorizationAttemptStorage()
 
     /// The S256 challenge sent in the URL: `BASE64URL(SHA256(codeVerifier))`.
     public var codeChallenge: String { Self.challenge(for: codeVerifier) }
@@ -186,6 +231,19 @@ public struct OAuth2AuthorizationRequest: Sendable, Hashable, CustomStringConver
         self.state = state
         self.codeVerifier = codeVerifier
         self.redirectURI = redirectURI
+    }
+
+    /// Equal when every public value is: whether either was exchanged plays no part.
+    public static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.url == rhs.url && lhs.state == rhs.state && lhs.codeVerifier == rhs.codeVerifier && lhs.redirectURI == rhs.redirectURI
+    }
+
+    /// By the public values, as ``==(_:_:)`` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(url)
+        hasher.combine(state)
+        hasher.combine(codeVerifier)
+        hasher.combine(redirectURI)
     }
 
     /// The URL to open; never the code verifier.
@@ -216,6 +274,16 @@ public enum OAuth2AuthorizationError: Error, Sendable, Equatable, CustomStringCo
     /// Whether the user declined (`access_denied`): show the sign-in screen again, not an error.
     public var userDeclined: Bool { errorCode == "access_denied" }
 
+    /// The attempt's code was already exchanged (or its exchange is under way): a second
+    /// callback, or a replayed one, for the same attempt. No token request was sent. Start a new
+    /// attempt if the user must sign in again.
+    case attemptAlreadyExchanged
+    /// The callback's `iss` is not the flow's ``OAuth2AuthorizationCodeFlow/issuer``, or is
+    /// missing where ``OAuth2AuthorizationCodeFlow/requiresIssuer`` says it must be there
+    /// (`received` is then `nil`): the answer may come from another authorization server (a
+    /// mix-up attack, RFC 9207). Nothing was exchanged. `received` is the callback's text.
+    case issuerMismatch(expected: String, received: String?)
+
     /// The server's error code, if the server answered with one.
     public var errorCode: String? {
         guard case .authorizationFailed(let error, _) = self else { return nil }
@@ -229,6 +297,11 @@ public enum OAuth2AuthorizationError: Error, Sendable, Equatable, CustomStringCo
         case .stateMismatch: "The callback's state does not match the sign-in attempt"
         case .redirectMismatch: "The callback is not for the flow's redirect URI"
         case .missingCode: "The callback carries no authorization code"
+        case .attemptAlreadyExchanged: "The sign-in attempt's code was already exchanged; nothing was sent"
+        case .issuerMismatch(let expected, let received):
+            received == nil
+                ? "The callback carries no iss parameter, which \(expected) always sends; nothing was exchanged"
+                : "The callback's iss parameter is not \(expected); nothing was exchanged"
         case .authorizationFailed(let error, _):
             "The authorization server refused"
                 + (OAuth2Error.registeredErrorCodes.contains(error) ? ": \(error)" : " with an unregistered error code")

@@ -24,6 +24,15 @@ public enum OAuth2Error: Error, Sendable, Equatable {
     /// response: no `access_token`, another `token_type`, or an `expires_in` that is not a
     /// positive number of seconds.
     case invalidTokenResponse(reason: String)
+    /// What answered at the token endpoint's URL is not a token endpoint: a 404 or a 405, or an
+    /// answer that is not JSON (an HTML page, plain text) with a 2xx or 4xx status. The URL is
+    /// wrong (a typo, a path of another server's layout, the authorization endpoint), or the
+    /// server takes no `POST` there. A configuration error (``isConfigurationError``): signing
+    /// in again would fail the same way. `url` is the endpoint's, without its query, user,
+    /// password or fragment; `mediaType` is the answer's `Content-Type` without parameters, if
+    /// it had one. A 5xx page from a proxy (a 502 in HTML) stays a temporary
+    /// ``tokenRequestRejected(status:error:description:)``.
+    case notATokenEndpoint(url: URL, status: Int, mediaType: String?)
 
     /// The `error` code the token endpoint answered with, as it sent it (RFC 6749 §5.2), or
     /// `nil`. The server chose this text: it may echo anything the request carried, so log it
@@ -69,7 +78,7 @@ public enum OAuth2Error: Error, Sendable, Equatable {
         switch self {
         case .notSignedIn, .noRefreshToken: true
         case .tokenRequestRejected(let status, let error, _): (400..<500).contains(status) && error == "invalid_grant"
-        case .invalidTokenResponse: false
+        case .invalidTokenResponse, .notATokenEndpoint: false
         }
     }
 
@@ -84,7 +93,9 @@ public enum OAuth2Error: Error, Sendable, Equatable {
     /// (RFC 6749 §5.2). A 400 without a code is neither this nor ``requiresSignIn``: it is
     /// treated as temporary. The authenticator does not end the session on a configuration
     /// error, so a fix on the server's side is picked up by the next request.
+    /// ``notATokenEndpoint(url:status:mediaType:)`` counts: the URL is wrong.
     public var isConfigurationError: Bool {
+        if case .notATokenEndpoint = self { return true }
         guard case .tokenRequestRejected(let status, let error, _) = self else { return false }
         if let error, Self.configurationErrorCodes.contains(error) { return true }
         return status == 401 && error != "invalid_grant"
@@ -110,6 +121,11 @@ extension OAuth2Error: CustomStringConvertible, LocalizedError {
                     ? " (a client configuration problem: check the client ID, secret, authentication method, grant and scope)" : "")
         case .invalidTokenResponse(let reason):
             "The token endpoint's answer is not a bearer token: \(reason)"
+        case .notATokenEndpoint(let url, let status, let mediaType):
+            "\(url.absoluteString) is not a token endpoint: it answered \(status)"
+                + (status == 404 || status == 405 ? "" : mediaType.map { " with \($0), not JSON" } ?? " with a body that is not JSON")
+                + " (a client configuration problem: check the token endpoint URL, for example the `token_endpoint` of the"
+                + " server's metadata, and that it accepts POST)"
         }
     }
 

@@ -65,7 +65,9 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// fails with `URLError.timedOut` (it is also each request's `timeoutInterval`); `nil`
     /// leaves the session's own `timeoutIntervalForRequest`, which bounds only the silence
     /// between two bytes. Short, because every request waiting for a
-    /// refresh waits this long too (see the type's "Timeouts and dead connections").
+    /// refresh waits this long too (see the type's "Timeouts and dead connections"). Any value
+    /// is safe: zero or negative fails each token request at once with `URLError.timedOut`, and
+    /// anything beyond 100 years counts as 100 years.
     public var timeout: Duration?
     /// How much longer than ``timeout`` an ``OAuth2Authenticator``'s refresh lets its token
     /// request run in the background (60 seconds unless you say otherwise). The requests waiting
@@ -134,7 +136,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         self.clientSecret = clientSecret
         self.clientAuthentication = clientAuthentication
         self.timeout = timeout
-        self.lateAnswerLimit = lateAnswerLimit < .zero ? .zero : lateAnswerLimit
+        self.lateAnswerLimit = lateAnswerLimit.clampedWait
         self.session = session
     }
 
@@ -151,7 +153,7 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// ``OAuth2Authenticator`` refreshes, bounding the wait of the requests that need the
     /// refresh by ``timeout`` itself.
     func refreshAllowingLateAnswer(_ credential: OAuth2Credential) async throws -> OAuth2Credential {
-        try await refresh(credential, within: timeout.map { $0 + lateAnswerLimit })
+        try await refresh(credential, within: timeout.map { $0.clampedWait + lateAnswerLimit.clampedWait })
     }
 
     private func refresh(_ credential: OAuth2Credential, within limit: Duration?) async throws -> OAuth2Credential {
@@ -202,12 +204,37 @@ public struct OAuth2TokenEndpoint: Sendable {
         let (data, response) = try await send(request, within: limit)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
         let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        if let wrong = notATokenEndpoint(status: status, response: response, body: data, object: object) { throw wrong }
         guard (200..<300).contains(status) else {
             throw OAuth2Error.tokenRequestRejected(
                 status: status, error: object?["error"] as? String, description: object?["error_description"] as? String)
         }
         guard let object else { throw OAuth2Error.invalidTokenResponse(reason: "the body is not a JSON object") }
         return try Self.credential(from: object, issuedAt: issuedAt, previous: previous)
+    }
+
+    /// The error for an answer that shows ``url`` is no token endpoint: a 404 or 405, or a 2xx
+    /// or 4xx answer (but a 401, 408 or 429, which a token endpoint itself sends) whose body is
+    /// not a JSON object. An empty error answer is left to the status, as before.
+    private func notATokenEndpoint(status: Int, response: URLResponse, body: Data, object: [String: Any]?) -> OAuth2Error? {
+        let notFound = status == 404 || status == 405
+        let success = (200..<300).contains(status)
+        let clientError = (400..<500).contains(status) && ![401, 408, 429].contains(status)
+        let notJSON = object == nil && (success || !body.isEmpty)
+        guard notFound || (notJSON && (success || clientError)) else { return nil }
+        let mediaType = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Type")
+            .map { String($0.prefix { $0 != ";" }).trimmingCharacters(in: .whitespaces).lowercased() }
+        return .notATokenEndpoint(url: Self.displayed(url), status: status, mediaType: mediaType.flatMap { $0.isEmpty ? nil : $0 })
+    }
+
+    /// `url` without its query, user, password and fragment: what an error may name.
+    static func displayed(_ url: URL) -> URL {
+        guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
+        parts.user = nil
+        parts.password = nil
+        parts.query = nil
+        parts.fragment = nil
+        return parts.url ?? url
     }
 
     /// Sends `request`, within `limit` for the whole answer; an HTTP authentication
@@ -231,7 +258,8 @@ public struct OAuth2TokenEndpoint: Sendable {
         var request = URLRequest(url: url)
         request.httpMethod = "POST"
         request.cachePolicy = .reloadIgnoringLocalCacheData
-        if let timeout { request.timeoutInterval = timeout / .seconds(1) }
+        // Clamped: corelibs traps on a `timeoutInterval` beyond about 9.2e15 s.
+        if let timeout { request.timeoutInterval = timeout.clampedWait / .seconds(1) }
         request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         request.setValue("close", forHTTPHeaderField: "Connection")

@@ -95,7 +95,7 @@ final class RefreshWait: @unchecked Sendable {  // `machine` is guarded by `lock
                     let result = await refresh.result
                     wait.perform(wait.locked { $0.refreshEnded(result) })
                 }
-                DispatchQueue.global().asyncAfter(deadline: .now() + limit / .seconds(1)) {
+                DispatchQueue.global().asyncAfter(deadline: .now() + limit.clampedWait / .seconds(1)) {
                     wait.perform(wait.locked { $0.deadlinePassed() })
                 }
             }

@@ -24,8 +24,12 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
     /// Where batches are yielded: one at a time, so they reach the streams in order.
     private let flushQueue = DispatchQueue(label: "URLTaskManager.EventHub")
 
+    /// The longest a batch gathers: a longer window (a timer that never fires) would keep every
+    /// event in memory and hand none over.
+    static var longestBatchWindow: Duration { .seconds(60) }
+
     init(batchWindow: Duration? = nil) {
-        self.batchWindow = batchWindow
+        self.batchWindow = batchWindow.map { min($0.clampedWait, Self.longestBatchWindow) }
     }
 
     var isListening: Bool {

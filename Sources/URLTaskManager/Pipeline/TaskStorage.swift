@@ -447,7 +447,9 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
-        let limit = policy?.maximumHoldSeconds.map { Duration.milliseconds(Int64($0 * 1_000)) } ?? environment.options.maximumHoldTime
+        // Both come from the caller: clamped before any arithmetic (0.2.0 trapped converting a
+        // policy's 1e16 s, NaN or infinity to milliseconds).
+        let limit = (policy?.maximumHoldSeconds.map(Duration.init(clampingSeconds:)) ?? environment.options.maximumHoldTime).clampedWait
         let interceptor = environment.interceptorComponents[index]
         let runtime = environment.runtime
         arm(runtime.now + limit.dispatchInterval) { [weak self] in

@@ -204,9 +204,11 @@ public struct URLTaskReactorConfiguration: Sendable {
     /// with ``URLTaskError/Code-swift.struct/reactionLoop``, until the oldest counted run leaves
     /// the window or an answer is accepted. Runs that follow a failed run are not counted.
     public struct LoopGuard: Sendable {
-        /// Runs whose predecessor's product was refused allowed within `window`.
+        /// Runs whose predecessor's product was refused allowed within `window`. Zero or less
+        /// refuses every such run.
         public var maximumRuns: Int
-        /// The sliding window.
+        /// The sliding window. Zero or less counts no run; any length is safe (it is only
+        /// compared, never added to a clock).
         public var window: Duration
 
         /// Allows `maximumRuns` counted runs within `window`.
@@ -221,10 +223,12 @@ public struct URLTaskReactorConfiguration: Sendable {
     /// The longest the work may run; then every waiting task fails with
     /// ``URLTaskError/Code-swift.struct/reactorTimedOut``, even if the work ignores its
     /// cancellation (it is cancelled, left to finish, and its result dropped). `nil` for no limit.
+    /// Negative counts as zero and a limit beyond 100 years as 100 years (`Task.sleep` traps
+    /// beyond `Int64` seconds from now).
     public var timeout: Duration?
     /// How many times one task may trigger this reactor before it fails with
     /// ``URLTaskError/Code-swift.struct/tooManyAttempts`` (only a task sent again can trigger it
-    /// twice).
+    /// twice). Zero or less fails every task this reactor would take.
     public var maximumReactionsPerTask: Int
     /// Requests this reactor neither holds nor reacts to: the requests its own work sends
     /// through the manager's session (a token endpoint).

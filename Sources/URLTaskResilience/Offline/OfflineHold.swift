@@ -38,19 +38,22 @@ public final class OfflineHold: URLTaskReactor {
     public struct Policy: Sendable {
         /// The transport errors that mean "the host cannot be reached".
         public var codes: Set<URLError.Code>
-        /// The wait before the first probe, doubled after each failed probe.
+        /// The wait before the first probe, doubled after each failed probe. Below 10 ms counts
+        /// as 10 ms (a zero interval would probe in a tight loop), beyond 100 years as 100 years.
         public var probeInterval: Duration
-        /// The longest wait between probes.
+        /// The longest wait between probes, clamped as ``probeInterval`` is.
         public var maximumProbeInterval: Duration
-        /// How long a probe may take.
+        /// How long a probe may take, clamped as ``probeInterval`` is (corelibs traps on a
+        /// `timeoutInterval` beyond about 9.2e15 s).
         public var probeTimeout: Duration
         /// The URL probed for a held request's URL; by default the root of its host. `nil` holds
         /// nothing for that URL.
         public var probeURL: @Sendable (URL) -> URL?
         /// The longest a request is held; `nil` holds it until just before its `timeoutInterval`
-        /// passes.
+        /// passes. Negative counts as zero, and anything beyond 100 years (as a `timeoutInterval`
+        /// of 1e300 s or infinity) as 100 years.
         public var maximumHold: Duration?
-        /// How many times one request may be held.
+        /// How many times one request may be held; below 1 counts as 1.
         public var maximumHoldsPerTask: Int
         /// Requests never held.
         public var exempts: @Sendable (URLRequest) -> Bool
@@ -72,6 +75,12 @@ public final class OfflineHold: URLTaskReactor {
             self.maximumHoldsPerTask = maximumHoldsPerTask
             self.exempts = exempts
         }
+
+        /// A probe's wait or timeout as the properties say: 10 ms to 100 years.
+        static func probeWait(_ duration: Duration) -> Duration { max(duration.clampedWait, .milliseconds(10)) }
+
+        /// ``probeTimeout`` as a `timeoutInterval`.
+        var probeTimeoutInterval: TimeInterval { Self.probeWait(probeTimeout) / .seconds(1) }
     }
 
     /// What the hold decided, for logs and tests (``events(bufferingNewest:)``).
@@ -152,9 +161,10 @@ public final class OfflineHold: URLTaskReactor {
 
     /// Just before the manager's own timer for the request would fail it with `timedOut`.
     static func holdLimit(timeoutInterval: TimeInterval) -> Duration? {
-        guard timeoutInterval > 0, timeoutInterval.isFinite else { return nil }
+        guard timeoutInterval > 0 else { return nil }
         let margin = min(0.25, timeoutInterval / 10)
-        return .milliseconds(Int((timeoutInterval - margin) * 1000))
+        // 0.2.0 trapped converting 1e300 s to milliseconds; infinity is the longest wait.
+        return Duration(clampingSeconds: timeoutInterval - margin)
     }
 }
 
@@ -192,7 +202,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     init(policy: OfflineHold.Policy) {
         self.policy = policy
         let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = (policy.probeTimeout / .seconds(1))
+        configuration.timeoutIntervalForRequest = policy.probeTimeoutInterval
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         self.probeSession = URLSession(configuration: configuration)
         #if canImport(Network)
@@ -226,7 +236,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
                 guard let start else { return continuation.resume(returning: .cancelled) }
                 if let limit {
                     let deadline = Task { [weak self] in
-                        try? await Task.sleep(for: limit)
+                        try? await Task.sleep(for: limit.clampedWait)
                         guard !Task.isCancelled else { return }
                         self?.release(waiter, with: .expired)
                     }
@@ -266,12 +276,12 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
 
     private func startProbing(_ host: String) {
         let prober = Task { [weak self, policy] in
-            var interval = policy.probeInterval
+            var interval = OfflineHold.Policy.probeWait(policy.probeInterval)
             while !Task.isCancelled {
                 try? await Task.sleep(for: interval)
                 guard !Task.isCancelled, let self else { return }
                 if await self.probe(host) { return }
-                interval = min(interval * 2, policy.maximumProbeInterval)
+                interval = OfflineHold.Policy.probeWait(min(interval * 2, OfflineHold.Policy.probeWait(policy.maximumProbeInterval)))
             }
         }
         let stale: Task<Void, Never>? = lock.withLock {
@@ -288,7 +298,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     private func probe(_ host: String) async -> Bool {
         guard let target = lock.withLock({ targets[host] }), let url = policy.probeURL(target) else { return false }
         var request = URLRequest(
-            url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: (policy.probeTimeout / .seconds(1)))
+            url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: policy.probeTimeoutInterval)
         request.httpMethod = "HEAD"
         let answered = (try? await probeSession.data(for: request))?.1 is HTTPURLResponse
         if answered {

@@ -31,17 +31,23 @@ import FoundationNetworking
 public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
     /// How fast requests may go.
     public struct Policy: Sendable {
-        /// Requests per second, per host.
+        /// Requests per second, per host. Any value is safe: one that is not positive (zero,
+        /// negative, NaN) lets no request through, so each waits until its `timeoutInterval`;
+        /// infinity limits nothing; a tiny rate waits at most 100 years for a token (0.2.0
+        /// trapped on zero, NaN and rates below about 1e-10).
         public var rate: Double
-        /// How many requests may go at once after a quiet spell.
+        /// How many requests may go at once after a quiet spell. Below 1 counts as 1.
         public var burst: Int
         /// The most requests that may wait for one host; more fail at once with a `URLTaskError`
         /// coded `URLTaskError.Code.rateLimitQueueFull` carrying a
-        /// ``RateLimitQueueFullError``. `nil` for no limit.
+        /// ``RateLimitQueueFullError``. `nil` for no limit; zero or less refuses every request
+        /// that would wait.
         public var maximumQueueLength: Int?
         /// Statuses whose `Retry-After` pauses the host.
         public var pausingStatuses: Set<Int>
-        /// The longest pause a `Retry-After` may impose.
+        /// The longest pause a `Retry-After` may impose. Negative counts as zero, and anything
+        /// beyond 100 years as 100 years. The header is read by ``RetryAfter``, as
+        /// ``RetryReactor`` reads it: an integer too large for any type pauses this long.
         public var maximumPause: Duration
         /// Requests that are not limited.
         public var exempts: @Sendable (URLRequest) -> Bool
@@ -144,10 +150,9 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
     /// Pauses the host on a `429` or `503` with `Retry-After`.
     public func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
         guard case .response(let response) = outcome, policy.pausingStatuses.contains(response.statusCode),
-            !policy.exempts(task.originalRequest),
-            let header = response.value(forHTTPHeaderField: "Retry-After"), let delay = Self.delay(retryAfter: header, now: Date())
+            !policy.exempts(task.originalRequest), let retryAfter = RetryAfter(response: response)
         else { return }
-        let duration = min(delay, policy.maximumPause)
+        let duration = min(retryAfter.delay, policy.maximumPause.clampedWait)
         let host = URLOrigin(task.request.url)?.description ?? ""
         storage.pause(host: host, for: duration)
         decisions.emit(.paused(host: host, duration: duration, status: response.statusCode))
@@ -157,18 +162,6 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
     /// `URLTaskPlacement.last`: a request takes a token once no other interceptor will hold,
     /// answer or refuse it.
     public var interceptorPlacement: URLTaskPlacement { .last }
-
-    /// The wait a `Retry-After` value asks for: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
-    static func delay(retryAfter value: String, now: Date) -> Duration? {
-        let trimmed = value.trimmingCharacters(in: .whitespaces)
-        if let seconds = Int(trimmed) { return seconds >= 0 ? .seconds(seconds) : nil }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        guard let date = formatter.date(from: trimmed) else { return nil }
-        return .milliseconds(max(0, Int((date.timeIntervalSince(now) * 1000).rounded(.up))))
-    }
 }
 
 /// Why a request was failed without being sent: too many requests already wait for its host.

@@ -25,8 +25,9 @@ struct TokenBucketStateMachine: HostState {
     private var queue: [Waiter] = []
 
     init(rate: Double, burst: Int, maximumQueueLength: Int?, now: Instant) {
-        precondition(rate > 0, "a rate limit needs a positive rate")
-        self.rate = rate
+        // Not positive (NaN included) lets nothing through: the wait for a token is then infinite,
+        // clamped to the longest wait in `nextWake`.
+        self.rate = rate > 0 ? rate : 0
         self.burst = Double(max(1, burst))
         self.maximumQueueLength = maximumQueueLength
         self.tokens = self.burst
@@ -103,7 +104,7 @@ struct TokenBucketStateMachine: HostState {
     /// The server asked for a pause of `duration`: nothing goes before then (a longer pause
     /// already in force stays). Returns when the waiting requests should be looked at again.
     mutating func pause(for duration: Duration, now: Instant) -> Instant? {
-        let until = now + duration
+        let until = now + duration.clampedWait
         switch state {
         case .paused(let current) where current >= until: break
         default: state = .paused(until: until)
@@ -134,6 +135,6 @@ struct TokenBucketStateMachine: HostState {
         guard !queue.isEmpty else { return nil }
         if case .paused(let until) = state { return until }
         let missing = max(0, 1 - tokens)
-        return now + .seconds(missing / rate)
+        return now + Duration(clampingSeconds: missing / rate)
     }
 }

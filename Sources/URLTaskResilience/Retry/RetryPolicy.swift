@@ -26,19 +26,22 @@ import FoundationNetworking
 public struct RetryPolicy: Sendable {
     /// Exponential back-off with jitter.
     public struct Backoff: Sendable {
-        /// The wait before the first retry (before jitter).
+        /// The wait before the first retry (before jitter). Negative counts as zero.
         public var base: Duration
-        /// The factor applied for each further retry.
+        /// The factor applied for each further retry. Below 1 (NaN included) counts as 1: a
+        /// smaller one would shrink the waits.
         public var multiplier: Double
-        /// The longest wait (before jitter).
+        /// The longest wait (before jitter). Negative counts as zero, and anything beyond 100
+        /// years as 100 years.
         public var maximum: Duration
         /// The largest fraction (0 to 1) by which a wait is randomly shortened. 0 disables jitter.
+        /// Values outside 0 to 1 are clamped to it; NaN counts as 0.
         public var jitter: Double
 
-        /// Back-off starting at `base`, growing by `multiplier`, at most `maximum`.
+        /// Back-off starting at `base`, growing by `multiplier`, at most `maximum`; each value
+        /// clamped as its property says (0.2.0 trapped on a multiplier below 1 or a jitter
+        /// outside 0 to 1).
         public init(base: Duration = .milliseconds(500), multiplier: Double = 2, maximum: Duration = .seconds(30), jitter: Double = 0.5) {
-            precondition(multiplier >= 1, "A back-off multiplier below 1 would shrink the waits")
-            precondition((0...1).contains(jitter), "Jitter is a fraction between 0 and 1")
             self.base = base
             self.multiplier = multiplier
             self.maximum = maximum
@@ -46,14 +49,18 @@ public struct RetryPolicy: Sendable {
         }
 
         /// The wait before retry number `retry` (1 for the first), given a random number in 0..<1.
+        /// Computed in `Double` and clamped once: a multiplier of 1e300 or a 1,000th retry grows
+        /// to infinity, never to a trap.
         func delay(forRetry retry: Int, random: Double) -> Duration {
-            let grown = (base / .seconds(1)) * pow(multiplier, Double(max(0, retry - 1)))
-            let capped = min(grown, maximum / .seconds(1))
-            return .seconds(capped * (1 - jitter * random))
+            let multiplier = self.multiplier >= 1 ? self.multiplier : 1
+            let jitter = jitter >= 0 ? min(jitter, 1) : 0
+            let grown = (base.clampedWait / .seconds(1)) * pow(multiplier, Double(max(0, retry - 1)))
+            let capped = min(grown, maximum.clampedWait / .seconds(1))
+            return Duration(clampingSeconds: capped * (1 - jitter * random))
         }
     }
 
-    /// Attempts in all, the first send included. 1 disables retries.
+    /// Attempts in all, the first send included. 1 disables retries; below 1 counts as 1.
     public var maximumAttempts: Int
     /// Response statuses worth a retry.
     public var retryableStatusCodes: Set<Int>
@@ -65,10 +72,12 @@ public struct RetryPolicy: Sendable {
     public var backoff: Backoff
     /// Honour `Retry-After` on a retried response (429, 503, ...).
     public var honorsRetryAfter: Bool
-    /// The longest `Retry-After` obeyed; a longer one is cut to this.
+    /// The longest `Retry-After` obeyed; a longer one is cut to this. Negative counts as zero,
+    /// and anything beyond 100 years as 100 years.
     public var maximumRetryAfter: Duration
 
-    /// A policy; every parameter has the default described on the type.
+    /// A policy; every parameter has the default described on the type, and any value is safe
+    /// (each is clamped as its property says, before any arithmetic).
     public init(
         maximumAttempts: Int = 3,
         retryableStatusCodes: Set<Int> = [408, 429, 500, 502, 503, 504],
@@ -81,7 +90,6 @@ public struct RetryPolicy: Sendable {
         honorsRetryAfter: Bool = true,
         maximumRetryAfter: Duration = .seconds(60)
     ) {
-        precondition(maximumAttempts >= 1, "At least one attempt")
         self.maximumAttempts = maximumAttempts
         self.retryableStatusCodes = retryableStatusCodes
         self.retryableMethods = Set(retryableMethods.map { $0.uppercased() })
@@ -97,7 +105,7 @@ public struct RetryPolicy: Sendable {
     /// Whether `request`, sent for the `attempt`th time (1 for the first), should be sent again
     /// after `outcome`.
     public func shouldRetry(_ request: URLRequest, attempt: Int, after outcome: URLTaskOutcome) -> Bool {
-        guard attempt < maximumAttempts else { return false }
+        guard attempt < max(1, maximumAttempts) else { return false }
         guard retryableMethods.contains((request.httpMethod ?? "GET").uppercased()) else { return false }
         switch outcome {
         case .response(let response):
@@ -115,32 +123,16 @@ public struct RetryPolicy: Sendable {
     }
 
     func delay(afterAttempt attempt: Int, outcome: URLTaskOutcome, now: Date, random: Double) -> Duration {
-        if honorsRetryAfter, case .response(let response) = outcome,
-            let header = response.value(forHTTPHeaderField: "Retry-After"),
-            let wait = Self.retryAfter(header, now: now)
-        {
-            return min(wait, maximumRetryAfter)
+        if honorsRetryAfter, case .response(let response) = outcome, let retryAfter = RetryAfter(response: response, now: now) {
+            return min(retryAfter.delay, maximumRetryAfter.clampedWait)
         }
         return backoff.delay(forRetry: attempt, random: random)
     }
 
-    /// Parses a `Retry-After` value (RFC 9110 §10.2.3): a number of seconds, or an HTTP date
-    /// (IMF-fixdate, or the obsolete RFC 850 and asctime forms recipients must accept). A date
-    /// in the past means no wait. `nil` if the value is neither.
+    /// Parses a `Retry-After` value (RFC 9110 §10.2.3): the wait ``RetryAfter`` reads, the one
+    /// parser every part uses (delay-seconds up to 100 years, or a validated HTTP-date; a date in
+    /// the past means no wait). `nil` if the value is neither.
     public static func retryAfter(_ value: String, now: Date = Date()) -> Duration? {
-        let value = value.trimmingCharacters(in: .whitespaces)
-        if !value.isEmpty, value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
-            return .seconds(Int(value) ?? Int.max)
-        }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
-            formatter.dateFormat = format
-            if let date = formatter.date(from: value) {
-                return .seconds(max(0, date.timeIntervalSince(now)))
-            }
-        }
-        return nil
+        RetryAfter(headerValue: value, now: now)?.delay
     }
 }

@@ -38,7 +38,8 @@ public struct RetryReactor: URLTaskReactor {
     }
 
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
-        try await Task.sleep(for: policy.delay(afterAttempt: task.attempt, outcome: outcome))
+        // Clamped again: `Task.sleep` traps beyond `Int64` seconds from now.
+        try await Task.sleep(for: policy.delay(afterAttempt: task.attempt, outcome: outcome).clampedWait)
     }
 
     /// `URLTaskPlacement.last`: a retry is the fallback once no other reactor takes the failure.

@@ -130,20 +130,131 @@ final class OAuth2AuthorizationCodeTests: XCTestCase {
         }
     }
 
+    /// The server refuses a code presented twice: here by an attempt rebuilt from its values (as
+    /// after a relaunch), which the flow cannot tell from a new one.
     func testAReusedCodeIsRefused() async throws {
         let attempt = flow.start()
         let callback = try await browse(attempt.url)
         let first = try await flow.credential(fromCallback: callback, for: attempt)
         XCTAssertEqual(first.accessToken, "a-access-1")
 
+        let rebuilt = OAuth2AuthorizationRequest(
+            url: attempt.url, state: attempt.state, codeVerifier: attempt.codeVerifier, redirectURI: attempt.redirectURI)
+        XCTAssertEqual(rebuilt, attempt, "equal by value")
         do {
-            _ = try await flow.credential(fromCallback: callback, for: attempt)
+            _ = try await flow.credential(fromCallback: callback, for: rebuilt)
             XCTFail("a code was accepted twice")
         } catch let error as OAuth2Error {
             XCTAssertEqual(error.serverErrorCode, "invalid_grant")
         }
         XCTAssertEqual(oauth.authorizationCodeRefusals, ["code reused"])
         XCTAssertEqual(oauth.currentAccess, "a-access-1", "no token was issued for the reuse")
+    }
+
+    /// A second callback for one attempt, or a replayed one (a copy of the attempt included),
+    /// whether the first exchange succeeded or failed, or runs at the same time: a typed error
+    /// and no second token request (0.2.0 sent it, and a server then should revoke what it
+    /// issued for the code, RFC 6749 §4.1.2).
+    func testAnAttemptIsExchangedOnce() async throws {
+        let auth = OAuth2Authenticator(origins: [oauth.baseURL], tokenEndpoint: oauth.endpoint)
+        let attempt = flow.start()
+        let callback = try await browse(attempt.url)
+        try await flow.signIn(auth, callback: callback, for: attempt)
+        XCTAssertEqual(oauth.tokenRequestCount, 1)
+        let copy = attempt
+        for request in [attempt, copy] {
+            do {
+                try await flow.signIn(auth, callback: callback, for: request)
+                XCTFail("an attempt was exchanged twice")
+            } catch let error as OAuth2AuthorizationError {
+                XCTAssertEqual(error, .attemptAlreadyExchanged)
+                XCTAssertFalse(error.description.contains("a-code-1"))
+            }
+            do {
+                _ = try await flow.exchange(code: "a-code-1", for: request)
+                XCTFail("an attempt was exchanged twice")
+            } catch let error as OAuth2AuthorizationError {
+                XCTAssertEqual(error, .attemptAlreadyExchanged)
+            }
+        }
+        XCTAssertEqual(oauth.tokenRequestCount, 1, "no second token request")
+        XCTAssertEqual(oauth.authorizationCodeRefusals, [])
+        XCTAssertEqual(oauth.currentAccess, "a-access-1", "the sign-in that succeeded stands")
+
+        // A failed exchange used the attempt up too: the code may have reached the server.
+        let failing = flow.start()
+        let failingCallback = try await browse(failing.url)
+        oauth.setTokenAnswer(.reject(status: 503, error: "temporarily_unavailable"))
+        do {
+            _ = try await flow.credential(fromCallback: failingCallback, for: failing)
+            XCTFail("a 503 gave a credential")
+        } catch let error as OAuth2Error {
+            XCTAssertEqual(error.serverErrorCode, "temporarily_unavailable")
+        }
+        oauth.setTokenAnswer(.issue)
+        do {
+            _ = try await flow.credential(fromCallback: failingCallback, for: failing)
+            XCTFail("a failed attempt was exchanged again")
+        } catch let error as OAuth2AuthorizationError {
+            XCTAssertEqual(error, .attemptAlreadyExchanged)
+        }
+        XCTAssertEqual(oauth.tokenRequestCount, 2)
+
+        // Two callbacks at once: one token request.
+        let raced = flow.start()
+        let racedCallback = try await browse(raced.url)
+        let flow = self.flow!
+        let outcomes = await withTaskGroup(of: Bool.self) { group in
+            for _ in 0..<8 { group.addTask { (try? await flow.credential(fromCallback: racedCallback, for: raced)) != nil } }
+            return await group.reduce(into: [Bool]()) { $0.append($1) }
+        }
+        XCTAssertEqual(outcomes.filter { $0 }.count, 1)
+        XCTAssertEqual(oauth.tokenRequestCount, 3)
+        XCTAssertEqual(oauth.authorizationCodeRefusals, [], "the server never saw a code twice")
+    }
+
+    /// RFC 9207: a callback whose `iss` is not the flow's issuer, or lacks one the server always
+    /// sends, is refused before anything is exchanged, an error answer included.
+    func testTheIssuerIsCheckedWhenPresentOrRequired() async throws {
+        var checked = flow!
+        checked.issuer = oauth.baseURL.absoluteString
+        func with(_ callback: URL, iss: String?) -> URL {
+            var parts = URLComponents(url: callback, resolvingAgainstBaseURL: false)!
+            parts.queryItems = (parts.queryItems ?? []) + (iss.map { [URLQueryItem(name: "iss", value: $0)] } ?? [])
+            return parts.url!
+        }
+        let attempt = checked.start()
+        let callback = try await browse(attempt.url)
+        let issuer = oauth.baseURL.absoluteString
+        for wrong in ["https://evil.example", issuer + "/", issuer.uppercased(), ""] {
+            do {
+                _ = try await checked.credential(fromCallback: with(callback, iss: wrong), for: attempt)
+                XCTFail("iss \(wrong) accepted")
+            } catch let error as OAuth2AuthorizationError {
+                XCTAssertEqual(error, .issuerMismatch(expected: issuer, received: wrong))
+                XCTAssertFalse(error.description.contains("evil"), "the callback's text stays out of the description")
+            }
+        }
+        var refused = URLComponents(url: with(callback, iss: "https://evil.example"), resolvingAgainstBaseURL: false)!
+        refused.queryItems = (refused.queryItems ?? []).filter { $0.name != "code" } + [URLQueryItem(name: "error", value: "access_denied")]
+        XCTAssertThrowsError(try checked.authorizationCode(from: refused.url!, for: attempt)) { error in
+            XCTAssertEqual(error as? OAuth2AuthorizationError, .issuerMismatch(expected: issuer, received: "https://evil.example"))
+        }
+        var strict = checked
+        strict.requiresIssuer = true
+        XCTAssertThrowsError(try strict.authorizationCode(from: callback, for: attempt)) { error in
+            XCTAssertEqual(error as? OAuth2AuthorizationError, .issuerMismatch(expected: issuer, received: nil))
+        }
+        XCTAssertEqual(oauth.tokenRequestCount, 0, "nothing exchanged")
+        // Without `iss`, accepted unless required; with the right one, accepted.
+        XCTAssertEqual(try checked.authorizationCode(from: callback, for: attempt), "a-code-1")
+        let credential = try await strict.credential(fromCallback: with(callback, iss: issuer), for: attempt)
+        XCTAssertEqual(credential.accessToken, "a-access-1")
+        XCTAssertEqual(oauth.tokenRequestCount, 1)
+        // No issuer configured: `iss` is not checked.
+        let unchecked = flow.start()
+        let uncheckedCallback = try await browse(unchecked.url)
+        XCTAssertNotNil(try flow.authorizationCode(from: with(uncheckedCallback, iss: "https://evil.example"), for: unchecked))
     }
 
     func testACallbackForAnotherAttemptOrAnotherRedirectIsRefusedWithoutATokenRequest() async throws {

@@ -122,11 +122,4 @@ final class RateLimiterTests: XCTestCase {
         XCTAssertEqual(nextResult.text, "next")
         XCTAssertEqual(server.requests(path: "/s").map { $0.headers["x-name"] }, ["first", "next"])
     }
-
-    func testRetryAfterParsesSecondsAndHTTPDates() {
-        let now = Date(timeIntervalSince1970: 1_000_000_000)
-        XCTAssertEqual(RateLimiter.delay(retryAfter: "120", now: now), .seconds(120))
-        XCTAssertEqual(RateLimiter.delay(retryAfter: "Sun, 09 Sep 2001 01:47:00 GMT", now: now), .milliseconds(20_000))
-        XCTAssertNil(RateLimiter.delay(retryAfter: "soon", now: now))
-    }
 }

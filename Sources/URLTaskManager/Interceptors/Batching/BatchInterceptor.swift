@@ -25,12 +25,14 @@ public struct BatchInterceptor: URLTaskInterceptor {
     private let matches: @Sendable (URLRequest) -> Bool
 
     /// - Parameters:
-    ///   - size: Batch size that triggers a release (2 or more), or `nil`.
-    ///   - window: Longest wait of the first held task, or `nil`.
+    ///   - size: Batch size that triggers a release (2 or more), or `nil`. Below 1 counts as 1
+    ///     (every task goes at once), rather than trapping on a computed size.
+    ///   - window: Longest wait of the first held task, or `nil`. Negative counts as zero; one too
+    ///     long for the clock is no window (``URLTaskManager/Options/maximumHoldTime`` still
+    ///     bounds the hold).
     ///   - matches: Which requests are batched; others pass through. Defaults to all.
     public init(size: Int? = nil, window: Duration? = nil, matches: @escaping @Sendable (URLRequest) -> Bool = { _ in true }) {
-        precondition(size.map { $0 >= 1 } ?? true, "A batch size must be 1 or more")
-        self.size = size
+        self.size = size.map { max(1, $0) }
         self.window = window
         self.matches = matches
     }

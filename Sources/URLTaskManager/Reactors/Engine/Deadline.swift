@@ -54,7 +54,8 @@ private final class DeadlineRace: @unchecked Sendable {  // all state is guarded
         if let limit {
             tasks.append(
                 Task { [self] in
-                    guard (try? await Task.sleep(for: limit)) != nil else { return }
+                    // `Task.sleep` traps beyond `Int64` seconds from now: a caller's timeout is clamped.
+                    guard (try? await Task.sleep(for: limit.clampedWait)) != nil else { return }
                     finish(.failure(ReactorDeadlineExceeded(limit: limit)))
                 })
         }

@@ -1,0 +1,151 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import XCTest
+@testable import URLTaskManager
+@testable import URLTaskOAuth2
+
+/// What a token endpoint URL answers, and the durations the kit takes from a caller or a
+/// server, over HTTP.
+final class OAuth2InputTests: XCTestCase {
+    private var server: LoopbackServer!
+
+    override func setUpWithError() throws {
+        server = try LoopbackServer()
+        let html = Data("<!doctype html><title>Not here</title>".utf8)
+        @Sendable func page(_ status: Int, _ type: String = "text/html; charset=utf-8") -> ServerResponse {
+            ServerResponse(status: status, headers: ["Content-Type": type], body: .data(html))
+        }
+        server.route("/missing") { _ in page(404) }
+        server.route("/get-only") { _ in .status(405) }
+        server.route("/spa") { _ in page(200) }
+        server.route("/refused") { _ in page(400) }
+        server.route("/forbidden") { _ in page(403, "text/plain") }
+        server.route("/array") { _ in .json(Data("[1,2]".utf8)) }
+        server.route("/proxy") { _ in page(502) }
+        server.route("/empty400") { _ in .status(400) }
+        server.route("/unauthorized") { _ in page(401) }
+    }
+
+    override func tearDown() {
+        server.shutdown()
+    }
+
+    /// A token URL that is wrong: 404, 405, or a page that is not JSON. A configuration error
+    /// that names the URL (without its query, user, password or fragment) and says what to
+    /// check; 0.2.0 called a 404 "an unregistered error code", temporary, without the URL.
+    func testAWrongTokenURLIsAConfigurationErrorThatNamesIt() async throws {
+        let cases: [(path: String, status: Int, mediaType: String?)] = [
+            ("/missing", 404, "text/html"), ("/get-only", 405, nil), ("/spa", 200, "text/html"), ("/refused", 400, "text/html"),
+            ("/forbidden", 403, "text/plain"), ("/array", 200, "application/json"),
+        ]
+        for (path, status, mediaType) in cases {
+            var parts = URLComponents(url: server.url(path), resolvingAgainstBaseURL: false)!
+            parts.user = "client"
+            parts.password = "pass-secret"
+            parts.query = "client_secret=query-secret"
+            parts.fragment = "frag"
+            let endpoint = OAuth2TokenEndpoint(url: parts.url!, clientID: "app", clientSecret: "s3cret")
+            let shown = server.url(path)
+            do {
+                _ = try await endpoint.refresh(OAuth2Credential(accessToken: "a", refreshToken: "refresh-secret", expiresAt: .distantPast))
+                XCTFail("\(path) gave a credential")
+            } catch let error as OAuth2Error {
+                XCTAssertEqual(error, .notATokenEndpoint(url: shown, status: status, mediaType: mediaType), path)
+                XCTAssertTrue(error.isConfigurationError, path)
+                XCTAssertFalse(error.requiresSignIn, path)
+                let text = error.description
+                XCTAssertTrue(text.contains(shown.absoluteString), text)
+                XCTAssertTrue(text.contains("check the token endpoint URL"), text)
+                for secret in ["secret", "s3cret", "frag", "client@"] { XCTAssertFalse(text.contains(secret), "\(secret) in \(text)") }
+            }
+        }
+    }
+
+    /// Answers a token endpoint itself gives keep their meaning: a proxy's 502 page is
+    /// temporary, an empty 400 too, a 401 is the client's authentication.
+    func testATokenEndpointsOwnFailuresKeepTheirMeaning() async throws {
+        for (path, status, configuration) in [("/proxy", 502, false), ("/empty400", 400, false), ("/unauthorized", 401, true)] {
+            let endpoint = OAuth2TokenEndpoint(url: server.url(path), clientID: "app")
+            do {
+                _ = try await endpoint.refresh(OAuth2Credential(accessToken: "a", refreshToken: "r", expiresAt: .distantPast))
+                XCTFail("\(path) gave a credential")
+            } catch let error as OAuth2Error {
+                guard case .tokenRequestRejected(status, nil, nil) = error else { return XCTFail("\(path): \(error)") }
+                XCTAssertEqual(error.isConfigurationError, configuration, path)
+            }
+        }
+    }
+
+    /// Through the kit: a request whose token needs renewing fails with the configuration error
+    /// as the `URLTaskError`'s underlying error, and the session is not ended.
+    func testTheKitReportsAWrongTokenURLAsAConfigurationError() async throws {
+        let api = try OAuthServer()
+        defer { api.shutdown() }
+        let wrong = OAuth2TokenEndpoint(url: api.server.url("/oauth/tokn"), clientID: "tests")
+        api.server.route("POST", "/oauth/tokn") { _ in
+            ServerResponse(status: 404, headers: ["Content-Type": "text/html"], body: .data(Data("<h1>404</h1>".utf8)))
+        }
+        let store = InMemoryCredentialStore(api.credential(access: "stale", expiresIn: -10))
+        let auth = OAuth2Authenticator(origins: [api.baseURL], tokenEndpoint: wrong, store: store)
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        defer { manager.invalidateAndCancel() }
+        let result = await fetched(manager.session, URLRequest(url: api.apiURL("/me")))
+        let underlying = result.taskError?.underlying as? OAuth2Error
+        XCTAssertEqual(
+            underlying, .notATokenEndpoint(url: api.server.url("/oauth/tokn"), status: 404, mediaType: "text/html"), result.label)
+        XCTAssertEqual(underlying?.isConfigurationError, true)
+        let kept = try await store.load()
+        XCTAssertNotNil(kept, "a configuration error does not end the session")
+    }
+
+    /// `expires_in` at its extremes in a real token answer: clamped to ten years or refused with
+    /// a typed error, never a trap.
+    func testExpiresInExtremesOverHTTP() async throws {
+        let values = [
+            "1e300", "-1e300", "0", "-1", "9223372036854775807", "9223372036854775808", "1e-300", "\"NaN\"", "\"inf\"",
+            "\"1e400\"", "null", "true",
+        ]
+        for (index, value) in values.enumerated() {
+            server.route("POST", "/token\(index)") { _ in
+                .json(Data(#"{"access_token":"a","token_type":"Bearer","expires_in":\#(value)}"#.utf8))
+            }
+            let endpoint = OAuth2TokenEndpoint(url: server.url("/token\(index)"))
+            do {
+                let credential = try await endpoint.refresh(
+                    OAuth2Credential(accessToken: "old", refreshToken: "r", expiresAt: .distantPast))
+                if value == "null" {
+                    XCTAssertEqual(credential.expiresAt, .distantFuture, "left out: renewed when a 401 says so")
+                } else {
+                    XCTAssertLessThanOrEqual(credential.expiresAt, Date().addingTimeInterval(10 * 365 * 24 * 3600 + 60), value)
+                }
+            } catch let error as OAuth2Error {
+                guard case .invalidTokenResponse = error else { return XCTFail("\(value): \(error)") }
+            }
+        }
+    }
+
+    /// The kit's own durations at their extremes: a token request timeout corelibs would trap on
+    /// (0.2.0 handed it 9.2e18 s), a leeway and a back-off beyond any clock, both ways.
+    func testTheKitsDurationsAtTheirExtremes() async throws {
+        let api = try OAuthServer()
+        defer { api.shutdown() }
+        for duration in [Duration.seconds(Int64.max), .seconds(Int64.min), .seconds(1e16), .zero] {
+            let endpoint = OAuth2TokenEndpoint(url: api.tokenURL, clientID: "tests", timeout: duration)
+            let auth = OAuth2Authenticator(
+                origins: [api.baseURL], tokenEndpoint: endpoint,
+                store: InMemoryCredentialStore(api.credential(access: "stale", expiresIn: 30)),
+                refreshLeeway: duration, refreshBackoff: duration)
+            let manager = URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+            defer { manager.invalidateAndCancel() }
+            let result = await fetched(manager.session, URLRequest(url: api.apiURL("/me")))
+            // A zero or negative timeout ends the token request at once: `URLError.timedOut`.
+            let timedOut = duration <= .zero && result.urlErrorCode == .timedOut
+            XCTAssertTrue(result.status == 200 || timedOut, "\(duration): \(result.label)")
+        }
+    }
+}
