@@ -131,9 +131,11 @@ final class OAuth2InputTests: XCTestCase {
     /// The kit's own durations at their extremes: a token request timeout corelibs would trap on
     /// (0.2.0 handed it 9.2e18 s), a leeway and a back-off beyond any clock, both ways.
     func testTheKitsDurationsAtTheirExtremes() async throws {
-        let api = try OAuthServer()
-        defer { api.shutdown() }
         for duration in [Duration.seconds(Int64.max), .seconds(Int64.min), .seconds(1e16), .zero] {
+            // A server each: a refresh whose waiters timed out at once still completes in the
+            // background (`lateAnswerLimit`) and rotates the refresh token of its server.
+            let api = try OAuthServer()
+            defer { api.shutdown() }
             let endpoint = OAuth2TokenEndpoint(url: api.tokenURL, clientID: "tests", timeout: duration)
             let auth = OAuth2Authenticator(
                 origins: [api.baseURL], tokenEndpoint: endpoint,
