@@ -91,12 +91,17 @@ final class LargeBodyParityTests: XCTestCase {
     /// A delegate slower than loopback (1 ms of work every 100 chunks) must not make the bridge
     /// queue the body: each chunk reaches the delegate right after libcurl read it, as with a
     /// plain session (the transport's callbacks run on libcurl's own queue: see
-    /// `Platform.runCallbacksOnWorkQueue`). 50 MB, every chunk checked against the pattern;
-    /// peak RSS growth at most a plain session's + 16 MB (it was +48 to +54 MB against +5 to +7).
+    /// `CorelibsPlatform.runCallbacksOnWorkQueue`). 50 MB, every chunk checked against the
+    /// pattern; peak RSS growth at most a plain session's + the streaming allowance, 22 MB here
+    /// (queued behind the delegate it was +48 to +54 MB against +5 to +7; the bridge's own cost
+    /// is about a ninth of the body, see the 400 MB tests; 0.2 had +16 MB flat, which a loaded
+    /// CI run once passed by 36 MB).
     func testFiftyMegabytesToASlowDelegateStayBounded() async throws {
         let (plain, manager) = try await peakGrowth(of: "/50mb", length: Self.fiftyMegabytes, handling: .slowConsumer)
         ParityLog.record("50 MB to a slow delegate, peak RSS growth", plain: "+\(plain.growth) MB", manager: "+\(manager.growth) MB")
-        XCTAssertLessThanOrEqual(manager.growth, plain.growth + 16, "the manager queued the body behind a slow delegate")
+        XCTAssertLessThanOrEqual(
+            manager.growth, plain.growth + Self.streamingAllowance(for: Self.fiftyMegabytes),
+            "the manager queued the body behind a slow delegate")
     }
 
     /// A delegate far slower than loopback (1 ms of work every other chunk): corelibs has no
