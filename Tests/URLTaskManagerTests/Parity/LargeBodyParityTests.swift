@@ -95,7 +95,7 @@ final class LargeBodyParityTests: XCTestCase {
     /// pattern; peak RSS growth at most a plain session's + the streaming allowance, 22 MB here
     /// (queued behind the delegate it was +48 to +54 MB against +5 to +7; the bridge's own cost
     /// is about a ninth of the body, see the 400 MB tests; 0.2 had +16 MB flat, which a loaded
-    /// CI run once passed by 36 MB).
+    /// CI run once exceeded: +36 MB).
     func testFiftyMegabytesToASlowDelegateStayBounded() async throws {
         let (plain, manager) = try await peakGrowth(of: "/50mb", length: Self.fiftyMegabytes, handling: .slowConsumer)
         ParityLog.record("50 MB to a slow delegate, peak RSS growth", plain: "+\(plain.growth) MB", manager: "+\(manager.growth) MB")
