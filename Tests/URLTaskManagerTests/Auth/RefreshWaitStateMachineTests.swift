@@ -52,7 +52,7 @@ final class RefreshWaitStateMachineTests: XCTestCase {
         }
         guard case .failure(let error as URLError) = answer else { return XCTFail("\(answer)") }
         XCTAssertEqual(error.code, URLError.Code.timedOut)
-        XCTAssertEqual(error.failureURLString, url.absoluteString)
+        XCTAssertEqual(error.failingURL, url)
         XCTAssertEqual(actions, ["none", "answer", "none"])
     }
 
