@@ -218,10 +218,22 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// The outer session was told to finish its tasks and invalidate. Tasks it resumed before
     /// that may not have reached ``start(request:body:sink:)`` yet (`startLoading` is queued on
     /// its work queue), so the pipeline finishes only once they have
-    /// (``Platform/afterTasksResumedSoFar(of:_:)``, a hop that reads nothing of the session).
+    /// (``PlatformSupport/afterTasksResumedSoFar(of:_:)``, a hop that reads nothing of the
+    /// session).
+    ///
+    /// Twice: corelibs accepts a task created before its own invalidation block has run on the
+    /// work queue (which `finishTasksAndInvalidate()` queues just before this), and the async
+    /// APIs resume such a task right after making it, on the caller's thread; a thread preempted
+    /// between the two resumes it after the first hop, and its `startLoading` would find the
+    /// pipeline finished (seen once in a loaded CI run of `InvalidationStressTests`). The second
+    /// hop leaves that thread the time of the first one and a thread switch. A task resumed later
+    /// still (made with an open factory, resumed long after the call) is refused with a typed
+    /// error where a plain session would run it: the Linux notes say so.
     func outerSessionFinishing(_ session: URLSession) {
         Platform.afterTasksResumedSoFar(of: session) { [self] in
-            perform(lock.withLock { lifecycle.finishRequested() })
+            Platform.afterTasksResumedSoFar(of: session) { [self] in
+                perform(lock.withLock { lifecycle.finishRequested() })
+            }
         }
     }
 
