@@ -207,14 +207,15 @@ final class ExtremeInputTests: XCTestCase {
     /// queue length below 1 refuses with a typed error.
     func testRateLimiterPauseAndQueueExtremes() async throws {
         let limiter = RateLimiter(policy: .init(rate: 1_000, burst: 10, maximumPause: .seconds(Int64.max)))
-        let events = ResilienceEvents(limiter.events())
+        let events = ResilienceTestKit.Events(limiter.events())
         let manager = URLTaskManager(interceptors: [limiter])
         defer { manager.invalidateAndCancel() }
         let paused = await fetched(manager.session, URLRequest(url: url("/once", ["n": "p", "s": "429", "r": "9223372036854775807"])))
         XCTAssertEqual(paused.status, 429)
         let next = await fetched(manager.session, URLRequest(url: url("/ok"), timeoutInterval: 1))
         XCTAssertEqual(next.urlErrorCode, .timedOut, next.label)
-        let pauses = await events.first { if case .paused(_, let duration, _) = $0 { return duration } else { return nil } }
+        try await events.wait("the host paused") { if case .paused = $0 { return true } else { return false } }
+        let pauses = events.all.lazy.compactMap { if case .paused(_, let duration, _) = $0 { return duration } else { return nil } }.first
         XCTAssertEqual(pauses, .seconds(3_155_760_000))
 
         for length in [Int.min, -1, 0] {
@@ -265,12 +266,13 @@ final class ExtremeInputTests: XCTestCase {
         // Held until just before a timeout of 1e300 s: the longest wait, which the caller ends.
         for timeout in [1e300, .infinity, 9.3e15] {
             let offline = OfflineHold(policy: .init(maximumHoldsPerTask: Int.min))
-            let held = ResilienceEvents(offline.events())
+            let held = ResilienceTestKit.Events(offline.events())
             let manager = URLTaskManager(reactors: [offline])
             defer { manager.invalidateAndCancel() }
             let session = manager.session
             let call = Task { await fetched(session, URLRequest(url: unreachable, timeoutInterval: timeout)) }
-            let host = await held.first { if case .held(_, let host, _) = $0 { return host } else { return nil } }
+            try await held.wait("held (\(timeout))") { if case .held = $0 { return true } else { return false } }
+            let host = held.all.lazy.compactMap { if case .held(_, let host, _) = $0 { return host } else { return nil } }.first
             XCTAssertNotNil(host, "\(timeout)")
             call.cancel()
             let result = await call.value
@@ -299,32 +301,6 @@ private struct Unauthorized: URLTaskReactor {
         // reactor's timeout cancels its work; the run's deadline leaves it to finish.
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             Self.session.dataTask(with: work) { _, _, _ in done.resume() }.resume()
-        }
-    }
-}
-
-/// A component's events, read as they come.
-private final class ResilienceEvents<Event: Sendable>: Sendable {
-    private let stream: AsyncStream<Event>
-    init(_ stream: AsyncStream<Event>) { self.stream = stream }
-
-    /// The first event `pick` answers for, within 5 seconds.
-    func first<T: Sendable>(_ pick: @escaping @Sendable (Event) -> T?) async -> T? {
-        let stream = stream
-        return await withTaskGroup(of: T?.self) { group in
-            group.addTask {
-                for await event in stream {
-                    if let value = pick(event) { return value }
-                }
-                return nil
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(5))
-                return nil
-            }
-            let value = await group.next() ?? nil
-            group.cancelAll()
-            return value
         }
     }
 }
