@@ -23,10 +23,10 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// cast once here, because the cast (a protocol conformance lookup) cost about 1,600
     /// instructions on every send on Linux.
     private let synchronousInterceptors: [(any SynchronousInterceptor)?]
-    let reactors: [ReactorStorage]
+    let reactors: [ReactorRunner]
     let options: URLTaskManager.Options
     /// Reactor runs and gates, credential stamps, and the per-host connection slots.
-    let admission: AdmissionStorage
+    let engine: EngineStorage
     let transport: Transport
     /// Who listens to the tasks' events (``URLTaskManager/events(bufferingNewest:)``).
     let events: EventHub<URLTaskEvent>
@@ -51,7 +51,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
         self.interceptors = interceptors
         self.outcomeObservers = OutcomeObservers(parts: interceptors + reactors + observers)
         let reactors = zip(reactors, URLTaskError.Component.chain(reactors, kind: .reactor)).map {
-            ReactorStorage(reactor: $0, component: $1)
+            ReactorRunner(reactor: $0, component: $1)
         }
         self.interceptorComponents = URLTaskError.Component.chain(interceptors, kind: .interceptor)
         self.interceptorTypes = interceptors.map { URLTaskPolicy.ComponentType(type(of: $0)) }
@@ -65,7 +65,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
         // queued request's headers stale, and URLSession queues them itself.
         let holding = reactors.contains { $0.configuration.mode.holdsNewTasks }
         let limit = options.maximumRequestsInFlightPerHost ?? configuration.httpMaximumConnectionsPerHost
-        self.admission = AdmissionStorage(reactors: reactors, slotsPerHost: holding && limit > 0 ? limit : nil, runtime: runtime)
+        self.engine = EngineStorage(reactors: reactors, slotsPerHost: holding && limit > 0 ? limit : nil, runtime: runtime)
         let (additionalHeaders, transportConfiguration) = AdditionalHeaders.split(configuration)
         self.additionalHeaders = additionalHeaders
         self.transport = Transport(configuration: transportConfiguration)
@@ -95,7 +95,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
         }
         let run = TaskStorage(id: .next(), request: request, body: body, sink: sink, environment: self)
         // Before anything can cancel it: the end of a task is always one admission knows.
-        self.admission.register(run)
+        self.engine.register(run)
         // The work queue must not block, and creating the inner task syncs onto it.
         DispatchQueue.global().async { run.start() }
         return run
@@ -104,7 +104,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// A task accepted by ``start(request:body:sink:)`` has completed: it leaves admission (its
     /// slot, if any, goes to the next task) and the lifecycle counts it out.
     func taskEnded(_ run: TaskStorage) {
-        admission.finished(run)
+        engine.finished(run)
         perform(lock.withLock { lifecycle.taskEnded() })
     }
 
@@ -310,7 +310,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
 
     /// Ends every running task that `matches` with `error` (see ``TaskStorage/abort(with:if:)``).
     func failTasks(with error: any Error, where matches: (URLTask) -> Bool) {
-        for run in admission.liveRuns { run.abort(with: error, if: matches) }
+        for run in engine.liveRuns { run.abort(with: error, if: matches) }
     }
 
     /// Releases held tasks: every batch, or the one of interceptor `index`.

@@ -17,12 +17,12 @@ protocol TaskEnvironment: AnyObject, Sendable {
     var interceptorComponents: [URLTaskError.Component] { get }
     /// Each interceptor's type, as a ``URLTaskPolicy`` names the ones a request skips.
     var interceptorTypes: [URLTaskPolicy.ComponentType] { get }
-    var reactors: [ReactorStorage] { get }
+    var reactors: [ReactorRunner] { get }
     var options: URLTaskManager.Options { get }
     /// The configuration's `httpAdditionalHeaders`, put on each caller's request.
     var additionalHeaders: AdditionalHeaders { get }
     var events: EventHub<URLTaskEvent> { get }
-    var admission: AdmissionStorage { get }
+    var engine: EngineStorage { get }
     var batches: [BatchStorage] { get }
     /// Where an authentication challenge's proposed credential is looked up.
     var credentialStorage: URLCredentialStorage? { get }
@@ -112,8 +112,8 @@ protocol PipelineRuntime: Sendable {
     /// Runs `reactor`'s work once on `outcome`, then calls `finished` with how it went.
     /// Returns the Swift task it runs in.
     func react(
-        _ reactor: ReactorStorage, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
-        finished: @escaping @Sendable (ReactorStorage.Outcome) -> Void
+        _ reactor: ReactorRunner, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
+        finished: @escaping @Sendable (ReactorRunner.Outcome) -> Void
     ) -> Task<Void, Never>?
 }
 
@@ -135,8 +135,8 @@ struct LiveRuntime: PipelineRuntime {
     }
 
     func react(
-        _ reactor: ReactorStorage, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
-        finished: @escaping @Sendable (ReactorStorage.Outcome) -> Void
+        _ reactor: ReactorRunner, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
+        finished: @escaping @Sendable (ReactorRunner.Outcome) -> Void
     ) -> Task<Void, Never>? {
         Task { finished(await reactor.runWork(outcome: outcome, body: body, task: task)) }
     }

@@ -36,7 +36,7 @@ extension TaskStateMachine {
     enum ProceedAction {
         /// Nothing: the event came late (see the event).
         case none
-        /// Check the gates of the reactors that hold new tasks (``AdmissionStorage/headersWillBeDecided(_:)``).
+        /// Check the gates of the reactors that hold new tasks (``EngineStorage/headersWillBeDecided(_:)``).
         case checkGates
         /// Run interceptor `index` on `task`.
         case runInterceptor(index: Int, task: URLTask)
@@ -128,7 +128,7 @@ extension TaskStateMachine {
         /// Leave interceptor `index`'s batch.
         case leaveBatch(index: Int)
         /// Stop the work running for the task, if any (an interceptor, a per-task reaction); a
-        /// task waiting at a gate or on a run leaves it as it ends (``AdmissionStorage/finished(_:)``).
+        /// task waiting at a gate or on a run leaves it as it ends (``EngineStorage/finished(_:)``).
         case abandon(Task<Void, Never>?)
     }
 

@@ -3,22 +3,25 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// One task's ``TaskStateMachine`` under a lock, and the I/O its actions name.
+/// One task's ``TaskStateMachine``, held under its engine's lock, and the I/O its actions name.
 ///
-/// Every event is one lock section: take the lock, call the machine's event, release, perform
-/// the returned action. The machine holds everything the task carries; this class keeps only
-/// who the task is and whom it talks to (its ``TaskEnvironment``, its sink, its observer). No
-/// interceptor, reactor, transport call or client callback ever runs under the lock: where an
-/// event needs the answer of such code first (which reactor wants a response, whether a
-/// reactor finds the headers outdated, whether `failTasks`'s predicate matches), that code runs
-/// on a snapshot of the task taken just before, and the event is sent with its answer.
-final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendable {  // `machine` is guarded by `lock`.
+/// Every event is one lock section of the engine (``EngineStorage/withLock(_:)``): the task's
+/// machine and admission move together (a gate checked and waited at, a slot taken and the
+/// request let go, a transfer's end and its slot handed over), then the returned action is
+/// performed with the lock released. The machine holds everything the task carries; this class
+/// keeps only who the task is and whom it talks to (its ``TaskEnvironment``, its sink, its
+/// observer). No interceptor, reactor, transport call or client callback ever runs under the
+/// lock: where an event needs the answer of such code first (which reactor wants a response,
+/// the credential version a reactor reports, whether `failTasks`'s predicate matches), that
+/// code runs on a snapshot of the task taken just before, and the event is sent with its answer.
+final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendable {  // `machine`, `observation` and `timers` are guarded by `engine`'s lock.
     let id: URLTask.ID
     /// The URL the caller asked for, which the errors a plain session would give name.
     let callerURL: URL?
     /// What the caller changed for this request alone (read from it, and removed, at creation).
     private let policy: URLTaskPolicy?
-    private let lock = NSLock()
+    /// The engine whose lock guards this task's machine, and which admits it to the network.
+    private let engine: EngineStorage
     private var machine: TaskStateMachine
     private let sink: any TaskSink
     private let environment: any TaskEnvironment
@@ -27,15 +30,19 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// Which reactors exempt this task (``URLTaskReactorConfiguration/exempts``), by index:
     /// asked once, of the caller's request, for admission's gates and for every outcome.
     let exemptedBy: [Bool]
+    /// The reactors that cover this task (they hold new tasks and do not exempt it): the ones
+    /// whose reported credential versions are read before it leaves.
+    private let covering: [Int]
+    /// The caller's body when it is a stream a reactor may need to send again (read once, as
+    /// the task starts).
+    private let streamBody: InputStream?
     /// The manager's outcome observers; `nil` when it has none.
     private let outcomeObservers: OutcomeObservers?
-    /// Whether the task's end or next attempt waits for its outcomes to be observed; guarded by
-    /// `lock`.
+    /// Whether the task's end or next attempt waits for its outcomes to be observed.
     private var observation = OutcomeObservationStateMachine<TaskStateMachine.Completion, TaskStateMachine.ProceedAction>()
     /// The timers armed for this task's waits, cancelled as it ends so none outlives it (a
-    /// request's timeout is 60 s by default); guarded by `lock`. Each checks, when it fires,
-    /// that the wait it bounds is still on (the machine's generations), so one that fires
-    /// anyway changes nothing.
+    /// request's timeout is 60 s by default). Each checks, when it fires, that the wait it
+    /// bounds is still on (the machine's generations), so one that fires anyway changes nothing.
     private var timers: [any PipelineTimer] = []
 
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
@@ -43,11 +50,15 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         self.callerURL = request.url
         let (request, policy) = URLTaskPolicy.take(from: request)
         self.policy = policy
+        self.engine = environment.engine
         // The configuration's additional headers belong to the caller's request, not to every
         // request the inner session sends (a cross-origin redirect must not carry them).
         var bare = environment.additionalHeaders.applied(to: request)
         bare.removeBody()
-        self.exemptedBy = environment.reactors.map { $0.configuration.exempts(bare) }
+        let exemptedBy = environment.reactors.map { $0.configuration.exempts(bare) }
+        self.exemptedBy = exemptedBy
+        self.covering = environment.reactors.indices.filter { !exemptedBy[$0] && environment.reactors[$0].configuration.mode.holdsNewTasks }
+        if !environment.reactors.isEmpty, case .stream(let stream) = body { streamBody = stream } else { streamBody = nil }
         var task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
         task.policy = policy
         self.sink = sink
@@ -71,18 +82,55 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         )
     }
 
+    // MARK: Actions decided in sections
+
+    /// What a section decided for the task on its way to the network: the machine's next step,
+    /// with the gates already checked in the same section (a `.checkGates` never leaves one).
+    enum Step {
+        case proceed(TaskStateMachine.ProceedAction)
+        /// The task waits at reactor `reactor`'s gate (recorded by admission and by the machine
+        /// in the same section).
+        case waitAtGate(reactor: Int)
+    }
+
+    /// What admission's decision for the task (``admitted(_:in:)``) leads to.
+    enum AdmittedAction {
+        case none
+        /// Start the transfer.
+        case send(request: URLRequest, body: URLTaskBody, attempt: Int)
+        /// Wait for a slot; a timer for `generation` bounds the wait by the request's timeout.
+        case waitForSlot(generation: Int, host: String)
+        /// Go on (run the interceptors again) or wait at a gate.
+        case step(Step)
+        /// The task ended: the request could not be sent, or late for a failed run.
+        case fail(TaskStateMachine.FailAction)
+        /// The request cannot be sent (an invalid header, a stream already read); its slot went back.
+        case refuse(any Error)
+    }
+
+    /// What the end of a run it waited on or was gated by leads to.
+    enum RunEndAction {
+        /// The task waited on the run: its reaction ended; `requeued` is the attempt it is sent
+        /// again as, if it is.
+        case reacted(Step, requeued: Int?)
+        /// The task waited at the run's gate: it goes on.
+        case gateOpened(Step)
+        /// The task waited at the gate of a run that failed: it fails with the run's error.
+        case gateFailed(TaskStateMachine.FailAction)
+    }
+
     // MARK: Events
 
     func start() {
         var replayable: URLTaskBody?
-        if !environment.reactors.isEmpty, case .stream(let stream) = lock.withLock({ machine.body }) {
+        if let streamBody {
             // A reactor may send the task again, and a stream can be read only once.
-            switch ReplayableBody.prepare(stream, limit: environment.options.maximumReplayableBodySize) {
+            switch ReplayableBody.prepare(streamBody, limit: environment.options.maximumReplayableBodySize) {
             case .success(let body): replayable = body
             case .failure(let error): return failUnsent(error)
             }
         }
-        proceed(lock.withLock { machine.start(replayableBody: replayable) })
+        proceed(engine.withLock { passGates(machine.start(replayableBody: replayable), &$0) })
     }
 
     /// The caller cancelled (`stopLoading`, on the session's work queue). The transition is made
@@ -90,104 +138,168 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// still send the task; the action is performed elsewhere, because stopping an inner task
     /// syncs onto that very work queue.
     func cancel() {
-        let action = lock.withLock { machine.cancel() }
+        let action = engine.withLock { _ in machine.cancel() }
         if case .none = action { return }
         environment.runtime.async { self.perform(action) }
     }
 
     func batchReleased(index: Int) {
         observer?.released(by: environment.interceptorComponents[index])
-        proceed(lock.withLock { machine.released(index: index) })
-    }
-
-    /// A reactor whose gate held this task finished successfully: check the gates again.
-    func gateOpened() {
-        decideHeaders()
+        proceed(engine.withLock { passGates(machine.released(index: index), &$0) })
     }
 
     /// Ends the task with `error`, wherever it is, if `matches` says so of it as it stands
     /// (``URLTaskManager/failTasks(with:where:)``). `matches` is the caller's code: it runs on a
-    /// snapshot, outside the lock.
+    /// snapshot, outside the lock; a task that moved on since is still ended (an abort concerns
+    /// the task wherever it is).
     func abort(with error: any Error, if matches: (URLTask) -> Bool) {
-        guard matches(lock.withLock({ machine.task })) else { return }
-        let action = lock.withLock { machine.abort(error) }
+        guard matches(engine.withLock { _ in machine.task }) else { return }
+        let action = engine.withLock { _ in machine.abort(error) }
         // Off the caller's thread: stopping a transfer syncs onto URLSession's work queue.
         environment.runtime.async { self.perform(action) }
     }
 
-    /// Fails the task if it has not been sent yet (invalidation, a failed run it was gated on,
-    /// a slot wait longer than the request's timeout).
+    /// Fails the task if it has not been sent yet (invalidation, an unreadable stream body).
     func failUnsent(_ error: any Error) {
-        perform(lock.withLock { machine.fail(error) })
+        perform(engine.withLock { _ in machine.fail(error) })
     }
 
-    /// What admission decided for this task, now or on another task's event (a slot handed
-    /// over). `failure` is the error of a `.fail` decision.
-    func admitted(_ decision: AdmissionStateMachine.SendAction, failure: (any Error)?) {
-        switch decision {
-        case .send:
-            // Headers older than a covering reactor's own credential version (a token renewed
-            // before it expired by another request): give the slot back, intercept again.
-            if environment.admission.headersAreOutdated(self, task: { lock.withLock { machine.task } }) {
-                environment.admission.transferEnded(self)
-                return admitted(.reintercept, failure: nil)
-            }
-            perform(lock.withLock { machine.connectionGranted() })
-        case .waitForSlot(let generation):
-            if let observer { observer.waiting(for: .connectionSlot(host: Self.host(of: lock.withLock { machine.task.request }))) }
-            armSlotTimeout(generation: generation)
-            waitBegins()
+    // MARK: Events of the engine, with its lock held
+
+    /// With the engine's lock held: a `.checkGates` goes through admission's gates in the same
+    /// section. The task waits at a running reactor's gate, or its credential stamps are recorded
+    /// and it goes on to the interceptors (stamped before they run, not at send: an interceptor,
+    /// or a batch hold, may apply a token, then a run may start and end before the task is sent).
+    private func passGates(_ action: TaskStateMachine.ProceedAction, _ state: inout EngineStorage.State) -> Step {
+        guard case .checkGates = action else { return .proceed(action) }
+        // Ended meanwhile (a cancel between a restart and this section): nothing to decide.
+        guard !machine.isCompleted else { return .proceed(.none) }
+        switch state.admission.headersWillBeDecided(id) {
         case .waitAtGate(let reactor):
-            observer?.waiting(for: .reactorGate(reactor: environment.reactors[reactor].name))
-            waitBegins()
-            lock.withLock { machine.admissionGated(reactor: reactor) }
-            // The run may have ended before the line above; its `gateOpened` then found the
-            // task still awaiting admission and was ignored. Now that the task is gated, decide again.
-            decideHeaders()
-        case .reintercept:
-            proceed(lock.withLock { machine.headersStale() })
-        case .fail:
-            failUnsent(failure ?? URLTaskError.managerInvalidated)
+            machine.waitingAtGate(reactor: reactor)
+            return .waitAtGate(reactor: reactor)
+        case .proceed:
+            return .proceed(machine.gateOpened())
         }
     }
 
-    func reactionFinished(reactor index: Int, outcome: ReactorStorage.Outcome) {
-        let result: TaskStateMachine.ReactionResult
+    /// With the engine's lock held: admission decided `decision` for the task, on its own event
+    /// or on another task's (a slot handed over). Returns what the task does, and the tasks a
+    /// slot it gave back was handed to.
+    func admitted(
+        _ decision: AdmissionStateMachine.SendAction, in state: inout EngineStorage.State
+    ) -> (AdmittedAction, handedOver: [(URLTask.ID, AdmissionStateMachine.SendAction)]) {
+        switch decision {
+        case .send:
+            switch machine.connectionGranted() {
+            case .send(let request, let body, let attempt):
+                return (.send(request: request, body: body, attempt: attempt), [])
+            case .refuse(let error):
+                return (.refuse(error), state.admission.transferEnded(id))
+            case .giveSlotBack:
+                // Cancelled meanwhile: the slot goes to the next task.
+                return (.none, state.admission.transferEnded(id))
+            }
+        case .waitForSlot(let generation):
+            return (.waitForSlot(generation: generation, host: Self.host(of: machine.task.request)), [])
+        case .waitAtGate(let reactor):
+            machine.admissionGated(reactor: reactor)
+            return (.step(.waitAtGate(reactor: reactor)), [])
+        case .reintercept:
+            return (.step(passGates(machine.headersStale(), &state)), [])
+        case .fail(let reactor):
+            return (.fail(machine.fail(EngineStorage.lastRunError(reactor, in: state, reactors: engine.reactors))), [])
+        }
+    }
+
+    /// With the engine's lock held: the run of reactor `index` this task waited on ended.
+    func reactionFinished(
+        reactor index: Int, outcome: ReactorRunner.Outcome, in state: inout EngineStorage.State
+    ) -> RunEndAction {
+        var action = machine.reactionFinished(reactor: index, result: reactionResult(index, outcome))
+        var requeued: Int?
+        switch action {
+        case .checkGates, .acquireConnection:
+            requeued = machine.attempt
+            if outcomeObservers != nil {
+                // Sent again only once the observers saw every outcome (``OutcomeObservationStateMachine``).
+                switch observation.resendRequested(action) {
+                case .resendNow(let now): action = now
+                case .wait, .drop: action = .none
+                }
+            }
+        default:
+            break
+        }
+        return .reacted(passGates(action, &state), requeued: requeued)
+    }
+
+    /// With the engine's lock held: a run whose gate held this task ended.
+    func gateOpened(by outcome: ReactorRunner.Outcome, in state: inout EngineStorage.State) -> RunEndAction {
+        switch outcome {
+        case .succeeded, .declined:
+            // Another covering reactor's run may be going: the gates are checked again.
+            guard !machine.isCompleted else { return .gateOpened(.proceed(.none)) }
+            return .gateOpened(passGates(.checkGates, &state))
+        case .failed(let error):
+            return .gateFailed(machine.fail(error))
+        }
+    }
+
+    /// What a reactor's outcome means for the task, by the reactor's mode.
+    private func reactionResult(_ index: Int, _ outcome: ReactorRunner.Outcome) -> TaskStateMachine.ReactionResult {
         switch outcome {
         case .succeeded:
             switch environment.reactors[index].configuration.mode.afterwards {
-            case .sendAgain: result = .requeue(reintercept: true)
-            case .sendAgainUnchanged: result = .requeue(reintercept: false)
-            case .deliverResponse: result = .deliver
+            case .sendAgain: return .requeue(reintercept: true)
+            case .sendAgainUnchanged: return .requeue(reintercept: false)
+            case .deliverResponse: return .deliver
             }
         case .failed(let error):
-            result = .fail(error)
+            return .fail(error)
         case .declined:
-            result = .deliver
+            return .deliver
         }
-        let (action, attempt) = lock.withLock { (machine.reactionFinished(reactor: index, result: result), machine.attempt) }
-        if let observer {
-            observer.reactionEnded()
-            switch action {
-            case .checkGates, .acquireConnection: observer.requeued(attempt: attempt)
-            default: break
-            }
-        }
-        resend(action)
     }
 
-    /// Performs `action`, which may send the task again after an outcome: with observers, only
-    /// once they were told of every outcome of the task (``OutcomeObservationStateMachine``).
-    private func resend(_ action: TaskStateMachine.ProceedAction) {
+    /// A per-task reaction (no shared run) ended: one section, as a shared run's end is.
+    private func perTaskReactionFinished(reactor index: Int, outcome: ReactorRunner.Outcome) {
+        perform(engine.withLock { reactionFinished(reactor: index, outcome: outcome, in: &$0) })
+    }
+
+    /// Performs what the end of a run decided for this task.
+    func perform(_ action: RunEndAction) {
         switch action {
-        case .checkGates, .acquireConnection:
-            guard outcomeObservers != nil else { return proceed(action) }
-            switch lock.withLock({ observation.resendRequested(action) }) {
-            case .resendNow(let action): proceed(action)
-            case .wait, .drop: return
+        case .reacted(let step, let requeued):
+            if let observer {
+                observer.reactionEnded()
+                if let requeued { observer.requeued(attempt: requeued) }
             }
-        default:
-            proceed(action)
+            proceed(step)
+        case .gateOpened(let step):
+            proceed(step)
+        case .gateFailed(let action):
+            perform(action)
+        }
+    }
+
+    /// Performs what admission decided for this task.
+    func perform(_ action: AdmittedAction) {
+        switch action {
+        case .none:
+            return
+        case .send(let request, let body, let attempt):
+            send(request, body: body, attempt: attempt)
+        case .waitForSlot(let generation, let host):
+            observer?.waiting(for: .connectionSlot(host: host))
+            armSlotTimeout(generation: generation)
+            waitBegins()
+        case .step(let step):
+            proceed(step)
+        case .fail(let action):
+            perform(action)
+        case .refuse(let error):
+            complete(.fail(error))
         }
     }
 
@@ -200,14 +312,14 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         let reactor = http.flatMap { chooseReactor(for: .response($0)) }
         let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
         observer?.responseHead(response)
-        let action = lock.withLock { machine.transportReceived(response: response, reactor: reactor, challenge: challenge) }
+        let action = engine.withLock { _ in machine.transportReceived(response: response, reactor: reactor, challenge: challenge) }
         if case .forward(let response) = action { sink.receive(response: response) }
     }
 
     /// The transfer met a redirect; the inner session waits for `decide`, which is always told
     /// not to follow: the pipeline follows a redirect itself, through the interceptors.
     func transportWillRedirect(_ response: HTTPURLResponse, to newRequest: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void) {
-        let action = lock.withLock {
+        let action = engine.withLock { _ in
             let url = machine.task.request.url
             return machine.redirectReceived(tooMany: URLError.tooManyRedirects(url: url))
         }
@@ -220,14 +332,14 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             // Asked first, as a plain session asks it; a request that leaves HTTP then fails.
             let refused = answer.flatMap { Redirect.refusal(of: $0.url, redirectedFrom: response) }
             if let answer, refused == nil { observer?.redirected(response, to: answer.url) }
-            lock.withLock { machine.redirectAnswered(answer, refused: refused) }
+            engine.withLock { _ in machine.redirectAnswered(answer, refused: refused) }
             decide(nil)
         }
     }
 
     func transportDidReceive(data: Data) {
         observer?.received(data.count)
-        if case .forward(let data) = lock.withLock({ machine.transportReceived(data: data) }) { sink.receive(data: data) }
+        if case .forward(let data) = engine.withLock({ _ in machine.transportReceived(data: data) }) { sink.receive(data: data) }
     }
 
     func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
@@ -238,44 +350,78 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // Which reactor wants a transport error is the reactors' code: asked outside the lock,
         // and only when the error would be the task's outcome.
         var reactor: Int?
-        if let error, !environment.reactors.isEmpty || outcomeObservers != nil, lock.withLock({ machine.isAwaitingResponseHead }) {
+        if let error, !environment.reactors.isEmpty || outcomeObservers != nil, engine.withLock({ _ in machine.isAwaitingResponseHead }) {
             if outcomeObservers != nil { observe(.failure(error)) }
             reactor = chooseReactor(for: .failure(error))
         }
         let now = environment.runtime.now
-        let (action, forwarded) = lock.withLock {
+        // An answer no reactor needed tells the loop guards that the credential works; not when
+        // the request skipped a reactor, which never saw the answer.
+        let countsAsAnswer = policy?.skippedReactors.isEmpty != false
+        // One section: the machine's end of the transfer, and the slot handed over (before the
+        // caller hears of the end, so it never sees it taken). A reaction keeps the slot until
+        // its run is started or joined (``react(_:outcome:body:task:requeued:)``).
+        let (action, restart, decided) = engine.withLock { state in
             let forwarded = machine.isForwardingResponse
-            return (machine.transportCompleted(error: error, reactor: reactor, now: now), forwarded)
+            let action = machine.transportCompleted(error: error, reactor: reactor, now: now)
+            if case .react = action { return (action, Step?.none, [(TaskStorage, AdmittedAction)]()) }
+            let decided = EngineStorage.admit(state.admission.transferEnded(id, answered: forwarded && countsAsAnswer), in: &state)
+            // A followed redirect starts again from the gates; its 3xx was an outcome too.
+            let restart: Step? = if case .restart = action { resend(.checkGates, &state) } else { nil }
+            return (action, restart, decided)
         }
+        engine.tell(decided)
         observer?.transferEnded()
-        if case .react(let index, let outcome, let body, let task, let requeued) = action {
-            return react(index, outcome: outcome, body: body, task: task, requeued: requeued)
-        }
-        // Free the slot before the caller hears of the end, so it never sees it taken. An answer
-        // no reactor needed tells the loop guards that the credential works; not when the request
-        // skipped a reactor, which never saw the answer.
-        environment.admission.transferEnded(self, answered: forwarded && policy?.skippedReactors.isEmpty != false)
         switch action {
-        case .none, .react:
+        case .none:
             break
+        case .react(let index, let outcome, let body, let task, let requeued):
+            react(index, outcome: outcome, body: body, task: task, requeued: requeued)
         case .complete(let completion):
             complete(completion)
         case .consultChallenge(let response, let failures, let request):
             consultChallenge(response, previousFailures: failures, request: request)
         case .restart:
-            // A followed redirect: its 3xx was an outcome too.
-            resend(.checkGates)
+            if let restart { proceed(restart) }
         }
     }
 
     // MARK: Actions
+
+    /// With the engine's lock held: `action` may send the task again after an outcome; with
+    /// observers, only once they were told of every outcome of the task
+    /// (``OutcomeObservationStateMachine``). The gates are then checked in the same section.
+    private func resend(_ action: TaskStateMachine.ProceedAction, _ state: inout EngineStorage.State) -> Step {
+        var action = action
+        switch action {
+        case .checkGates, .acquireConnection:
+            guard outcomeObservers != nil else { break }
+            switch observation.resendRequested(action) {
+            case .resendNow(let now): action = now
+            case .wait, .drop: action = .none
+            }
+        default:
+            break
+        }
+        return passGates(action, &state)
+    }
+
+    private func proceed(_ step: Step) {
+        switch step {
+        case .proceed(let action):
+            proceed(action)
+        case .waitAtGate(let reactor):
+            observer?.waiting(for: .reactorGate(reactor: environment.reactors[reactor].name))
+            waitBegins()
+        }
+    }
 
     private func proceed(_ action: TaskStateMachine.ProceedAction) {
         switch action {
         case .none:
             return
         case .checkGates:
-            decideHeaders()
+            proceed(engine.withLock { passGates(.checkGates, &$0) })
         case .runInterceptor(let index, let task):
             runInterceptor(index, on: task)
         case .hold(let index, let maximumWait, let generation, let flushes):
@@ -283,33 +429,36 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             waitBegins()
             let batch = environment.batches[index]
             batch.hold(self, maximumWait: maximumWait, flushesSeen: flushes)
-            // A cancel that raced with the hold found nothing to leave.
-            if lock.withLock({ machine.isCompleted }) { batch.remove(self) }
+            // A cancel that raced with the hold found nothing to leave (the batch is a storage of
+            // its own: its lock is not the engine's).
+            if engine.withLock({ _ in machine.isCompleted }) { batch.remove(self) }
             armHoldTimeout(index: index, generation: generation)
         case .releaseBatch(let index):
             environment.batches[index].release(with: self)
         case .acquireConnection(let request, let restamp):
-            // The slot key matters only where slots are kept.
-            let admission = environment.admission
-            let host = admission.slotsPerHost == nil ? "" : Self.host(of: request)
-            let (decision, failure) = admission.wantsToSend(self, host: host, restamp: restamp)
-            admitted(decision, failure: failure)
+            wantsToSend(request, restamp: restamp)
         case .complete(let completion):
             complete(completion)
         }
     }
 
-    private func perform(_ action: TaskStateMachine.SendAction) {
-        switch action {
-        case .send(let request, let body, let attempt):
-            send(request, body: body, attempt: attempt)
-        case .refuse(let error):
-            environment.admission.transferEnded(self)
-            complete(.fail(error))
-        case .giveSlotBack:
-            // Cancelled meanwhile: the slot goes to the next task.
-            environment.admission.transferEnded(self)
+    /// The task is ready to leave: one section asks admission and, if it may go, lets it go.
+    private func wantsToSend(_ request: URLRequest, restamp: Bool) {
+        // The slot key matters only where slots are kept.
+        let host = engine.slotsPerHost == nil ? "" : Self.host(of: request)
+        // What the covering reactors report of the task as it is about to leave: their code, read
+        // before the section; admission judges it (``ReactorRunStateMachine/lateness(of:)``).
+        var readings: [Int: ReactorRunStateMachine.ReportedVersion] = [:]
+        if !covering.isEmpty, covering.contains(where: { engine.reactors[$0].reactor.currentCredentialVersion() != nil }) {
+            readings = engine.reportedVersions(of: engine.withLock { _ in machine.task }, by: covering)
         }
+        let (action, decided) = engine.withLock { state in
+            let decision = state.admission.wantsToSend(id, host: host, restamp: restamp, reported: readings)
+            let (action, handedOver) = admitted(decision, in: &state)
+            return (action, EngineStorage.admit(handedOver, in: &state))
+        }
+        engine.tell(decided)
+        perform(action)
     }
 
     private func perform(_ action: TaskStateMachine.CancelAction) {
@@ -344,23 +493,27 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// Tells the caller, then lets the task go; with observers, only once they were told of
     /// every outcome of the task (``OutcomeObservationStateMachine``).
     private func complete(_ completion: TaskStateMachine.Completion) {
-        if outcomeObservers != nil, case .wait = lock.withLock({ observation.finishRequested(completion) }) { return }
+        if outcomeObservers != nil, case .wait = engine.withLock({ _ in observation.finishRequested(completion) }) { return }
         finish(completion)
     }
 
     /// Hands `outcome` to the manager's observers, on their queue; the task's end waits for it.
     private func observe(_ outcome: URLTaskOutcome) {
         guard let outcomeObservers else { return }
-        let snapshot = lock.withLock {
+        let snapshot = engine.withLock { _ in
             observation.outcomeQueued()
             return machine.task
         }
         outcomeObservers.observe(outcome, of: snapshot) { [self] in
-            switch lock.withLock({ observation.outcomeObserved() }) {
-            case .none: break
-            case .finish(let completion): finish(completion)
-            case .resend(let action): proceed(action)
+            let next: (completion: TaskStateMachine.Completion?, step: Step?) = engine.withLock { state in
+                switch observation.outcomeObserved() {
+                case .none: return (nil, nil)
+                case .finish(let completion): return (completion, nil)
+                case .resend(let action): return (nil, passGates(action, &state))
+                }
             }
+            if let completion = next.completion { finish(completion) }
+            if let step = next.step { proceed(step) }
         }
     }
 
@@ -385,11 +538,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// Arms a timer for one of the task's waits, kept to be cancelled when the task ends.
     private func arm(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) {
         let timer = environment.runtime.at(deadline, work)
-        lock.withLock { timers.append(timer) }
+        engine.withLock { _ in timers.append(timer) }
     }
 
     private func cancelTimers() {
-        let armed = lock.withLock {
+        let armed = engine.withLock { _ in
             defer { timers = [] }
             return timers
         }
@@ -406,21 +559,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             let answer = AuthenticationChallenge.answer(
                 disposition, credential: credential, to: challenge, response: response, request: request)
             let now = environment.runtime.now
-            resend(lock.withLock { machine.challengeAnswered(answer, now: now) })
-        }
-    }
-
-    /// Waits at a running reactor's gate, or records the credential stamps and goes on to the
-    /// interceptors. Stamped before the interceptors run, not at send: an interceptor (or a
-    /// batch hold) may apply a token, then a run may start and end before the task is sent.
-    private func decideHeaders() {
-        switch environment.admission.headersWillBeDecided(self) {
-        case .waitAtGate(let reactor):
-            observer?.waiting(for: .reactorGate(reactor: environment.reactors[reactor].name))
-            waitBegins()
-            lock.withLock { machine.waitingAtGate(reactor: reactor) }
-        case .proceed:
-            proceed(lock.withLock { machine.gateOpened() })
+            proceed(engine.withLock { resend(machine.challengeAnswered(answer, now: now), &$0) })
         }
     }
 
@@ -429,13 +568,15 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             let interceptor = environment.interceptorComponents[index]
             observer?.intercepted(interceptor, outcome)
             proceed(
-                lock.withLock {
+                engine.withLock { state in
                     switch outcome {
                     case .success(let command):
-                        return machine.interceptorReturned(
-                            index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor)
+                        return passGates(
+                            machine.interceptorReturned(
+                                index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor),
+                            &state)
                     case .failure(let error):
-                        return machine.interceptorThrew(index: index, error: error, interceptor: interceptor)
+                        return passGates(machine.interceptorThrew(index: index, error: error, interceptor: interceptor), &state)
                     }
                 })
         }
@@ -443,7 +584,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         guard let work else { return }
         // It may wait (for a credential, a lock, another service): that counts toward the timeout.
         waitBegins()
-        if case .cancel(let work) = lock.withLock({ machine.workStarted(work) }) { work.cancel() }
+        if case .cancel(let work) = engine.withLock({ _ in machine.workStarted(work) }) { work.cancel() }
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
@@ -455,13 +596,13 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         arm(runtime.now + limit.dispatchInterval) { [weak self] in
             guard let self else { return }
             let error = URLTaskError.holdTimedOut(interceptor, after: limit)
-            perform(lock.withLock { machine.holdExpired(index: index, generation: generation, error: error) })
+            perform(engine.withLock { _ in machine.holdExpired(index: index, generation: generation, error: error) })
         }
     }
 
     private func chooseReactor(for outcome: URLTaskOutcome) -> Int? {
         guard !environment.reactors.isEmpty else { return nil }
-        let snapshot = lock.withLock { machine.task }
+        let snapshot = engine.withLock { _ in machine.task }
         for reactor in environment.reactors where !exemptedBy[reactor.index] {
             if let policy, policy.skips(reactor.component, type: reactor.type) { continue }
             if reactor.reactor.shouldReact(to: outcome, of: snapshot) { return reactor.index }
@@ -474,20 +615,42 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         waitBegins()
         let reactor = environment.reactors[index]
         observer?.reactionStarting()
-        if reactor.configuration.mode.isShared {
-            // The run starts (or is joined) and the slot is handed over in one transition.
-            let (immediate, run) = environment.admission.transferEnded(
-                self, needing: index, alreadyRequeued: requeued, outcome: outcome, body: body, task: task)
-            observer?.reacted(by: reactor.name, run: run)
-            if let immediate { reactionFinished(reactor: index, outcome: immediate) }
-        } else {
+        guard reactor.configuration.mode.isShared else {
             observer?.reacted(by: reactor.name, run: nil)
-            environment.admission.transferEnded(self)
+            engine.tell(engine.withLock { EngineStorage.admit($0.admission.transferEnded(id), in: &$0) })
             let work = environment.runtime.react(reactor, to: outcome, body: body, of: task) { [self] result in
-                reactionFinished(reactor: index, outcome: result)
+                perTaskReactionFinished(reactor: index, outcome: result)
             }
-            if let work, case .cancel(let work) = lock.withLock({ machine.workStarted(work) }) { work.cancel() }
+            if let work, case .cancel(let work) = engine.withLock({ _ in machine.workStarted(work) }) { work.cancel() }
+            return
         }
+        // What the reactor reports of the task as sent: its code, read before the section, in
+        // which admission judges it, the run is started or joined (or the task is answered at
+        // once), and the slot is handed over: the task that gets the slot finds the run going.
+        let reading = engine.reportedVersion(of: task, by: index)
+        let (need, run, decided, immediate) = engine.withLock { state in
+            let (need, handedOver) = state.admission.transferEndedNeedingReaction(
+                id, reactor: index, alreadyRequeued: requeued, reported: reading, now: .now)
+            let decided = EngineStorage.admit(handedOver, in: &state)
+            let run = state.admission.reactors[index].currentRun
+            var outcome: ReactorRunner.Outcome?
+            switch need {
+            case .wait, .startRun: break
+            case .requeueNow: outcome = .succeeded
+            case .failNow: outcome = .failed(EngineStorage.lastRunError(index, in: state, reactors: engine.reactors))
+            case .deliverNow: outcome = .declined
+            case .refuseLoop(let runs):
+                let window = reactor.configuration.mode.loopGuard?.window ?? .zero
+                outcome = .failed(URLTaskError.reactionLoop(reactor.component, runs: runs, window: window))
+            }
+            return (need, run, decided, outcome.map { reactionFinished(reactor: index, outcome: $0, in: &state) })
+        }
+        engine.tell(decided)
+        observer?.reacted(by: reactor.name, run: immediate == nil ? run : nil)
+        if case .startRun(let number) = need {
+            engine.startRun(reactor: index, number: number, outcome: outcome, body: body, task: task)
+        }
+        if let immediate { perform(immediate) }
     }
 
     /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
@@ -496,25 +659,30 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     }
 
     /// Bounds a wait for a connection slot by the request's timeout, as URLSession's own queue
-    /// does: the task then fails with `URLError.timedOut`.
+    /// does: the task then fails with `URLError.timedOut`. Firing is one section: the task
+    /// leaves the queue and fails together, if it still waits in that generation.
     private func armSlotTimeout(generation: Int) {
-        let (interval, url) = lock.withLock { (machine.task.request.timeoutInterval, machine.task.request.url) }
+        let (interval, url) = engine.withLock { _ in (machine.task.request.timeoutInterval, machine.task.request.url) }
         guard interval > 0, interval.isFinite else { return }
         let runtime = environment.runtime
         arm(runtime.now + interval) { [weak self] in
-            guard let self, environment.admission.slotWaitExpired(self, generation: generation) else { return }
-            failUnsent(URLError.timedOut(url: url))
+            guard let self else { return }
+            perform(
+                engine.withLock { state in
+                    guard state.admission.slotWaitExpired(id, generation: generation) else { return TaskStateMachine.FailAction.none }
+                    return machine.fail(URLError.timedOut(url: url))
+                })
         }
     }
 
     /// The task starts to wait inside the pipeline; the first wait of a stretch sets the timer
     /// (``TaskStateMachine/waitBegins()``).
     private func waitBegins() {
-        guard let timer = lock.withLock({ machine.waitBegins() }) else { return }
+        guard let timer = engine.withLock({ _ in machine.waitBegins() }) else { return }
         arm(timer.deadline) { [weak self] in
             guard let self else { return }
             perform(
-                lock.withLock {
+                engine.withLock { _ in
                     let url = machine.task.request.url
                     return machine.waitExpired(generation: timer.generation, error: URLError.timedOut(url: url))
                 })
@@ -525,7 +693,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // The bytes sent decide the framing, never a header that disagrees with them.
         let framed = BodyFraming.framed(request, body: body)
         var snapshot: URLTask?
-        if observer != nil || environment.sharing != nil { snapshot = lock.withLock { machine.task } }
+        if observer != nil || environment.sharing != nil { snapshot = engine.withLock { _ in machine.task } }
         let share = snapshot.flatMap { sharing(of: framed, body: body, task: $0, attempt: attempt) }
         if share == nil, let observer, let snapshot {
             // Before the transfer starts: its response may arrive before the next line runs.
@@ -535,16 +703,20 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             [self] started in
             switch started {
             case .success(let transfer):
-                if case .cancel(let transfer) = lock.withLock({ machine.transferStarted(transfer, attempt: attempt) }),
+                if case .cancel(let transfer) = engine.withLock({ _ in machine.transferStarted(transfer, attempt: attempt) }),
                     !environment.abandonsTransfers
                 {
                     // A cancel that raced with the send found no inner task to stop.
                     environment.stopTransfer(transfer)
                 }
             case .failure(let error):
-                // The session was invalidated meanwhile.
-                environment.admission.transferEnded(self)
-                if let completion = lock.withLock({ machine.failSending(error) }) { complete(completion) }
+                // The session was invalidated meanwhile: one section fails the task and hands
+                // its slot over.
+                let (completion, decided) = engine.withLock { state in
+                    (machine.failSending(error), EngineStorage.admit(state.admission.transferEnded(id), in: &state))
+                }
+                engine.tell(decided)
+                if let completion { complete(completion) }
             }
         }
     }
@@ -552,7 +724,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// The task's `sent` event, then what its interceptors asked to say once it is sent
     /// (``URLTask/annotateWhenSent(_:_:)``: a `curl` command, a trace span).
     private func announceSent(to observer: TaskObserver, task: URLTask, attempt: Int, body: URLTaskBody) {
-        observer.sent(attempt: attempt, credentialVersions: environment.admission.credentialVersions(of: self, task: task), body: body)
+        observer.sent(attempt: attempt, credentialVersions: environment.engine.credentialVersions(of: self, task: task), body: body)
         for annotation in task.annotationsWhenSent { observer.annotated(name: annotation.name, value: annotation.value) }
     }
 
@@ -572,7 +744,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
                 if let observer { announceSent(to: observer, task: task, attempt: attempt, body: body) }
             case .joins(let leader):
                 // It uses no connection of its own: the slot goes to the next task.
-                environment.admission.transferEnded(self)
+                engine.tell(engine.withLock { EngineStorage.admit($0.admission.transferEnded(id), in: &$0) })
                 observer?.joinedSharedTransfer(of: leader, attempt: attempt)
             }
         }

@@ -324,8 +324,8 @@ final class OAuth2CredentialVersionTests: XCTestCase {
         _ = try await api.server.waitForRequests(path: "/api/first", count: 1)
         let waiting = Kit.start(manager.session, api.apiURL("/second"))
         let deadline = ContinuousClock.now.advanced(by: .seconds(5))
-        while manager.pipeline.admission.waitingForSlot == 0, ContinuousClock.now < deadline { await Task.yield() }
-        XCTAssertEqual(manager.pipeline.admission.waitingForSlot, 1, "the second request waits for the only connection, its token applied")
+        while manager.pipeline.engine.waitingForSlot == 0, ContinuousClock.now < deadline { await Task.yield() }
+        XCTAssertEqual(manager.pipeline.engine.waitingForSlot, 1, "the second request waits for the only connection, its token applied")
 
         let renewed = try await auth.refresh()  // the app renews: the engine ran nothing
         XCTAssertNotEqual(renewed.accessToken, "a0")

@@ -7,7 +7,7 @@ import XCTest
 @testable import URLTaskResilience
 
 /// Drives the real storages of one pipeline through random interleavings: ``TaskStorage`` with
-/// its ``TaskStateMachine`` for each task, ``AdmissionStorage`` (reactor runs, gates, credential
+/// its ``TaskStateMachine`` for each task, ``EngineStorage`` (reactor runs, gates, credential
 /// stamps, per-host slots) and one ``BatchStorage`` per interceptor. Only the I/O is simulated
 /// (``SimulatedPipeline``): the interceptors' and reactors' code, the transport, the caller's
 /// delegate, threads and timers.
@@ -98,16 +98,16 @@ final class PipelineModelTests: XCTestCase {
 
         let interceptorComponents: [URLTaskError.Component]
         let interceptorTypes: [URLTaskPolicy.ComponentType]
-        let reactors: [ReactorStorage]
+        let reactors: [ReactorRunner]
         let options: URLTaskManager.Options
         let additionalHeaders = SimulatedPipeline.noHeaders
         let events = EventHub<URLTaskEvent>()
-        var admission: AdmissionStorage { admissionStorage! }
+        var engine: EngineStorage { engineStorage! }
         var batches: [BatchStorage] { batchStorages }
         let credentialStorage: URLCredentialStorage? = nil
         let abandonsTransfers = false
         var runtime: any PipelineRuntime { self }
-        private var admissionStorage: AdmissionStorage?
+        private var engineStorage: EngineStorage?
         private var batchStorages: [BatchStorage] = []
 
         static let noHeaders = AdditionalHeaders.split(URLSessionConfiguration.ephemeral).0
@@ -134,7 +134,7 @@ final class PipelineModelTests: XCTestCase {
             self.rng = rng
             self.persistent = persistent
             reactors = scenario.reactors.enumerated().map { index, spec in
-                ReactorStorage(
+                ReactorRunner(
                     reactor: ModelReactor(index: index, spec: spec, exempt: exemptions.map { $0[index] }),
                     component: .init(kind: .reactor, index: index, name: "R\(index)"))
             }
@@ -144,7 +144,7 @@ final class PipelineModelTests: XCTestCase {
                     configuration: .init(headersThatNeverIdentifyACaller: ["x-model-task"], lateJoinLimit: 8),
                     decisions: DecisionEvents<CoalescingInterceptor.Event>())
                 : nil
-            admissionStorage = AdmissionStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
+            engineStorage = EngineStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
             batchStorages = (0..<scenario.interceptors).map { BatchStorage(interceptorIndex: $0, runtime: self) }
             if scenario.observes {
                 outcomeObservers = OutcomeObservers(parts: [ModelObserver(world: self)]) { [unowned self] work in
@@ -219,8 +219,8 @@ final class PipelineModelTests: XCTestCase {
         }
 
         func react(
-            _ reactor: ReactorStorage, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
-            finished: @escaping @Sendable (ReactorStorage.Outcome) -> Void
+            _ reactor: ReactorRunner, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
+            finished: @escaping @Sendable (ReactorRunner.Outcome) -> Void
         ) -> Task<Void, Never>? {
             let t = Int(task.id.rawValue)
             if reactor.configuration.mode.isShared {
@@ -325,7 +325,7 @@ final class PipelineModelTests: XCTestCase {
 
         func taskEnded(_ task: TaskStorage) {
             lock.withLock { callers[Int(task.id.rawValue)].ended += 1 }
-            admission.finished(task)
+            engine.finished(task)
         }
 
         // MARK: Checks
@@ -403,10 +403,10 @@ final class PipelineModelTests: XCTestCase {
                 if view.terminals > 1 { violate("task \(t) completed \(view.terminals) times") }
                 if view.terminals == 0, !view.cancelled { violate("task \(t) never completed, and its caller did not cancel it") }
             }
-            if admission.runsGoing != 0 { violate("a run is still going at the end") }
-            if admission.busyHosts != 0 { violate("a connection slot was never given back") }
-            if admission.waitingForSlot != 0 { violate("a task still waits for a slot") }
-            if admission.taskCount != 0 { violate("admission still knows \(admission.taskCount) tasks") }
+            if engine.runsGoing != 0 { violate("a run is still going at the end") }
+            if engine.busyHosts != 0 { violate("a connection slot was never given back") }
+            if engine.waitingForSlot != 0 { violate("a task still waits for a slot") }
+            if engine.taskCount != 0 { violate("admission still knows \(engine.taskCount) tasks") }
             for batch in batches where batch.count != 0 { violate("batch \(batch.interceptorIndex) still holds \(batch.count) tasks") }
         }
 
@@ -614,7 +614,7 @@ final class PipelineModelTests: XCTestCase {
             let storage = TaskStorage(
                 id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: ModelSink(task: t, world: world),
                 environment: world)
-            world.admission.register(storage)
+            world.engine.register(storage)
             world.schedule("start(\(t))") { storage.start() }
             if world.draw(0..<10) < 2 {
                 world.schedule("cancel(\(t))") {

@@ -63,14 +63,14 @@ final class ConnectionLimitTests: XCTestCase {
         let results = await Kit.storm(manager.session, count: 12) { _ in URLRequest(url: url) }
         XCTAssertEqual(Kit.tally(results), ["200": 12])
         XCTAssertEqual(limited.maximum, 2, "never more than the limit, and the limit is used")
-        XCTAssertEqual(manager.pipeline.admission.busyHosts, 0, "every slot was given back")
+        XCTAssertEqual(manager.pipeline.engine.busyHosts, 0, "every slot was given back")
     }
 
     func testWithoutAHoldingReactorURLSessionQueuesAsUsual() async throws {
         let unlimited = Concurrency()
         routeSlowAnswers(unlimited)
         let manager = URLTaskManager(options: .init(maximumRequestsInFlightPerHost: 2))
-        XCTAssertNil(manager.pipeline.admission.slotsPerHost, "nothing can make a queued request stale")
+        XCTAssertNil(manager.pipeline.engine.slotsPerHost, "nothing can make a queued request stale")
         let url = server.url("/work")
         let results = await Kit.storm(manager.session, count: 12) { _ in URLRequest(url: url) }
         XCTAssertEqual(Kit.tally(results), ["200": 12])
@@ -85,7 +85,7 @@ final class ConnectionLimitTests: XCTestCase {
         }
         server.route("/next") { _ in .text("next") }
         let manager = URLTaskManager(reactors: [IdleAuthReactor()], options: .init(maximumRequestsInFlightPerHost: 1))
-        let slots = manager.pipeline.admission
+        let slots = manager.pipeline.engine
         XCTAssertEqual(slots.slotsPerHost, 1)
 
         let first = Kit.start(manager.session, server.url("/blocked"))

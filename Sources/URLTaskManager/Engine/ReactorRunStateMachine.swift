@@ -27,13 +27,37 @@
 /// token revoked every few seconds is refreshed as often as it needs to be, while a token
 /// endpoint whose tokens the API always refuses stops after `maximumRuns + 1` refreshes. A run
 /// that follows a failed run is not counted.
-struct ReactorStateMachine {
+struct ReactorRunStateMachine {
     typealias TaskID = URLTask.ID
 
     /// What a task saw of the reactor when its headers were decided.
     struct Stamp: Equatable {
         var version = 0
         var failures = 0
+        /// The credential version the reactor reports the task's headers carry
+        /// (``URLTaskReactor/credentialVersion(of:)``), once read; `nil` for a reactor that
+        /// keeps no version of its own.
+        var reported: Int?
+    }
+
+    /// What a reactor that keeps a credential version of its own reported of one task, read
+    /// outside the lock (it is the reactor's code) just before the event it informs: the version
+    /// the task's headers carry, and the reactor's current one.
+    struct ReportedVersion: Equatable {
+        var sent: Int
+        var current: Int
+    }
+
+    /// How headers stamped at some point compare with what the reactor has done since
+    /// (``lateness(of:)``).
+    enum Lateness: Equatable {
+        /// Nothing has changed since: they are current.
+        case current
+        /// A run succeeded since, or the reactor reports a newer credential version: the work
+        /// the task would need has been done, it is sent again with new headers.
+        case succeededSince
+        /// Only failed runs ended since: the work was tried and failed.
+        case failedSince
     }
 
     enum NeedAction: Equatable {
@@ -73,6 +97,9 @@ struct ReactorStateMachine {
     }
     private(set) var version = 0
     private(set) var failures = 0
+    /// The highest current credential version the reactor reported (``ReportedVersion``); `nil`
+    /// until one was read, and for reactors that keep none.
+    private(set) var reportedVersion: Int?
     private var runCount = 0
     /// When runs that followed a successful run whose product was never accepted started, for
     /// the loop guard: the current streak of refusals.
@@ -93,23 +120,51 @@ struct ReactorStateMachine {
     /// The stamp a task sent now records.
     var stamp: Stamp { Stamp(version: version, failures: failures) }
 
+    /// Records what the reactor reported of a task (read just before the event that brings it):
+    /// the engine keeps the highest current version, so a task judged later on another task's
+    /// event (a connection slot handed over) is judged against it without calling the reactor.
+    /// Returns `stamp` with the version its headers carry.
+    mutating func record(_ reading: ReportedVersion?, in stamp: Stamp) -> Stamp {
+        guard let reading else { return stamp }
+        reportedVersion = max(reportedVersion ?? reading.current, reading.current)
+        var stamp = stamp
+        stamp.reported = reading.sent
+        return stamp
+    }
+
+    /// Whether headers stamped `stamp` are older than this reactor's latest run or its latest
+    /// reported credential version: the one place the engine decides that an outcome, or a task
+    /// about to leave, is late. A successful run or a newer reported version wins over failures
+    /// (the work a late task needs has been done).
+    func lateness(of stamp: Stamp) -> Lateness {
+        if stamp.version < version { return .succeededSince }
+        if let sent = stamp.reported, let current = reportedVersion, sent < current { return .succeededSince }
+        if stamp.failures < failures { return .failedSince }
+        return .current
+    }
+
     /// - Parameters:
     ///   - sentUnder: The stamp of the headers the task was sent with.
     ///   - alreadyRequeued: Whether this reactor already sent the task again after a successful run.
-    ///   - outdated: Whether the reactor's own credential version says the task's headers are
-    ///     older than the current ones (``URLTaskReactor/credentialVersion(of:)``): late, as if
-    ///     a run had succeeded since.
+    ///   - reported: What the reactor reported of the task as sent, if it keeps a credential
+    ///     version of its own (``record(_:in:)``).
     mutating func taskNeedsReaction(
-        _ id: TaskID, sentUnder: Stamp, alreadyRequeued: Bool = false, outdated: Bool = false, now: ContinuousClock.Instant
+        _ id: TaskID, sentUnder: Stamp, alreadyRequeued: Bool = false, reported: ReportedVersion? = nil,
+        now: ContinuousClock.Instant
     ) -> NeedAction {
+        let sentUnder = record(reported, in: sentUnder)
         switch state {
         case .running(let run, var waiters, let gated):
+            state = .idle  // keeps `waiters` uniquely referenced: appending does not copy it
             waiters.append(id)
             state = .running(run: run, waiters: waiters, gated: gated)
             return .wait(run: run)
         case .idle:
-            if sentUnder.version < version || outdated { return .requeueNow }
-            if sentUnder.failures < failures { return .failNow }
+            switch lateness(of: sentUnder) {
+            case .succeededSince: return .requeueNow
+            case .failedSince: return .failNow
+            case .current: break
+            }
             if alreadyRequeued { return .deliverNow }
             if let loopGuard, lastRunSucceeded == true {
                 if versionAccepted {
@@ -131,6 +186,7 @@ struct ReactorStateMachine {
     /// running work (it is then recorded as gated).
     mutating func gate(_ id: TaskID) -> Bool {
         guard case .running(let run, let waiters, var gated) = state else { return false }
+        state = .idle  // keeps `gated` uniquely referenced: appending does not copy it
         gated.append(id)
         state = .running(run: run, waiters: waiters, gated: gated)
         return true
@@ -165,6 +221,7 @@ struct ReactorStateMachine {
     /// A waiting or gated task was cancelled. Returns whether it was found.
     mutating func remove(_ id: TaskID) -> Bool {
         guard case .running(let run, var waiters, var gated) = state else { return false }
+        state = .idle  // keeps both lists uniquely referenced while they change
         let before = waiters.count + gated.count
         waiters.removeAll { $0 == id }
         gated.removeAll { $0 == id }

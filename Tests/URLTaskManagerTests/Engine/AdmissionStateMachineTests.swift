@@ -13,7 +13,7 @@ final class AdmissionStateMachineTests: XCTestCase {
     /// A task that needs reactor `reactor`, sent with headers decided now: what the reactor decides.
     private func refused(
         _ m: inout Machine, _ raw: UInt64, reactor: Int = 0, exemptedBy: [Bool] = [false], at seconds: Int
-    ) -> ReactorStateMachine.NeedAction {
+    ) -> ReactorRunStateMachine.NeedAction {
         m.register(Self.id(raw), exemptedBy: exemptedBy)
         XCTAssertEqual(m.headersWillBeDecided(Self.id(raw)), .proceed)
         return m.transferEndedNeedingReaction(Self.id(raw), reactor: reactor, alreadyRequeued: false, now: t0 + .seconds(seconds)).need

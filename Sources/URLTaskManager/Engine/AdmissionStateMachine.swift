@@ -15,16 +15,16 @@
 ///
 /// **Credential stamps.** Each reactor counts its successful runs (its version: the credential
 /// version) and its failed runs. When a task's headers are decided it records both, per
-/// reactor (``ReactorStateMachine/Stamp``). When it is about to be sent:
+/// reactor (``ReactorRunStateMachine/Stamp``). When it is about to be sent:
 /// - a covering reactor's run is going: the task waits at its gate, then is intercepted again;
 /// - a covering reactor's run succeeded since: its headers are stale, it is intercepted again;
 /// - only failed runs ended since: it fails with that run's error, as it would on the network.
 ///
 /// **Accepted answers.** When a task's transfer ends with an answer no reactor needed, each
-/// loop-guarded reactor it is stamped for hears of it (``ReactorStateMachine/outcomeAccepted(sentUnder:)``):
+/// loop-guarded reactor it is stamped for hears of it (``ReactorRunStateMachine/outcomeAccepted(sentUnder:)``):
 /// its loop guard counts only runs whose product was never accepted.
 ///
-/// Events return actions for the tasks they decide; ``AdmissionStorage`` performs them with its
+/// Events return actions for the tasks they decide; ``EngineStorage`` performs them with its
 /// lock released.
 struct AdmissionStateMachine {
     typealias TaskID = URLTask.ID
@@ -65,13 +65,13 @@ struct AdmissionStateMachine {
         /// Relevant reactors that hold new tasks: their gates, stamps and failures judge it.
         var covering: [Int]
         /// Stamps by reactor, taken when its headers were last decided.
-        var stamps: [Int: ReactorStateMachine.Stamp] = [:]
+        var stamps: [Int: ReactorRunStateMachine.Stamp] = [:]
         var slot = Slot.none
         /// Whether it goes through the per-host queue.
         var usesSlots: Bool { !covering.isEmpty }
     }
 
-    private(set) var reactors: [ReactorStateMachine]
+    private(set) var reactors: [ReactorRunStateMachine]
     private let holdsNewTasks: [Bool]
     /// Whether any reactor has a loop guard: only then does an accepted answer need a look.
     private let guardsLoops: Bool
@@ -85,7 +85,7 @@ struct AdmissionStateMachine {
     ///   - slotsPerHost: Requests per host handed to the transport at once for covered tasks;
     ///     `nil` for no limit.
     init(reactors: [URLTaskReactorConfiguration.Mode], slotsPerHost: Int?) {
-        self.reactors = reactors.map { ReactorStateMachine(loopGuard: $0.loopGuard) }
+        self.reactors = reactors.map { ReactorRunStateMachine(loopGuard: $0.loopGuard) }
         self.holdsNewTasks = reactors.map(\.holdsNewTasks)
         self.guardsLoops = self.reactors.contains(where: \.guardsLoops)
         self.slots = slotsPerHost.map(ConnectionSlotsStateMachine.init(limit:))
@@ -125,9 +125,15 @@ struct AdmissionStateMachine {
     }
 
     /// The task is ready to leave for `host`.
-    /// - Parameter restamp: Its headers were not decided by the interceptors this attempt (a
-    ///   requeue without them): they are stamped now instead of judged.
-    mutating func wantsToSend(_ id: TaskID, host: String, restamp: Bool) -> SendAction {
+    /// - Parameters:
+    ///   - restamp: Its headers were not decided by the interceptors this attempt (a requeue
+    ///     without them): they are stamped now instead of judged.
+    ///   - reported: By reactor index, what the covering reactors that keep a credential version
+    ///     of their own reported of the task as it is about to leave: recorded in its stamps
+    ///     (a slot handed over later judges it by them) and judged with them.
+    mutating func wantsToSend(
+        _ id: TaskID, host: String, restamp: Bool, reported: [Int: ReactorRunStateMachine.ReportedVersion] = [:]
+    ) -> SendAction {
         guard var record = records[id] else { return .send }
         if case .holding = record.slot {
             assertionFailure("task \(id) wants to send before its previous transfer gave its slot back")
@@ -135,8 +141,11 @@ struct AdmissionStateMachine {
         if restamp {
             if let reactor = gatingReactor(for: id, record) { return .waitAtGate(reactor: reactor) }
             for reactor in record.relevant { record.stamps[reactor] = reactors[reactor].stamp }
-            records[id] = record
         }
+        for (reactor, reading) in reported {
+            record.stamps[reactor] = reactors[reactor].record(reading, in: record.stamps[reactor] ?? ReactorRunStateMachine.Stamp())
+        }
+        if restamp || !reported.isEmpty { records[id] = record }
         let action = judge(id, record)
         guard action == .send else { return action }
         return acquireSlot(id, host: host)
@@ -147,7 +156,7 @@ struct AdmissionStateMachine {
     /// - Parameter answered: The transfer ended with an answer that no reactor needed (the
     ///   caller gets it as is): each loop-guarded reactor whose current version the task's
     ///   headers were decided under counts it as accepted
-    ///   (``ReactorStateMachine/outcomeAccepted(sentUnder:)``).
+    ///   (``ReactorRunStateMachine/outcomeAccepted(sentUnder:)``).
     mutating func transferEnded(_ id: TaskID, answered: Bool = false) -> [(TaskID, SendAction)] {
         guard var record = records[id] else { return [] }
         if answered, guardsLoops {
@@ -190,27 +199,30 @@ struct AdmissionStateMachine {
     // MARK: Reactor events
 
     /// The task's transfer ended with an outcome that needs single-flight reactor `reactor` (see
-    /// ``ReactorStateMachine/taskNeedsReaction(_:sentUnder:alreadyRequeued:now:)``), judged
+    /// ``ReactorRunStateMachine/taskNeedsReaction(_:sentUnder:alreadyRequeued:now:)``), judged
     /// against the stamp its headers were decided under. One transition: the run is started or
     /// joined before the task's slot is handed over, so the task that gets the slot finds the
     /// run going and waits instead of leaving with a stale token; and the slot is free before
     /// the task can be sent again.
-    /// - Parameter outdated: The reactor's own credential version says the headers are old.
+    /// - Parameter reported: What the reactor reported of the task as sent, if it keeps a
+    ///   credential version of its own.
     mutating func transferEndedNeedingReaction(
-        _ id: TaskID, reactor: Int, alreadyRequeued: Bool, outdated: Bool = false, now: ContinuousClock.Instant
-    ) -> (need: ReactorStateMachine.NeedAction, handedOver: [(TaskID, SendAction)]) {
-        let stamp = records[id]?.stamps[reactor] ?? ReactorStateMachine.Stamp()
-        let need = reactors[reactor].taskNeedsReaction(id, sentUnder: stamp, alreadyRequeued: alreadyRequeued, outdated: outdated, now: now)
+        _ id: TaskID, reactor: Int, alreadyRequeued: Bool, reported: ReactorRunStateMachine.ReportedVersion? = nil,
+        now: ContinuousClock.Instant
+    ) -> (need: ReactorRunStateMachine.NeedAction, handedOver: [(TaskID, SendAction)]) {
+        let stamp = records[id]?.stamps[reactor] ?? ReactorRunStateMachine.Stamp()
+        let need = reactors[reactor].taskNeedsReaction(
+            id, sentUnder: stamp, alreadyRequeued: alreadyRequeued, reported: reported, now: now)
         return (need, transferEnded(id))
     }
 
     /// Run `run` of reactor `reactor` ended.
-    mutating func runFinished(reactor: Int, run: Int, succeeded: Bool) -> ReactorStateMachine.RunEnd? {
+    mutating func runFinished(reactor: Int, run: Int, succeeded: Bool) -> ReactorRunStateMachine.RunEnd? {
         reactors[reactor].runFinished(run: run, succeeded: succeeded)
     }
 
     /// The stamp task `id`'s headers were decided under for `reactor` (for tests and the model).
-    func stamp(of id: TaskID, reactor: Int) -> ReactorStateMachine.Stamp? { records[id]?.stamps[reactor] }
+    func stamp(of id: TaskID, reactor: Int) -> ReactorRunStateMachine.Stamp? { records[id]?.stamps[reactor] }
 
     /// The reactors covering task `id`.
     func covering(_ id: TaskID) -> [Int] { records[id]?.covering ?? [] }
@@ -228,18 +240,19 @@ struct AdmissionStateMachine {
         return nil
     }
 
-    /// Whether headers stamped in `record` may still be sent.
+    /// Whether headers stamped in `record` may still be sent: each covering reactor's
+    /// ``ReactorRunStateMachine/lateness(of:)`` decides; a success anywhere wins over failures.
     private mutating func judge(_ id: TaskID, _ record: Record) -> SendAction {
         if let reactor = gatingReactor(for: id, record) { return .waitAtGate(reactor: reactor) }
+        var failed: Int?
         for reactor in record.covering {
-            let stamp = record.stamps[reactor] ?? ReactorStateMachine.Stamp()
-            if reactors[reactor].version > stamp.version { return .reintercept }
+            switch reactors[reactor].lateness(of: record.stamps[reactor] ?? ReactorRunStateMachine.Stamp()) {
+            case .succeededSince: return .reintercept
+            case .failedSince: failed = failed ?? reactor
+            case .current: break
+            }
         }
-        for reactor in record.covering {
-            let stamp = record.stamps[reactor] ?? ReactorStateMachine.Stamp()
-            if reactors[reactor].failures > stamp.failures { return .fail(reactor: reactor) }
-        }
-        return .send
+        return failed.map { .fail(reactor: $0) } ?? .send
     }
 
     private mutating func acquireSlot(_ id: TaskID, host: String) -> SendAction {

@@ -1,10 +1,10 @@
 import XCTest
 @testable import URLTaskManager
 
-/// ``ReactorStateMachine``: single flight, joining, the gate, late requeues, the loop guard (it
+/// ``ReactorRunStateMachine``: single flight, joining, the gate, late requeues, the loop guard (it
 /// counts runs whose product was refused, not runs).
-final class ReactorStateMachineTests: XCTestCase {
-    typealias Machine = ReactorStateMachine
+final class ReactorRunStateMachineTests: XCTestCase {
+    typealias Machine = ReactorRunStateMachine
 
     static func id(_ raw: UInt64) -> URLTask.ID { URLTask.ID(rawValue: raw) }
     let t0 = ContinuousClock.now
@@ -202,9 +202,41 @@ final class ReactorStateMachineTests: XCTestCase {
     func testHeadersOutdatedByTheReactorsOwnVersionAreLateWithoutARun() {
         var m = Machine(loopGuard: nil)
         XCTAssertEqual(
-            m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, outdated: true, now: t0), .requeueNow,
+            m.taskNeedsReaction(Self.id(1), sentUnder: m.stamp, reported: .init(sent: 3, current: 4), now: t0), .requeueNow,
             "the credential changed outside any run (a sign-in, an early renewal): no run needed")
         XCTAssertFalse(m.isRunning)
-        XCTAssertEqual(m.taskNeedsReaction(Self.id(2), sentUnder: m.stamp, outdated: false, now: t0), .startRun(run: 1))
+        XCTAssertEqual(
+            m.taskNeedsReaction(Self.id(2), sentUnder: m.stamp, reported: .init(sent: 4, current: 4), now: t0), .startRun(run: 1))
+    }
+
+    // MARK: Lateness, decided in one place
+
+    func testLatenessWeighsRunsAndReportedVersionsInOnePlace() {
+        var m = Machine(loopGuard: nil)
+        let before = m.stamp
+        XCTAssertEqual(m.lateness(of: before), .current)
+        _ = m.taskNeedsReaction(Self.id(1), sentUnder: before, now: t0)
+        _ = m.runFinished(run: 1, succeeded: false)
+        XCTAssertEqual(m.lateness(of: before), .failedSince, "only a failed run ended since")
+        _ = m.taskNeedsReaction(Self.id(2), sentUnder: m.stamp, now: t0)
+        _ = m.runFinished(run: 2, succeeded: true)
+        XCTAssertEqual(m.lateness(of: before), .succeededSince, "a success since wins over the failure")
+        XCTAssertEqual(m.lateness(of: m.stamp), .current)
+    }
+
+    func testAReportedVersionIsRememberedForTasksJudgedLater() {
+        var m = Machine(loopGuard: nil)
+        // Task 1's headers carry version 7; the reactor reports 7 as current.
+        let first = m.record(.init(sent: 7, current: 7), in: m.stamp)
+        XCTAssertEqual(first.reported, 7)
+        XCTAssertEqual(m.lateness(of: first), .current)
+        // Another task's reading shows the credential renewed outside any run (version 8): task 1,
+        // judged later without calling the reactor (a slot handed over), is late.
+        _ = m.record(.init(sent: 8, current: 8), in: m.stamp)
+        XCTAssertEqual(m.reportedVersion, 8)
+        XCTAssertEqual(m.lateness(of: first), .succeededSince)
+        // An older reading never lowers what the engine knows.
+        _ = m.record(.init(sent: 6, current: 6), in: m.stamp)
+        XCTAssertEqual(m.reportedVersion, 8)
     }
 }

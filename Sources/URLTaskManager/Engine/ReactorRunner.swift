@@ -3,7 +3,7 @@ import Foundation
 /// One reactor of a manager: its configuration, its name for errors, and a way to run its work
 /// within its timeout. Its runs, gates and stamps are part of admission
 /// (``AdmissionStateMachine``); this type holds no state of its own.
-final class ReactorStorage: Sendable {
+final class ReactorRunner: Sendable {
     enum Outcome {
         case succeeded
         case failed(any Error)
