@@ -120,6 +120,12 @@ public actor OAuth2Authenticator {
     private var credential: OAuth2Credential? { didSet { publish() } }
     private var loaded = false { didSet { publish() } }
     private var loading: Task<OAuth2Credential?, any Error>?
+    /// The one refresh in flight. This single flight is the authenticator's own, beside the
+    /// engine's (one run of `OAuth2RefreshReactor` for every task of a manager that got a 401),
+    /// because refreshes start where no engine run is: the `BearerInterceptor` renewing a token
+    /// about to expire, the app's ``refresh()``, and every manager that shares this
+    /// authenticator (each has its own engine). Both are needed; neither decides whether a 401
+    /// is late for a manager's tasks, which only that manager's engine does.
     private var refreshing: Task<OAuth2Credential, any Error>? { didSet { publish() } }
     /// The version a refresh produced last: it is not renewed early (see the hard cases).
     private var refreshedVersion: Int? { didSet { publish() } }

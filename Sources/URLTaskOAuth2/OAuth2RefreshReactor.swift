@@ -49,8 +49,11 @@ public struct OAuth2RefreshReactor: URLTaskReactor {
 
     public func react(to outcome: URLTaskOutcome, body: Data, of task: URLTask) async throws {
         guard let sent = credentialVersion(of: task) else { return }
-        // The engine already sent late 401s again without calling this; the check closes the
-        // window between its decision and this call.
+        // Whether this 401 is late is the engine's decision (its runs and the versions this
+        // reactor reports, judged in one place): a late one never gets here. The authenticator's
+        // own check below is about its credential, which changes outside this engine too (a
+        // proactive renewal by the interceptor, the app's `refresh()`, another manager sharing
+        // the authenticator) between the engine's decision and this call.
         // The engine cancels the work only when the run's timeout has passed (its waiters have
         // then failed with `reactorTimedOut`). A refresh through a token endpoint runs on,
         // bounded by the endpoint (its answer may carry the only valid refresh token); one of

@@ -151,6 +151,22 @@ struct AdmissionStateMachine {
         return acquireSlot(id, host: host)
     }
 
+    /// Task `id` was handed a slot on another task's event, and has read what its covering
+    /// reactors report since (their code runs outside the lock): it is judged again with those
+    /// readings, holding the slot. If it may not go after all, the slot passes on.
+    mutating func slotHandedOver(
+        _ id: TaskID, reported: [Int: ReactorRunStateMachine.ReportedVersion]
+    ) -> (SendAction, handedOver: [(TaskID, SendAction)]) {
+        guard var record = records[id], case .holding(let host) = record.slot else { return (.send, []) }
+        for (reactor, reading) in reported {
+            record.stamps[reactor] = reactors[reactor].record(reading, in: record.stamps[reactor] ?? ReactorRunStateMachine.Stamp())
+        }
+        let action = judge(id, record)
+        if action != .send { record.slot = .none }
+        records[id] = record
+        return action == .send ? (.send, []) : (action, handOver(host: host))
+    }
+
     /// The task's transfer ended (or it was not sent after all, or it completed): its slot, if
     /// it held one, goes to the next task waiting for that host. Returns what that task does.
     /// - Parameter answered: The transfer ended with an answer that no reactor needed (the

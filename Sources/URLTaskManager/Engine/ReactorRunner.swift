@@ -20,9 +20,15 @@ final class ReactorRunner: Sendable {
     /// Its type, as a ``URLTaskPolicy`` names the reactors a request skips.
     let type: URLTaskPolicy.ComponentType
 
+    /// Whether the reactor keeps a credential version of its own
+    /// (``URLTaskReactor/currentCredentialVersion()`` is not `nil`, asked once): a task it covers
+    /// that is handed a connection slot reads its versions again before it leaves.
+    let reportsCredentialVersions: Bool
+
     init(reactor: any URLTaskReactor, component: URLTaskError.Component) {
         self.index = component.index ?? 0
         self.reactor = reactor
+        self.reportsCredentialVersions = reactor.currentCredentialVersion() != nil
         self.type = URLTaskPolicy.ComponentType(Swift.type(of: reactor))
         self.configuration = reactor.configuration
         self.component = component

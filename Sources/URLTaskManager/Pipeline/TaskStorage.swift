@@ -30,9 +30,9 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// Which reactors exempt this task (``URLTaskReactorConfiguration/exempts``), by index:
     /// asked once, of the caller's request, for admission's gates and for every outcome.
     let exemptedBy: [Bool]
-    /// The reactors that cover this task (they hold new tasks and do not exempt it): the ones
-    /// whose reported credential versions are read before it leaves.
-    private let covering: [Int]
+    /// The reactors that cover this task (they hold new tasks and do not exempt it) and keep a
+    /// credential version of their own: the ones whose reported versions are read before it leaves.
+    private let reporters: [Int]
     /// The caller's body when it is a stream a reactor may need to send again (read once, as
     /// the task starts).
     private let streamBody: InputStream?
@@ -57,7 +57,10 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         bare.removeBody()
         let exemptedBy = environment.reactors.map { $0.configuration.exempts(bare) }
         self.exemptedBy = exemptedBy
-        self.covering = environment.reactors.indices.filter { !exemptedBy[$0] && environment.reactors[$0].configuration.mode.holdsNewTasks }
+        self.reporters = environment.reactors.indices.filter {
+            !exemptedBy[$0] && environment.reactors[$0].configuration.mode.holdsNewTasks
+                && environment.reactors[$0].reportsCredentialVersions
+        }
         if !environment.reactors.isEmpty, case .stream(let stream) = body { streamBody = stream } else { streamBody = nil }
         var task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
         task.policy = policy
@@ -98,6 +101,9 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         case none
         /// Start the transfer.
         case send(request: URLRequest, body: URLTaskBody, attempt: Int)
+        /// A slot was handed over on another task's event: read what the reactors report, then
+        /// be judged again holding it (``confirmSlot()``).
+        case confirmSlot
         /// Wait for a slot; a timer for `generation` bounds the wait by the request's timeout.
         case waitForSlot(generation: Int, host: String)
         /// Go on (run the interceptors again) or wait at a gate.
@@ -186,11 +192,16 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// With the engine's lock held: admission decided `decision` for the task, on its own event
     /// or on another task's (a slot handed over). Returns what the task does, and the tasks a
     /// slot it gave back was handed to.
+    /// - Parameter read: The decision was made with what the task's reactors report read just
+    ///   before (its own event). A slot handed over on another task's event was judged by what
+    ///   the engine last heard: a task whose reactors keep versions of their own reads them
+    ///   first (their state may change outside any run: the app renewing a token).
     func admitted(
-        _ decision: AdmissionStateMachine.SendAction, in state: inout EngineStorage.State
+        _ decision: AdmissionStateMachine.SendAction, in state: inout EngineStorage.State, read: Bool = false
     ) -> (AdmittedAction, handedOver: [(URLTask.ID, AdmissionStateMachine.SendAction)]) {
         switch decision {
         case .send:
+            if !read, !reporters.isEmpty, !machine.isCompleted { return (.confirmSlot, []) }
             switch machine.connectionGranted() {
             case .send(let request, let body, let attempt):
                 return (.send(request: request, body: body, attempt: attempt), [])
@@ -290,6 +301,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             return
         case .send(let request, let body, let attempt):
             send(request, body: body, attempt: attempt)
+        case .confirmSlot:
+            confirmSlot()
         case .waitForSlot(let generation, let host):
             observer?.waiting(for: .connectionSlot(host: host))
             armSlotTimeout(generation: generation)
@@ -448,14 +461,25 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         let host = engine.slotsPerHost == nil ? "" : Self.host(of: request)
         // What the covering reactors report of the task as it is about to leave: their code, read
         // before the section; admission judges it (``ReactorRunStateMachine/lateness(of:)``).
-        var readings: [Int: ReactorRunStateMachine.ReportedVersion] = [:]
-        if !covering.isEmpty, covering.contains(where: { engine.reactors[$0].reactor.currentCredentialVersion() != nil }) {
-            readings = engine.reportedVersions(of: engine.withLock { _ in machine.task }, by: covering)
-        }
+        let readings = reporters.isEmpty ? [:] : engine.reportedVersions(of: engine.withLock { _ in machine.task }, by: reporters)
         let (action, decided) = engine.withLock { state in
             let decision = state.admission.wantsToSend(id, host: host, restamp: restamp, reported: readings)
-            let (action, handedOver) = admitted(decision, in: &state)
+            let (action, handedOver) = admitted(decision, in: &state, read: true)
             return (action, EngineStorage.admit(handedOver, in: &state))
+        }
+        engine.tell(decided)
+        perform(action)
+    }
+
+    /// The task was handed a slot on another task's event: what its reactors report is read
+    /// now, and one section judges it again with the readings, holding the slot, then lets it
+    /// go or passes the slot on.
+    private func confirmSlot() {
+        let readings = engine.reportedVersions(of: engine.withLock { _ in machine.task }, by: reporters)
+        let (action, decided) = engine.withLock { state in
+            let (decision, passedOn) = state.admission.slotHandedOver(id, reported: readings)
+            let (action, handedOver) = admitted(decision, in: &state, read: true)
+            return (action, EngineStorage.admit(passedOn + handedOver, in: &state))
         }
         engine.tell(decided)
         perform(action)

@@ -82,6 +82,10 @@ public protocol URLTaskReactor: Sendable {
 
     /// The current version of the state this reactor's work renews; `nil`, the default, when the
     /// reactor keeps none (see ``credentialVersion(of:)``).
+    ///
+    /// Read just before a task leaves and when an outcome needs the reactor; the engine keeps the
+    /// highest version it was told, so a task judged later without a reading of its own (one
+    /// handed a connection slot by another task's end) is judged against it.
     func currentCredentialVersion() -> Int?
 
     /// Where this reactor belongs among the others, when the order decides whether it works:
@@ -98,15 +102,6 @@ extension URLTaskReactor {
     public var reactorPlacement: URLTaskPlacement { .anywhere }
     public func credentialVersion(of task: URLTask) -> Int? { nil }
     public func currentCredentialVersion() -> Int? { nil }
-}
-
-extension URLTaskReactor {
-    /// Whether `task`'s headers carry an older version of this reactor's state than the current
-    /// one; `false` when the reactor keeps no version of its own.
-    func headersAreOutdated(_ task: URLTask) -> Bool {
-        guard let sent = credentialVersion(of: task), let current = currentCredentialVersion() else { return false }
-        return sent < current
-    }
 }
 
 /// How one send of a task ended, as reactors see it.

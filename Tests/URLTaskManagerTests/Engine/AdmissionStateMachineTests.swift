@@ -66,4 +66,41 @@ final class AdmissionStateMachineTests: XCTestCase {
         ended(&m, 2, exemptedBy: [false, true], answered: true)
         XCTAssertTrue(m.reactors[0].versionAccepted)
     }
+
+    // MARK: Reported credential versions
+
+    func testHeadersOlderThanAReportedVersionAreInterceptedAgainBeforeTheyLeave() {
+        var m = Machine(reactors: [.refresh(loopGuard: nil)], slotsPerHost: 4)
+        m.register(Self.id(1), exemptedBy: [false])
+        XCTAssertEqual(m.headersWillBeDecided(Self.id(1)), .proceed)
+        XCTAssertEqual(
+            m.wantsToSend(Self.id(1), host: "h", restamp: false, reported: [0: .init(sent: 2, current: 3)]), .reintercept,
+            "the reactor's own version moved on outside any run")
+        XCTAssertEqual(m.wantsToSend(Self.id(1), host: "h", restamp: false, reported: [0: .init(sent: 3, current: 3)]), .send)
+        XCTAssertEqual(m.busyHosts, 1)
+    }
+
+    func testASlotHandedOverIsJudgedAgainWithFreshReadingsAndPassedOnIfStale() {
+        var m = Machine(reactors: [.refresh(loopGuard: nil)], slotsPerHost: 1)
+        for raw: UInt64 in 1...3 {
+            m.register(Self.id(raw), exemptedBy: [false])
+            XCTAssertEqual(m.headersWillBeDecided(Self.id(raw)), .proceed)
+        }
+        XCTAssertEqual(m.wantsToSend(Self.id(1), host: "h", restamp: false, reported: [0: .init(sent: 5, current: 5)]), .send)
+        XCTAssertEqual(
+            m.wantsToSend(Self.id(2), host: "h", restamp: false, reported: [0: .init(sent: 5, current: 5)]), .waitForSlot(generation: 1))
+        XCTAssertEqual(
+            m.wantsToSend(Self.id(3), host: "h", restamp: false, reported: [0: .init(sent: 5, current: 5)]), .waitForSlot(generation: 2))
+        // Task 1 ends: task 2 is handed the slot, judged by what the engine last heard (version 5).
+        let handed = m.transferEnded(Self.id(1))
+        XCTAssertEqual(handed.map(\.0), [Self.id(2)])
+        XCTAssertEqual(handed.map(\.1), [.send])
+        // The app renewed the token meanwhile (version 6): task 2's fresh reading makes it stale,
+        // and the slot passes on to task 3 in the same transition.
+        let (decision, passedOn) = m.slotHandedOver(Self.id(2), reported: [0: .init(sent: 5, current: 6)])
+        XCTAssertEqual(decision, .reintercept)
+        XCTAssertEqual(passedOn.map(\.0), [Self.id(3)])
+        XCTAssertEqual(passedOn.map(\.1), [.reintercept], "task 3's headers carry version 5 too: the engine now knows 6")
+        XCTAssertEqual(m.busyHosts, 0, "no task holds the slot: both go back to their interceptors")
+    }
 }
