@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Plants one bug at a time in TaskStateMachine and in the sharing of transfers (SharedTransfers),
-# and checks that the randomized model
+# Plants one bug at a time in TaskStateMachine, in the engine's lock sections (TaskStorage,
+# EngineStorage) and in the sharing of transfers (SharedTransfers), and checks that the randomized model
 # (PipelineModelTests) catches each. Works on a scratch copy of the package, never on the
-# working tree. Usage: scripts/mutation-check.sh [seeds-per-scenario, default 400]
+# working tree. Usage: [MUTANTS=<part of a name>] scripts/mutation-check.sh [seeds-per-scenario, default 400]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export SEEDS="${1:-400}"
@@ -17,6 +17,8 @@ import os, re, subprocess, sys
 scratch, seeds = os.environ["SCRATCH"], os.environ["SEEDS"]
 machine = "Sources/URLTaskManager/Pipeline/TaskStateMachine.swift"
 sharing = "Sources/URLTaskManager/Transport/Sharing/SharedTransfers.swift"
+storage = "Sources/URLTaskManager/Pipeline/TaskStorage.swift"
+engine = "Sources/URLTaskManager/Engine/EngineStorage.swift"
 
 # (what the bug does, the machine's text, the mutant's text[, the file, TaskStateMachine by default])
 mutations = [
@@ -44,8 +46,27 @@ mutations = [
     ("a listener separated by Vary is also handed the shared answer",
      "                    separated.append(subscription)\n",
      "                    separated.append(subscription)\n                    listening.append(subscription)\n", sharing),
+    # The engine's lock sections: one section per event moves a task and the engine together.
+    ("a task cancelled before it was let go keeps the slot it was handed",
+     "                return (.none, state.admission.transferEnded(id))\n",
+     "                return (.none, [])\n", storage),
+    ("a slot passed on by a task that may not go is not handed to the next",
+     "            pending.append(contentsOf: handedOver)\n",
+     "\n", engine),
+    ("a run's end does not move the tasks held at its gate",
+     "                moved.append((task, task.gateOpened(by: result, in: &state)))\n",
+     "\n", engine),
+    ("a transfer's end hands its slot over, but the task that gets it is never told",
+     "        engine.tell(decided)\n        observer?.transferEnded()\n",
+     "        observer?.transferEnded()\n", storage),
+    ("a reaction's section hands the slot over, but the task that gets it is never told",
+     "        engine.tell(decided)\n        observer?.reacted(by: reactor.name, run: immediate == nil ? run : nil)\n",
+     "        observer?.reacted(by: reactor.name, run: immediate == nil ? run : nil)\n", storage),
 ]
 
+# MUTANTS="<text>|<text>" plants only the mutants whose name contains one of them (a quick check).
+only = os.environ.get("MUTANTS", "")
+mutations = [m for m in mutations if any(part in m[0] for part in only.split("|"))]
 caught = 0
 originals = {}
 try:

@@ -300,7 +300,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         var request = URLRequest(
             url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: policy.probeTimeoutInterval)
         request.httpMethod = "HEAD"
-        let answered = (try? await probeSession.data(for: request))?.1 is HTTPURLResponse
+        let answered = await ProbeRequest.answered(request, session: probeSession)
         if answered {
             let released: [Held] = lock.withLock {
                 probers[host] = nil
