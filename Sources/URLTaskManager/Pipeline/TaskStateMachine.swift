@@ -3,14 +3,16 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// The whole life of one task through the pipeline, without I/O: where it is, and everything it
-/// carries from attempt to attempt (the request the interceptors start from, its body, the
-/// transfer and the work running for it, its hold, its wait against the request's timeout).
+/// The whole life of one task through the pipeline, without I/O: where it is, and what each
+/// stretch of that life carries (the interceptor or reaction running for it, its batch, the
+/// transfer on the network and what its answer is becoming), beside what outlives every state
+/// (the request the interceptors start from, its body, the budgets, the wait against the
+/// request's timeout).
 ///
 /// ```
 ///  created ─start─> [gated] ─> intercepting(0) ─execute─> ... intercepting(n-1) ─> awaitingConnection
 ///                                   │ hold                                           │ slot
-///                                   v                                              sending
+///                                   v                                          transferring: sending
 ///                                   │                                                │ head
 ///                                   v                                   ┌────────────┴─────────────┐
 ///                                held(k) ─release─> intercepting(k+1)   v                          v
@@ -19,6 +21,8 @@ import FoundationNetworking
 ///                                                                                                  v
 ///                        intercepting(0) or awaitingConnection  <─requeue─  reacting(r) ─fail─> completed
 /// ```
+/// `sending`, `receiving` and `collecting` (and `redirecting`, `challenged`, `rejecting`) are the
+/// phases of one `transferring` state, which holds the transfer's inner task once recorded.
 /// In `awaitingConnection` the task waits for admission (``AdmissionStateMachine``): a slot, and
 /// the check that its headers are still current. A task whose headers were decided before a
 /// holding reactor's run that has ended since goes back to the gates (``headersStale()``)
@@ -30,11 +34,15 @@ import FoundationNetworking
 /// challenge is collected (`challenged`), then the caller's side is asked (`consultingChallenge`):
 /// a credential restarts the task the same way.
 ///
-/// Each event returns an action type of its own, holding only what that event can lead to; the
-/// storage (``TaskStorage``) performs it once its lock is released. Events that other threads
-/// send (a transport callback, a batch released, a run finished, a timer) may find the task
-/// already ended, or moved on by a race that each method names: those are ignored. An event
-/// that no interleaving can bring in a state is a bug in the storage, and stops the program.
+/// Each event returns an action type of its own, declared beside it and holding only what that
+/// event can lead to; the storage (``TaskStorage``) performs it once its lock is released.
+/// Events that other threads send (a transport callback, a batch released, a run finished, a
+/// timer) may find the task already ended, or moved on by a race that each method names: those
+/// are ignored. An event that no interleaving can bring in a state is a bug in the storage, and
+/// stops the program.
+///
+/// The events are grouped by phase, one extension each, in this one file (the state stays
+/// private to it): on the way to the network, the transfer, reactions and challenges, the end.
 struct TaskStateMachine {
     // MARK: State
 
@@ -42,30 +50,123 @@ struct TaskStateMachine {
         case created
         /// Checking the gates, or waiting at reactor `gate`'s.
         case gated(gate: Int?)
-        case intercepting(index: Int)
+        /// Interceptor `index` runs; `work` is its Swift task once recorded (``workStarted(_:)``).
+        case intercepting(index: Int, work: Task<Void, Never>?)
         /// In interceptor `index`'s batch; a hold timer set for `generation` may fail it.
         case held(index: Int, generation: Int)
         case awaitingConnection
-        case sending
-        case receiving
-        /// `whole`: the body may be delivered to the caller, so none of it is dropped.
-        case collecting(reactor: Int, response: HTTPURLResponse, body: Data, whole: Bool)
-        case reacting(reactor: Int, outcome: URLTaskOutcome, body: Data)
-        /// The transfer met a redirect the pipeline follows itself (`to`), or one it refuses
-        /// (`to == nil`, failing with `failure`); the rest of the transfer is dropped.
-        case redirecting(to: URLRequest?, failure: (any Error)?)
-        /// A 401 with an authentication challenge: its body is collected, then the caller's
-        /// side is asked.
-        case challenged(response: HTTPURLResponse, body: Data)
+        /// Attempt `budgets.attempt` is on the network.
+        case transferring(Transfer)
+        /// Reactor `reactor` decides about `outcome` (and the `body` that came with it); `work`
+        /// is a per-task reaction's Swift task once recorded (``workStarted(_:)``).
+        case reacting(reactor: Int, outcome: URLTaskOutcome, body: Data, work: Task<Void, Never>?)
+        /// A 401's challenge, its body collected, is with the caller's side.
         case consultingChallenge(response: HTTPURLResponse, body: Data)
-        /// The final answer is not one the caller accepts (``ResponseValidation``): the start of
-        /// its body is kept for the error, which the caller gets when the transfer ends.
-        case rejecting(response: HTTPURLResponse, reason: String, body: Data)
-        case completed
+        /// Ended. `pendingTransfer` is the attempt whose transfer was still being created as the
+        /// task ended (a cancel, an abort): its inner task is stopped once recorded
+        /// (``transferStarted(_:attempt:)``). `nil` when no transfer is left to stop: none was
+        /// running, it was known and stopped, or it ended on its own.
+        case completed(pendingTransfer: Int?)
+    }
+
+    /// One attempt on the network: its inner task, and what its answer is becoming.
+    private struct Transfer {
+        enum Phase {
+            /// Sent; no final response head yet.
+            case sending
+            /// The final head went to the caller; its body follows it.
+            case receiving
+            /// A reactor wants the answer: its body is collected. `whole`: the body may be
+            /// delivered to the caller, so none of it is dropped.
+            case collecting(reactor: Int, response: HTTPURLResponse, body: Data, whole: Bool)
+            /// The transfer met a redirect the pipeline follows itself (`to`), or one it refuses
+            /// (`to == nil`, failing with `failure`); the rest of the transfer is dropped.
+            case redirecting(to: URLRequest?, failure: (any Error)?)
+            /// A 401 with an authentication challenge: its body is collected, then the caller's
+            /// side is asked.
+            case challenged(response: HTTPURLResponse, body: Data)
+            /// The final answer is not one the caller accepts (``ResponseValidation``): the start
+            /// of its body is kept for the error, which the caller gets when the transfer ends.
+            case rejecting(response: HTTPURLResponse, reason: String, body: Data)
+
+            /// Adds a chunk to the body this phase collects, within its limit.
+            mutating func collect(_ data: Data) {
+                switch self {
+                case .collecting(let reactor, let response, var body, let whole):
+                    self = .sending  // keep `body` uniquely referenced while appending
+                    if whole {
+                        body.append(data)
+                    } else if body.count < TaskStateMachine.reactionBodyLimit {
+                        body.append(data.prefix(TaskStateMachine.reactionBodyLimit - body.count))
+                    }
+                    self = .collecting(reactor: reactor, response: response, body: body, whole: whole)
+                case .challenged(let response, var body):
+                    self = .sending  // keep `body` uniquely referenced while appending
+                    body.append(data)
+                    self = .challenged(response: response, body: body)
+                case .rejecting(let response, let reason, var body):
+                    guard body.count < ResponseValidation.bodyPrefixLimit else { return }
+                    self = .sending  // keep `body` uniquely referenced while appending
+                    body.append(data.prefix(ResponseValidation.bodyPrefixLimit - body.count))
+                    self = .rejecting(response: response, reason: reason, body: body)
+                case .sending, .receiving, .redirecting:
+                    break
+                }
+            }
+        }
+
+        /// The inner task, once recorded (its first callbacks may come before).
+        var handle: (any TransferHandle)?
+        var phase: Phase
+
+        var isSending: Bool {
+            if case .sending = phase { return true }
+            return false
+        }
+    }
+
+    /// What every attempt of the task starts from, and the attempt as shaped so far.
+    private struct Context {
+        /// The current attempt as the interceptors shaped it so far.
+        var task: URLTask
+        /// Where the interceptors start on each attempt: the caller's request, or what a followed
+        /// redirect or an answered challenge sends instead (without a body: see `body`).
+        var base: URLRequest
+        /// The body each attempt's interceptors start from: the caller's (a replayable copy of a
+        /// stream, see ``start(replayableBody:)``), or what a restart carries.
+        var body: URLTaskBody
+        /// Whether a body was sent once: a stream cannot be sent again.
+        var bodySent = false
+        /// Whether the attempt began as a requeue without the interceptors: admission stamps its
+        /// headers when it is about to leave. Set until the attempt is sent, even if admission
+        /// sends it back through the interceptors meanwhile.
+        var restamp = false
+    }
+
+    /// What the task may spend over its whole life, whatever state it is in.
+    private struct Budgets {
+        /// The attempt being prepared or sent; each requeue and restart starts a new one.
+        var attempt = 1
+        /// Per reactor: how often this task triggered it.
+        var reactions: [Int]
+        /// Per reactor: whether this task was already sent again after one of its runs succeeded.
+        var requeuedBy: [Bool]
+        /// Redirects met so far; past ``maximumRedirects`` the task fails, as URLSession's do.
+        var redirects = 0
+        /// Challenges of this task the caller's side answered with a credential that failed.
+        var challengeFailures = 0
+        /// Holds so far: each names its timer.
+        var holds = 0
+
+        init(reactors: Int) {
+            reactions = Array(repeating: 0, count: reactors)
+            requeuedBy = Array(repeating: false, count: reactors)
+        }
     }
 
     /// One stretch of the task's life inside the pipeline: from its start, the end of a transfer
     /// it reacts to, or a restart, until it is sent. `armed` once its first wait set the timer.
+    /// It spans states (a gate, the interceptors, a batch, the slot queue), so it is kept beside them.
     private struct WaitPhase {
         var generation = 0
         var started: DispatchTime
@@ -78,6 +179,33 @@ struct TaskStateMachine {
     /// URLSession's own limit (20, as on Darwin).
     static let maximumRedirects = 20
 
+    /// What the task state machine needs to know of one reactor.
+    struct ReactorTraits {
+        /// Who it is, for errors.
+        var component: URLTaskError.Component
+        /// How often one task may trigger it.
+        var maximumReactions: Int
+        /// Whether it gives the caller the response it reacted to (it does not requeue).
+        var delivers: Bool
+
+        init(component: URLTaskError.Component, maximumReactions: Int, delivers: Bool = false) {
+            self.component = component
+            self.maximumReactions = maximumReactions
+            self.delivers = delivers
+        }
+    }
+
+    /// How the caller hears that the task ended (the caller's own cancel is reported by the
+    /// session, not here).
+    enum Completion {
+        /// The response and its body were forwarded as they came: finish.
+        case finish
+        /// Answer with a whole response: response, body, then finish.
+        case respond(URLResponse, Data)
+        /// Complete with this error.
+        case fail(any Error)
+    }
+
     // MARK: Configuration
 
     private let interceptorCount: Int
@@ -87,40 +215,11 @@ struct TaskStateMachine {
     private let skippedInterceptors: Set<Int>
     private let reactors: [ReactorTraits]
 
-    // MARK: The task's context
+    // MARK: The task
 
     private var state: State = .created
-    /// The current attempt as the interceptors shaped it so far.
-    private(set) var task: URLTask
-    /// Where the interceptors start on each attempt: the caller's request, or what a followed
-    /// redirect or an answered challenge sends instead (without a body: see `body`).
-    private var base: URLRequest
-    /// The body each attempt's interceptors start from: the caller's (a replayable copy of a
-    /// stream, see ``start(now:replayableBody:)``), or what a restart carries.
-    private(set) var body: URLTaskBody
-    /// Whether a body was sent once: a stream cannot be sent again.
-    private var bodySent = false
-    private(set) var attempt = 1
-    /// Per reactor: how often this task triggered it.
-    private var reactions: [Int]
-    /// Per reactor: whether this task was already sent again after one of its runs succeeded.
-    private var requeuedBy: [Bool]
-    /// Redirects met so far; past ``maximumRedirects`` the task fails, as URLSession's do.
-    private var redirects = 0
-    /// Challenges of this task the caller's side answered with a credential that failed.
-    private var challengeFailures = 0
-    /// Holds so far: each names its timer.
-    private var holds = 0
-    /// Whether the current attempt's headers were not decided by the interceptors (a requeue
-    /// without them): admission stamps them when the task is about to leave.
-    private var needsRestamp = false
-    /// The inner task of the current transfer, once created.
-    private var transfer: (any TransferHandle)?
-    /// The attempt whose transfer ended last: a transfer that ended on its own is not stopped
-    /// when its inner task is recorded late (``transferStarted(_:attempt:)``).
-    private var lastEndedTransfer = 0
-    /// The interceptor or per-task reaction running for the task, once started.
-    private var work: Task<Void, Never>?
+    private var context: Context
+    private var budgets: Budgets
     private var waiting: WaitPhase
 
     /// - Parameters:
@@ -134,30 +233,36 @@ struct TaskStateMachine {
         task: URLTask, interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [],
         validation: ResponseValidation? = nil, now: DispatchTime = .now()
     ) {
-        self.task = task
-        self.base = task.request
-        self.body = task.body
+        self.context = Context(task: task, base: task.request, body: task.body)
+        self.budgets = Budgets(reactors: reactors.count)
         self.interceptorCount = interceptorCount
         self.skippedInterceptors = skipping
         self.validation = validation
         self.reactors = reactors
-        self.reactions = Array(repeating: 0, count: reactors.count)
-        self.requeuedBy = Array(repeating: false, count: reactors.count)
         self.waiting = WaitPhase(started: now)
     }
 
     // MARK: Queries
 
+    /// The current attempt as the interceptors shaped it so far.
+    var task: URLTask { context.task }
+
+    /// The body each attempt's interceptors start from.
+    var body: URLTaskBody { context.body }
+
+    /// The attempt being prepared or sent.
+    var attempt: Int { budgets.attempt }
+
     /// Whether a transport error now would be the task's outcome (no head has arrived).
     var isAwaitingResponseHead: Bool {
-        if case .sending = state { return true }
+        if case .transferring(let transfer) = state { return transfer.isSending }
         return false
     }
 
     /// Whether the final response head went to the caller as is: no reactor needed it, and it
     /// was neither a challenge nor rejected. Read as the transfer ends, for the loop guards.
     var isForwardingResponse: Bool {
-        if case .receiving = state { return true }
+        if case .transferring(let transfer) = state, case .receiving = transfer.phase { return true }
         return false
     }
 
@@ -165,8 +270,32 @@ struct TaskStateMachine {
         if case .completed = state { return true }
         return false
     }
+}
 
-    // MARK: Events: on the way to the network
+// MARK: - Events: on the way to the network
+
+extension TaskStateMachine {
+    /// What the task does next on its way to the network: the action of every event after which
+    /// it moves on (its start, the gates opening, an interceptor returning, its batch released,
+    /// a reactor's work ending, stale headers, a restart).
+    enum ProceedAction {
+        /// Nothing: the event came late (see the event).
+        case none
+        /// Check the gates of the reactors that hold new tasks (`TaskStorage`, through ``AdmissionStateMachine/headersWillBeDecided(_:)``).
+        case checkGates
+        /// Run interceptor `index` on `task`.
+        case runInterceptor(index: Int, task: URLTask)
+        /// Put the task in interceptor `index`'s batch; a hold timer names `generation`.
+        /// `flushesSeen` is the flush count the interceptor decided under.
+        case hold(index: Int, maximumWait: Duration?, generation: Int, flushesSeen: Int)
+        /// Release interceptor `index`'s batch; this task then continues at `index + 1`.
+        case releaseBatch(index: Int)
+        /// Ask admission to let the task go; `request` names its host's slot, `restamp` says its
+        /// headers were not decided by the interceptors (a requeue without them).
+        case acquireConnection(request: URLRequest, restamp: Bool)
+        /// The task ended.
+        case complete(Completion)
+    }
 
     /// The pipeline starts the task. `replayableBody` replaces a stream body that a reactor may
     /// need to send again (read once, before this event).
@@ -176,8 +305,8 @@ struct TaskStateMachine {
         switch state {
         case .created:
             if let replayableBody {
-                body = replayableBody
-                task.body = replayableBody
+                context.body = replayableBody
+                context.task.body = replayableBody
             }
             state = .gated(gate: nil)
             return .checkGates
@@ -212,19 +341,18 @@ struct TaskStateMachine {
         index: Int, command: InterceptCommand, snapshot: URLTask, flushes: Int, interceptor: URLTaskError.Component
     ) -> ProceedAction {
         guard expectInterceptor(index) else { return .none }
-        task = snapshot
-        work = nil
+        context.task = snapshot
         switch command {
         case .execute:
             return advance(to: index + 1)
         case .hold(let maximumWait):
-            holds += 1
-            state = .held(index: index, generation: holds)
-            return .hold(index: index, maximumWait: maximumWait, generation: holds, flushesSeen: flushes)
+            budgets.holds += 1
+            state = .held(index: index, generation: budgets.holds)
+            return .hold(index: index, maximumWait: maximumWait, generation: budgets.holds, flushesSeen: flushes)
         case .release:
             // The batch and this task continue together, at `index + 1`.
-            holds += 1
-            state = .held(index: index, generation: holds)
+            budgets.holds += 1
+            state = .held(index: index, generation: budgets.holds)
             return .releaseBatch(index: index)
         case .fail(let error):
             return complete(.fail(URLTaskError.delivered(error, from: interceptor, code: .interceptorFailed)))
@@ -236,7 +364,6 @@ struct TaskStateMachine {
     /// Interceptor `index` threw `error`. Ignored as ``interceptorReturned(index:command:snapshot:flushes:interceptor:)`` is.
     mutating func interceptorThrew(index: Int, error: any Error, interceptor: URLTaskError.Component) -> ProceedAction {
         guard expectInterceptor(index) else { return .none }
-        work = nil
         return complete(.fail(URLTaskError.delivered(error, from: interceptor, code: .interceptorFailed)))
     }
 
@@ -254,65 +381,11 @@ struct TaskStateMachine {
         }
     }
 
-    /// Admission lets the task go (it holds a connection slot if it needs one).
-    mutating func connectionGranted() -> SendAction {
-        switch state {
-        case .awaitingConnection:
-            if let problem = HeaderValidation.firstProblem(in: task.request) {
-                state = .completed
-                return .refuse(annotated(problem))
-            }
-            if bodySent, case .stream = task.body {
-                state = .completed
-                return .refuse(
-                    annotated(
-                        URLTaskError.bodyNotReplayable(reason: "a stream body larger than maximumReplayableBodySize was already sent once"))
-                )
-            }
-            state = .sending
-            needsRestamp = false
-            bodySent = true
-            task.attempt = attempt
-            // Sent: nothing it waited for can time it out any more.
-            waiting.generation += 1
-            waiting.armed = true
-            return .send(request: task.request, body: task.body, attempt: attempt)
-        case .completed:
-            return .giveSlotBack
-        default:
-            preconditionFailure("admission let go a task that was not waiting for it")
-        }
-    }
-
-    /// The transfer could not be started (the session was invalidated meanwhile).
-    /// Ignored if the task ended meanwhile (a cancel).
-    mutating func failSending(_ error: any Error) -> Completion? {
-        switch state {
-        case .sending:
-            state = .completed
-            return failing(error)
-        case .completed:
-            return nil
-        default:
-            preconditionFailure("a transfer that never started reported that it could not")
-        }
-    }
-
-    /// The inner task of attempt `attempt`'s transfer exists (its first callbacks may have come
-    /// already). A task that ended while it was created has it stopped, unless the transfer
-    /// ended on its own (stopping a finished inner task races with corelibs' own end of it); a
-    /// task that has already moved on (the transfer ended at once) or an older attempt's has
-    /// nothing to keep.
-    mutating func transferStarted(_ handle: any TransferHandle, attempt: Int) -> TransferStartedAction {
-        switch state {
-        case .completed:
-            return lastEndedTransfer == attempt ? .none : .cancel(handle)
-        case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
-            if attempt == self.attempt { transfer = handle }
-            return .none
-        default:
-            return .none
-        }
+    /// What happens when an interceptor's or a reaction's Swift task exists (``workStarted(_:)``).
+    enum WorkStartedAction {
+        case none
+        /// The task ended before the work could be recorded: cancel it.
+        case cancel(Task<Void, Never>)
     }
 
     /// The interceptor or per-task reaction running for the task exists as a Swift task. One
@@ -320,9 +393,14 @@ struct TaskStateMachine {
     /// cancelled.
     mutating func workStarted(_ started: Task<Void, Never>) -> WorkStartedAction {
         switch state {
-        case .completed: return .cancel(started)
-        case .intercepting, .reacting: work = started
-        default: break
+        case .completed:
+            return .cancel(started)
+        case .intercepting(let index, _):
+            state = .intercepting(index: index, work: started)
+        case .reacting(let reactor, let outcome, let body, _):
+            state = .reacting(reactor: reactor, outcome: outcome, body: body, work: started)
+        default:
+            break
         }
         return .none
     }
@@ -334,7 +412,7 @@ struct TaskStateMachine {
     mutating func headersStale() -> ProceedAction {
         switch state {
         case .awaitingConnection:
-            task = task.startingOver(attempt: attempt, request: base, body: body)
+            context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
             state = .gated(gate: nil)
             return .checkGates
         case .completed:
@@ -349,7 +427,7 @@ struct TaskStateMachine {
     mutating func admissionGated(reactor: Int) {
         switch state {
         case .awaitingConnection:
-            task = task.startingOver(attempt: attempt, request: base, body: body)
+            context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
             state = .gated(gate: reactor)
         case .completed:
             return
@@ -358,7 +436,96 @@ struct TaskStateMachine {
         }
     }
 
-    // MARK: Events: the transfer
+    /// What happens when admission lets the task go (``connectionGranted()``).
+    enum SendAction {
+        /// Start the transfer of `request` with `body` (attempt `attempt`).
+        case send(request: URLRequest, body: URLTaskBody, attempt: Int)
+        /// The request cannot be sent (an invalid header, a stream already read): give the slot
+        /// back and fail.
+        case refuse(any Error)
+        /// The task ended meanwhile (a cancel): the slot goes to the next task.
+        case giveSlotBack
+    }
+
+    /// Admission lets the task go (it holds a connection slot if it needs one).
+    mutating func connectionGranted() -> SendAction {
+        switch state {
+        case .awaitingConnection:
+            if let problem = HeaderValidation.firstProblem(in: context.task.request) {
+                state = .completed(pendingTransfer: nil)
+                return .refuse(annotated(problem))
+            }
+            if context.bodySent, case .stream = context.task.body {
+                state = .completed(pendingTransfer: nil)
+                return .refuse(
+                    annotated(
+                        URLTaskError.bodyNotReplayable(reason: "a stream body larger than maximumReplayableBodySize was already sent once"))
+                )
+            }
+            state = .transferring(Transfer(phase: .sending))
+            context.restamp = false
+            context.bodySent = true
+            context.task.attempt = budgets.attempt
+            // Sent: nothing it waited for can time it out any more.
+            waiting.generation += 1
+            waiting.armed = true
+            return .send(request: context.task.request, body: context.task.body, attempt: budgets.attempt)
+        case .completed:
+            return .giveSlotBack
+        default:
+            preconditionFailure("admission let go a task that was not waiting for it")
+        }
+    }
+
+    /// The transfer could not be started (the session was invalidated meanwhile).
+    /// Ignored if the task ended meanwhile (a cancel).
+    mutating func failSending(_ error: any Error) -> Completion? {
+        switch state {
+        case .transferring(let transfer) where transfer.isSending:
+            state = .completed(pendingTransfer: nil)
+            return failing(error)
+        case .completed:
+            return nil
+        default:
+            preconditionFailure("a transfer that never started reported that it could not")
+        }
+    }
+}
+
+// MARK: - Events: the transfer
+
+extension TaskStateMachine {
+    /// What happens when the transfer's inner task exists (``transferStarted(_:attempt:)``).
+    enum TransferStartedAction {
+        case none
+        /// The task ended while the transfer was being created: stop it.
+        case cancel(any TransferHandle)
+    }
+
+    /// The inner task of attempt `attempt`'s transfer exists (its first callbacks may have come
+    /// already). A task that ended while it was created has it stopped, unless the transfer
+    /// ended on its own (stopping a finished inner task races with corelibs' own end of it); a
+    /// task that has already moved on (the transfer ended at once) or an older attempt's has
+    /// nothing to keep.
+    mutating func transferStarted(_ handle: any TransferHandle, attempt: Int) -> TransferStartedAction {
+        switch state {
+        case .completed(let pending):
+            return pending == attempt ? .cancel(handle) : .none
+        case .transferring(var transfer) where attempt == budgets.attempt:
+            transfer.handle = handle
+            state = .transferring(transfer)
+            return .none
+        default:
+            return .none
+        }
+    }
+
+    /// What happens with a response head (``transportReceived(response:reactor:challenge:)``).
+    enum HeadAction {
+        case none
+        /// Give the caller this response; its body follows.
+        case forward(URLResponse)
+    }
 
     /// The response head arrived. `reactor` is the first reactor that wants it, if any;
     /// `challenge` says it is a 401 whose authentication challenge the caller's side answers.
@@ -367,12 +534,17 @@ struct TaskStateMachine {
     /// followed redirect drops the rest of its transfer.
     mutating func transportReceived(response: URLResponse, reactor: Int?, challenge: Bool = false) -> HeadAction {
         switch state {
-        case .sending:
-            break
-        case .completed, .redirecting:
-            return .none
-        case .receiving, .collecting, .challenged, .rejecting:
-            assertionFailure("a second final response head")
+        case .transferring(let transfer):
+            switch transfer.phase {
+            case .sending:
+                break
+            case .redirecting:
+                return .none
+            case .receiving, .collecting, .challenged, .rejecting:
+                assertionFailure("a second final response head")
+                return .none
+            }
+        case .completed:
             return .none
         default:
             preconditionFailure("a response head for a task with no transfer")
@@ -380,53 +552,60 @@ struct TaskStateMachine {
         if Self.isInterim(response) { return .none }
         if let reactor, let http = response as? HTTPURLResponse {
             // Kept whole when it may reach the caller: never a truncated body without an error.
-            let whole = reactors[reactor].delivers || requeuedBy[reactor]
-            state = .collecting(reactor: reactor, response: http, body: Data(), whole: whole)
+            let whole = reactors[reactor].delivers || budgets.requeuedBy[reactor]
+            moveTransfer(to: .collecting(reactor: reactor, response: http, body: Data(), whole: whole))
             return .none
         }
         if challenge, let http = response as? HTTPURLResponse {
-            state = .challenged(response: http, body: Data())
+            moveTransfer(to: .challenged(response: http, body: Data()))
             return .none
         }
         if let http = response as? HTTPURLResponse, let reason = validation?.rejection(of: http) {
-            state = .rejecting(response: http, reason: reason, body: Data())
+            moveTransfer(to: .rejecting(response: http, reason: reason, body: Data()))
             return .none
         }
-        state = .receiving
+        moveTransfer(to: .receiving)
         return .forward(response)
+    }
+
+    /// What happens with a chunk of the body (``transportReceived(data:)``).
+    enum DataAction {
+        case none
+        /// Give the caller this chunk.
+        case forward(Data)
     }
 
     /// A chunk of the body arrived. Ignored after the task ended and while a followed redirect
     /// drops the rest of its transfer.
     mutating func transportReceived(data: Data) -> DataAction {
         switch state {
-        case .receiving:
-            return .forward(data)
-        case .collecting(let reactor, let response, var body, let whole):
-            state = .completed  // keep `body` uniquely referenced while appending
-            if whole {
-                body.append(data)
-            } else if body.count < Self.reactionBodyLimit {
-                body.append(data.prefix(Self.reactionBodyLimit - body.count))
+        case .transferring(var transfer):
+            switch transfer.phase {
+            case .receiving:
+                return .forward(data)
+            case .collecting, .challenged, .rejecting:
+                state = .completed(pendingTransfer: nil)  // keep the body uniquely referenced while appending
+                transfer.phase.collect(data)
+                state = .transferring(transfer)
+            case .redirecting:
+                break
+            case .sending:
+                assertionFailure("body bytes before the response head")
             }
-            state = .collecting(reactor: reactor, response: response, body: body, whole: whole)
-        case .challenged(let response, var body):
-            state = .completed  // keep `body` uniquely referenced while appending
-            body.append(data)
-            state = .challenged(response: response, body: body)
-        case .rejecting(let response, let reason, var body):
-            guard body.count < ResponseValidation.bodyPrefixLimit else { return .none }
-            state = .completed  // keep `body` uniquely referenced while appending
-            body.append(data.prefix(ResponseValidation.bodyPrefixLimit - body.count))
-            state = .rejecting(response: response, reason: reason, body: body)
-        case .completed, .redirecting:
+        case .completed:
             break
-        case .sending:
-            assertionFailure("body bytes before the response head")
         default:
             preconditionFailure("body bytes for a task with no transfer")
         }
         return .none
+    }
+
+    /// What happens with a redirect the transfer met (``redirectReceived(tooMany:)``).
+    enum RedirectAction {
+        /// Ask the caller's side, proposing the redirect as followed from `current`.
+        case consult(current: URLRequest)
+        /// Tell the inner session not to follow, and ask nobody (one too many, or the task ended).
+        case decline
     }
 
     /// The transfer met a redirect. Past the limit the task will fail (`tooMany`) when the
@@ -434,7 +613,7 @@ struct TaskStateMachine {
     /// Declined after the task ended.
     mutating func redirectReceived(tooMany: @autoclosure () -> any Error) -> RedirectAction {
         switch state {
-        case .sending:
+        case .transferring(let transfer) where transfer.isSending:
             break
         case .completed:
             return .decline
@@ -442,12 +621,12 @@ struct TaskStateMachine {
             assertionFailure("a redirect after the response head")
             return .decline
         }
-        redirects += 1
-        if redirects > Self.maximumRedirects {
-            state = .redirecting(to: nil, failure: tooMany())
+        budgets.redirects += 1
+        if budgets.redirects > Self.maximumRedirects {
+            moveTransfer(to: .redirecting(to: nil, failure: tooMany()))
             return .decline
         }
-        return .consult(current: base)
+        return .consult(current: context.base)
     }
 
     /// The caller's side answered a redirect: follow it with `request` (through the pipeline,
@@ -457,25 +636,52 @@ struct TaskStateMachine {
     /// Ignored once the transfer has ended (its timeout may fire while the caller decides) or
     /// the task ended.
     mutating func redirectAnswered(_ request: URLRequest?, refused: (any Error)? = nil) {
-        guard case .sending = state, let request else { return }
-        state = refused.map { .redirecting(to: nil, failure: $0) } ?? .redirecting(to: request, failure: nil)
+        guard case .transferring(let transfer) = state, transfer.isSending, let request else { return }
+        moveTransfer(to: refused.map { .redirecting(to: nil, failure: $0) } ?? .redirecting(to: request, failure: nil))
+    }
+
+    /// What happens when the transfer ends (``transportCompleted(error:reactor:now:)``). Every
+    /// case but `react` gives the task's connection slot back first; `react` hands it over in
+    /// the same transition that starts or joins the reactor's run.
+    enum TransferEndAction {
+        /// The transfer of a task that had already ended: only the slot goes back.
+        case none
+        /// The task ended with the transfer.
+        case complete(Completion)
+        /// Hand the task to reactor `reactor`. `requeued` says it was already sent again after
+        /// one of that reactor's runs; `task` is the attempt as sent.
+        case react(reactor: Int, outcome: URLTaskOutcome, body: Data, task: URLTask, requeued: Bool)
+        /// Ask the caller's side about the authentication challenge of `response`: the challenge
+        /// failed `previousFailures` times before, and a credential resends `request`.
+        case consultChallenge(response: HTTPURLResponse, previousFailures: Int, request: URLRequest)
+        /// A followed redirect: start again from the gates with the new request.
+        case restart
     }
 
     /// The transfer finished. `reactor` is the first reactor that wants a transport error;
     /// `now` starts the wait for a reaction or a restart.
     /// For a task that ended before its transfer did, only the slot goes back.
     mutating func transportCompleted(error: (any Error)?, reactor: Int?, now: DispatchTime = .now()) -> TransferEndAction {
-        transfer = nil
-        lastEndedTransfer = attempt
+        let transfer: Transfer
         switch state {
+        case .transferring(let current):
+            transfer = current
+        case .completed:
+            // It ended on its own: an inner task recorded late is not stopped.
+            state = .completed(pendingTransfer: nil)
+            return .none
+        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:
+            preconditionFailure("a transfer ended for a task that had none")
+        }
+        switch transfer.phase {
         case .sending:
             if let error, let reactor {
                 return beginReaction(reactor: reactor, outcome: .failure(error), body: Data(), now: now)
             }
-            state = .completed
+            state = .completed(pendingTransfer: nil)
             return .complete(error.map(failing) ?? .finish)
         case .receiving:
-            state = .completed
+            state = .completed(pendingTransfer: nil)
             return .complete(error.map(failing) ?? .finish)
         case .collecting(let reactor, let response, let body, _):
             if let error {
@@ -488,48 +694,58 @@ struct TaskStateMachine {
             restart(from: request, now: now)
             return .restart
         case .redirecting(nil, let failure):
-            state = .completed
+            state = .completed(pendingTransfer: nil)
             return .complete(failing(failure ?? URLError(.httpTooManyRedirects)))
         case .challenged(let response, let body):
             if let error {
-                state = .completed
+                state = .completed(pendingTransfer: nil)
                 return .complete(failing(error))
             }
             state = .consultingChallenge(response: response, body: body)
-            return .consultChallenge(response: response, previousFailures: challengeFailures, request: base)
+            return .consultChallenge(response: response, previousFailures: budgets.challengeFailures, request: context.base)
         case .rejecting(let response, let reason, let body):
             // Whatever became of the rest of the body, the answer was not acceptable.
-            state = .completed
+            state = .completed(pendingTransfer: nil)
             return .complete(failing(URLTaskError.responseRejected(response, body: body, reason: reason)))
-        case .completed:
-            return .none
-        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:
-            preconditionFailure("a transfer ended for a task that had none")
         }
     }
+}
 
-    // MARK: Events: reactions and challenges
+// MARK: - Events: reactions and challenges
+
+extension TaskStateMachine {
+    /// What a reactor decided about a task whose outcome it took.
+    enum ReactionResult {
+        /// The work succeeded (or had already been done): send the task again.
+        case requeue(reintercept: Bool)
+        /// Give the caller what arrived, whole: the response and its body, or the transport's
+        /// own error. For a reactor that does not requeue, and for a task that already went
+        /// out again with headers decided after the reactor's latest run and met the same
+        /// reaction (a resource that refuses every token: sending it again cannot help).
+        case deliver
+        /// The work failed: fail the task with this error.
+        case fail(any Error)
+    }
 
     /// Reactor `reactor` decided about the task (its shared run ended, or it decided at once).
     /// Ignored if the task ended while it waited (a cancel, a timeout, an abort). A requeue
     /// returns `.checkGates` or `.acquireConnection`.
     mutating func reactionFinished(reactor: Int, result: ReactionResult) -> ProceedAction {
         switch state {
-        case .reacting(let current, let outcome, let received):
+        case .reacting(let current, let outcome, let received, _):
             precondition(current == reactor, "a reaction ended for a reactor the task does not wait on")
-            work = nil
             switch result {
             case .requeue(let reintercept):
-                attempt += 1
-                requeuedBy[reactor] = true
+                budgets.attempt += 1
+                budgets.requeuedBy[reactor] = true
                 if reintercept {
-                    task = task.startingOver(attempt: attempt, request: base, body: body)
+                    context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
                     state = .gated(gate: nil)
                     return .checkGates
                 }
-                needsRestamp = true
+                context.restamp = true
                 state = .awaitingConnection
-                return .acquireConnection(request: task.request, restamp: true)
+                return .acquireConnection(request: context.task.request, restamp: true)
             case .deliver:
                 switch outcome {
                 case .response(let response): return complete(judged(response, received))
@@ -545,6 +761,16 @@ struct TaskStateMachine {
         }
     }
 
+    /// What the caller's side answered to an HTTP authentication challenge.
+    enum ChallengeAnswer {
+        /// Send this request (the credential applied) through the pipeline again.
+        case resend(URLRequest)
+        /// Give the caller this response (the 401) and the body that came with it.
+        case deliver(URLResponse)
+        /// Complete with this error (the delegate cancelled the challenge).
+        case fail(any Error)
+    }
+
     /// The caller's side answered an authentication challenge; `now` starts the wait of a resend.
     /// Ignored if the task ended while the caller's side decided.
     mutating func challengeAnswered(_ answer: ChallengeAnswer, now: DispatchTime = .now()) -> ProceedAction {
@@ -552,7 +778,7 @@ struct TaskStateMachine {
         case .consultingChallenge(_, let body):
             switch answer {
             case .resend(let request):
-                challengeFailures += 1
+                budgets.challengeFailures += 1
                 restart(from: request, now: now)
                 return .checkGates
             case .deliver(let response):
@@ -566,25 +792,53 @@ struct TaskStateMachine {
             preconditionFailure("a challenge answered for a task that asked none")
         }
     }
+}
 
-    // MARK: Events: the end, decided from outside
+// MARK: - Events: the end, decided from outside
+
+extension TaskStateMachine {
+    /// What happens when the caller cancels (``cancel()``). The session reports the error itself.
+    enum CancelAction {
+        /// The task had already ended.
+        case none
+        /// Stop the transfer, if it exists yet.
+        case stopTransfer((any TransferHandle)?)
+        /// Leave the queue for a connection slot.
+        case leaveSlotQueue
+        /// Leave interceptor `index`'s batch.
+        case leaveBatch(index: Int)
+        /// Stop the work running for the task, if any (an interceptor, a per-task reaction); a
+        /// task waiting at a gate or on a run leaves it as it ends (``EngineStorage/finished(_:)``).
+        case abandon(Task<Void, Never>?)
+    }
 
     /// The caller cancelled (`stopLoading`). The session reports the error itself.
     mutating func cancel() -> CancelAction {
-        let previous = state
-        state = .completed
-        switch previous {
+        if case .completed = state { return .none }
+        switch end() {
         case .completed:
-            return .none
-        case .created, .gated, .intercepting, .consultingChallenge, .reacting:
+            preconditionFailure("a task ends once")
+        case .created, .gated, .consultingChallenge:
+            return .abandon(nil)
+        case .intercepting(_, let work), .reacting(_, _, _, let work):
             return .abandon(work)
         case .held(let index, _):
             return .leaveBatch(index: index)
         case .awaitingConnection:
             return .leaveSlotQueue
-        case .sending, .receiving, .collecting, .redirecting, .challenged, .rejecting:
-            return .stopTransfer(transfer)
+        case .transferring(let transfer):
+            return .stopTransfer(transfer.handle)
         }
+    }
+
+    /// What happens when the manager fails a task (``fail(_:)``, ``holdExpired(index:generation:error:)``,
+    /// ``waitExpired(generation:error:)``, ``abort(_:)``).
+    enum FailAction {
+        /// The task had already ended, or is past the point this failure concerns.
+        case none
+        /// Complete with `error`: take it out of batch `heldIn` if it is held, cancel `work` (an
+        /// interceptor or a reaction running for it), and stop `transfer` if it is on the network.
+        case fail(any Error, heldIn: Int?, work: Task<Void, Never>?, transfer: (any TransferHandle)?)
     }
 
     /// The manager fails the task before it was sent (invalidation, a failed run it was gated
@@ -594,7 +848,7 @@ struct TaskStateMachine {
         switch state {
         case .created, .gated, .intercepting, .held, .awaitingConnection:
             return failEnding(error)
-        case .sending, .receiving, .collecting, .reacting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
+        case .transferring, .reacting, .consultingChallenge, .completed:
             return .none
         }
     }
@@ -614,6 +868,14 @@ struct TaskStateMachine {
         return failEnding(error)
     }
 
+    /// The timer to set for the current stretch of waits (``waitBegins()``).
+    struct WaitTimer {
+        /// The stretch it belongs to (``waitExpired(generation:error:)``).
+        var generation: Int
+        /// When the request's `timeoutInterval` runs out, counted from the stretch's start.
+        var deadline: DispatchTime
+    }
+
     /// The task starts to wait inside the pipeline (a gate, an interceptor that suspends, a
     /// batch, the slot queue, a reaction). The first wait of a stretch sets one timer for the
     /// request's `timeoutInterval` from the stretch's start: every wait of the stretch counts,
@@ -621,7 +883,7 @@ struct TaskStateMachine {
     mutating func waitBegins() -> WaitTimer? {
         guard !waiting.armed, !isCompleted else { return nil }
         waiting.armed = true
-        let interval = task.request.timeoutInterval
+        let interval = context.task.request.timeoutInterval
         guard interval > 0, interval.isFinite else { return nil }
         return WaitTimer(generation: waiting.generation, deadline: waiting.started + interval)
     }
@@ -636,13 +898,15 @@ struct TaskStateMachine {
         switch state {
         case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting:
             return failEnding(error)
-        case .sending, .receiving, .collecting, .redirecting, .challenged, .consultingChallenge, .rejecting, .completed:
+        case .transferring, .consultingChallenge, .completed:
             return .none
         }
     }
+}
 
-    // MARK: Helpers
+// MARK: - Helpers
 
+extension TaskStateMachine {
     /// Whether `response` is an interim head (`100 Continue`, `103 Early Hints`): the inner
     /// session reports each one, a plain session's caller sees only the final response. `101`
     /// is final (the connection changes protocol).
@@ -654,7 +918,7 @@ struct TaskStateMachine {
     /// Whether interceptor `index`'s answer is expected now; `false` if the task ended meanwhile.
     private func expectInterceptor(_ index: Int) -> Bool {
         switch state {
-        case .intercepting(let current):
+        case .intercepting(let current, _):
             precondition(current == index, "interceptor \(index) answered while \(current) runs")
             return true
         case .completed:
@@ -670,22 +934,39 @@ struct TaskStateMachine {
     }
 
     private func annotated(_ error: any Error) -> any Error {
-        (error as? URLTaskError)?.about(task.request, attempt: task.attempt) ?? error
+        (error as? URLTaskError)?.about(context.task.request, attempt: context.task.attempt) ?? error
     }
 
+    /// Ends the task, not from the network (an interceptor, a reaction, the caller's side).
     private mutating func complete(_ completion: Completion) -> ProceedAction {
-        state = .completed
+        state = .completed(pendingTransfer: nil)
         if case .fail(let error) = completion { return .complete(failing(error)) }
         return .complete(completion)
+    }
+
+    /// Ends the task from outside wherever it is (a cancel, a failure), and returns where it was.
+    /// A transfer whose inner task is not recorded yet is stopped once it is.
+    private mutating func end() -> State {
+        let previous = state
+        if case .transferring(let transfer) = previous, transfer.handle == nil {
+            state = .completed(pendingTransfer: budgets.attempt)
+        } else {
+            state = .completed(pendingTransfer: nil)
+        }
+        return previous
     }
 
     /// Ends the task with `error` from wherever it is: what it must leave or stop.
     private mutating func failEnding(_ error: any Error) -> FailAction {
         var held: Int?
-        if case .held(let index, _) = state { held = index }
-        let running = work
-        let onNetwork = transfer
-        state = .completed
+        var running: Task<Void, Never>?
+        var onNetwork: (any TransferHandle)?
+        switch end() {
+        case .held(let index, _): held = index
+        case .intercepting(_, let work), .reacting(_, _, _, let work): running = work
+        case .transferring(let transfer): onNetwork = transfer.handle
+        case .created, .gated, .awaitingConnection, .consultingChallenge, .completed: break
+        }
         return .fail(annotated(error), heldIn: held, work: running, transfer: onNetwork)
     }
 
@@ -698,24 +979,31 @@ struct TaskStateMachine {
         return .respond(response, body)
     }
 
+    /// Moves the transfer on to `phase`, keeping its inner task.
+    private mutating func moveTransfer(to phase: Transfer.Phase) {
+        guard case .transferring(var transfer) = state else { preconditionFailure("no transfer to move on") }
+        transfer.phase = phase
+        state = .transferring(transfer)
+    }
+
     /// Starts the task again from `request` (a followed redirect, a challenge answered with a
     /// credential): a body on the request replaces the one held; a request with the same method
     /// (a 307, a challenge answered) sends the held body again; a new method, none.
     private mutating func restart(from request: URLRequest, now: DispatchTime) {
         let carried = URLTaskBody(request: request)
         if !carried.isNone {
-            body = carried
-            bodySent = false
-        } else if request.httpMethod != base.httpMethod {
-            body = .none
-            bodySent = false
+            context.body = carried
+            context.bodySent = false
+        } else if request.httpMethod != context.base.httpMethod {
+            context.body = .none
+            context.bodySent = false
         }
-        base = request
-        base.httpBody = nil
-        base.httpBodyStream = nil
-        attempt += 1
+        context.base = request
+        context.base.httpBody = nil
+        context.base.httpBodyStream = nil
+        budgets.attempt += 1
         beginStretch(now)
-        task = task.startingOver(attempt: attempt, request: base, body: body)
+        context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
         state = .gated(gate: nil)
     }
 
@@ -725,25 +1013,26 @@ struct TaskStateMachine {
     }
 
     private mutating func beginReaction(reactor: Int, outcome: URLTaskOutcome, body: Data, now: DispatchTime) -> TransferEndAction {
-        reactions[reactor] += 1
-        if reactions[reactor] > reactors[reactor].maximumReactions {
-            state = .completed
-            return .complete(failing(URLTaskError.tooManyAttempts(reactors[reactor].component, attempts: attempt)))
+        budgets.reactions[reactor] += 1
+        if budgets.reactions[reactor] > reactors[reactor].maximumReactions {
+            state = .completed(pendingTransfer: nil)
+            return .complete(failing(URLTaskError.tooManyAttempts(reactors[reactor].component, attempts: budgets.attempt)))
         }
         // The transfer has ended: waiting for the reaction starts a new stretch without progress.
         beginStretch(now)
-        state = .reacting(reactor: reactor, outcome: outcome, body: body)
-        return .react(reactor: reactor, outcome: outcome, body: body, task: task, requeued: requeuedBy[reactor])
+        state = .reacting(reactor: reactor, outcome: outcome, body: body, work: nil)
+        return .react(
+            reactor: reactor, outcome: outcome, body: body, task: context.task, requeued: budgets.requeuedBy[reactor])
     }
 
     private mutating func advance(to index: Int) -> ProceedAction {
         var index = index
         while skippedInterceptors.contains(index) { index += 1 }
         if index < interceptorCount {
-            state = .intercepting(index: index)
-            return .runInterceptor(index: index, task: task)
+            state = .intercepting(index: index, work: nil)
+            return .runInterceptor(index: index, task: context.task)
         }
         state = .awaitingConnection
-        return .acquireConnection(request: task.request, restamp: needsRestamp)
+        return .acquireConnection(request: context.task.request, restamp: context.restamp)
     }
 }

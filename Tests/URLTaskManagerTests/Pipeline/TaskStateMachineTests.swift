@@ -108,6 +108,13 @@ final class TaskStateMachineTests: XCTestCase {
             }
         }
 
+        init(_ action: Machine.WorkStartedAction) {
+            switch action {
+            case .none: self = .none
+            case .cancel: self = .abandon
+            }
+        }
+
         init(_ action: Machine.FailAction) {
             switch action {
             case .none: self = .none
@@ -772,6 +779,88 @@ final class TaskStateMachineTests: XCTestCase {
         var m = Self.sending()
         _ = m.transportReceived(response: Self.response(401), reactor: 0, challenge: true)
         XCTAssertEqual(Step(m.transportCompleted(error: nil, reactor: 0)), .react(reactor: 0, outcome: "response(401)", body: Data()))
+    }
+
+    // MARK: What each state carries
+
+    /// Attempt 2 on the network, after a requeue without the interceptors.
+    static func sendingAgain() -> Machine {
+        var m = reacting()
+        _ = m.reactionFinished(reactor: 0, result: .requeue(reintercept: false))
+        XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 2))
+        return m
+    }
+
+    func testATransferRecordedLateIsStoppedOnlyIfItsTaskEndedWhileItWasCreated() {
+        var cancelled = Self.sending()
+        XCTAssertEqual(Step(cancelled.cancel()), .cancelTransport)
+        XCTAssertEqual(Step(cancelled.transferStarted(Transfer(), attempt: 1)), .cancelTransport, "ended while it was created")
+
+        var aborted = Self.sendingAgain()
+        _ = aborted.abort(Boom())
+        XCTAssertEqual(Step(aborted.transferStarted(Transfer(), attempt: 1)), .none, "an older attempt's ended on its own")
+        XCTAssertEqual(Step(aborted.transferStarted(Transfer(), attempt: 2)), .cancelTransport, "the current attempt's is stopped")
+
+        var endedOnItsOwn = Self.sending()
+        _ = endedOnItsOwn.cancel()
+        XCTAssertEqual(Step(endedOnItsOwn.transportCompleted(error: URLError(.cancelled), reactor: nil)), .none)
+        XCTAssertEqual(
+            Step(endedOnItsOwn.transferStarted(Transfer(), attempt: 1)), .none, "it ended on its own after the cancel: not stopped")
+
+        var finished = Self.sendingAgain()
+        _ = finished.transportReceived(response: Self.response(200), reactor: nil)
+        _ = finished.transportCompleted(error: nil, reactor: nil)
+        XCTAssertEqual(Step(finished.transferStarted(Transfer(), attempt: 2)), .none, "it ended on its own")
+        XCTAssertEqual(Step(finished.transferStarted(Transfer(), attempt: 1)), .none, "an older attempt's ended before the task moved on")
+
+        var recorded = Self.sending()
+        XCTAssertEqual(Step(recorded.transferStarted(Transfer(), attempt: 1)), .none)
+        _ = recorded.cancel()
+        XCTAssertEqual(Step(recorded.transferStarted(Transfer(), attempt: 1)), .none, "a recorded transfer was stopped by the cancel")
+    }
+
+    func testTheTransferStoppedIsTheCurrentAttemptsNeverAnOlderOnes() {
+        let first = Transfer()
+        let second = Transfer()
+        var m = Self.sending()
+        _ = m.transferStarted(first, attempt: 1)
+        _ = m.transportReceived(response: Self.response(401), reactor: 0)
+        _ = m.transportCompleted(error: nil, reactor: 0)
+        _ = m.reactionFinished(reactor: 0, result: .requeue(reintercept: false))
+        _ = m.connectionGranted()
+        XCTAssertEqual(Step(m.transferStarted(first, attempt: 1)), .none, "attempt 1's, recorded late, is not attempt 2's")
+        var unrecorded = m
+        guard case .stopTransfer(nil) = unrecorded.cancel() else { return XCTFail("attempt 2's inner task is not recorded yet") }
+        _ = m.transferStarted(second, attempt: 2)
+        _ = m.transportReceived(response: Self.response(200), reactor: nil)
+        guard case .stopTransfer(let stopped?) = m.cancel() else { return XCTFail("the transfer is stopped") }
+        XCTAssertTrue(stopped === second, "the transfer stopped is attempt 2's, in whatever phase")
+    }
+
+    func testTheWorkCancelledIsTheOneRunningNowNeverAFinishedInterceptors() {
+        let work = Task<Void, Never> {}
+        var m = Self.intercepting(0)
+        XCTAssertEqual(Step(m.workStarted(work)), .none)
+        var running = m
+        guard case .abandon(let abandoned?) = running.cancel() else { return XCTFail("the interceptor's work is cancelled") }
+        XCTAssertEqual(abandoned, work)
+        _ = m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))
+        var next = m
+        guard case .abandon(nil) = next.cancel() else { return XCTFail("interceptor 0 has returned: nothing of it to cancel") }
+        guard case .fail(_, nil, nil, nil) = m.abort(Boom()) else { return XCTFail("nothing of interceptor 0 to cancel") }
+
+        let reaction = Task<Void, Never> {}
+        var reacting = Self.reacting()
+        XCTAssertEqual(Step(reacting.workStarted(reaction)), .none)
+        let generation = reacting.waitBegins()?.generation ?? -1
+        guard case .fail(_, nil, let cancelled?, nil) = reacting.waitExpired(generation: generation, error: Boom()) else {
+            return XCTFail("the reaction's work is cancelled")
+        }
+        XCTAssertEqual(cancelled, reaction)
+        var requeued = Self.reacting()
+        _ = requeued.workStarted(reaction)
+        _ = requeued.reactionFinished(reactor: 0, result: .requeue(reintercept: false))
+        guard case .fail(_, nil, nil, nil) = requeued.fail(Boom()) else { return XCTFail("the reaction has ended: nothing to cancel") }
     }
 
     func testCancellingDuringARedirectOrAChallengeEndsOnce() {
