@@ -317,21 +317,25 @@ extension TaskStateMachine {
         }
     }
 
-    /// The gates were checked and the task waits at reactor `reactor`'s gate.
-    /// Ignored unless the task is still at the gates: the run may have ended and its
-    /// ``gateOpened()`` moved the task on between the check and this event.
+    /// The gates were checked and the task waits at reactor `reactor`'s gate. Admission records
+    /// the wait in the same lock section (``TaskStorage``), so the task is at the gates; ignored
+    /// only once it ended.
     mutating func waitingAtGate(reactor: Int) {
-        guard case .gated = state else { return }
-        state = .gated(gate: reactor)
+        switch state {
+        case .gated: state = .gated(gate: reactor)
+        case .completed: return
+        default: preconditionFailure("a task waits at a gate it is not at")
+        }
     }
 
-    /// No gate holds the task (any more).
-    /// Ignored unless the task is at the gates: two checks may both find them open (a run's end
-    /// and the task's own check after ``admissionGated(reactor:)``), and the first moved it on;
-    /// or the run's end found the task still awaiting admission.
+    /// No gate holds the task (any more). Checked in the same lock section as the gates
+    /// themselves, so the task is at them; ignored only once it ended.
     mutating func gateOpened() -> ProceedAction {
-        guard case .gated = state else { return .none }
-        return advance(to: 0)
+        switch state {
+        case .gated: return advance(to: 0)
+        case .completed: return .none
+        default: preconditionFailure("the gates opened for a task that is not at them")
+        }
     }
 
     /// Interceptor `index` returned `command` for `snapshot` (the task as it changed it), having
@@ -413,6 +417,8 @@ extension TaskStateMachine {
         switch state {
         case .awaitingConnection:
             context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
+            // The interceptors decide the headers again: they are stamped then, and judged at send.
+            context.restamp = false
             state = .gated(gate: nil)
             return .checkGates
         case .completed:
@@ -428,6 +434,7 @@ extension TaskStateMachine {
         switch state {
         case .awaitingConnection:
             context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
+            context.restamp = false
             state = .gated(gate: reactor)
         case .completed:
             return

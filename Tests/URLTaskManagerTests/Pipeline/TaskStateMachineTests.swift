@@ -299,7 +299,6 @@ final class TaskStateMachineTests: XCTestCase {
         _ = m.start()
         m.waitingAtGate(reactor: 0)
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0))
-        m.waitingAtGate(reactor: 0)  // late: the gate opened meanwhile
         XCTAssertEqual(
             Step(m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))), .runInterceptor(1),
             "and leaves the task intercepting")
@@ -566,6 +565,24 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(m.attempt, 2)
         XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 2), "no interceptor runs again")
         XCTAssertTrue(m.isAwaitingResponseHead)
+    }
+
+    func testARequeueWithoutTheInterceptorsSentBackToThemIsJudgedNotRestampedAtSend() {
+        var m = Self.reacting()
+        guard case .acquireConnection(_, let restamp) = m.reactionFinished(reactor: 0, result: .requeue(reintercept: false)) else {
+            return XCTFail("a requeue without the interceptors goes straight to admission")
+        }
+        XCTAssertTrue(restamp, "its headers were not decided by the interceptors: admission stamps them")
+        // Admission finds a run ended since: the interceptors decide the headers again, so they
+        // are stamped as the interceptors begin and judged at send, never restamped (which would
+        // let headers decided before a later run through).
+        XCTAssertEqual(Step(m.headersStale()), .checkGates)
+        XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0))
+        _ = m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))
+        guard case .acquireConnection(_, let again) = m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I")) else {
+            return XCTFail("the chain ends at admission")
+        }
+        XCTAssertFalse(again)
     }
 
     func testDeliverGivesTheCallerTheResponseThatTriggeredTheReaction() {
