@@ -59,9 +59,9 @@ mutations = [
     ("a transfer's end hands its slot over, but the task that gets it is never told",
      "        engine.tell(decided)\n        observer?.transferEnded()\n",
      "        observer?.transferEnded()\n", storage),
-    ("a reaction's section hands the slot over, but the task that gets it is never told",
-     "        engine.tell(decided)\n        observer?.reacted(by: reactor.name, run: immediate == nil ? run : nil)\n",
-     "        observer?.reacted(by: reactor.name, run: immediate == nil ? run : nil)\n", storage),
+    ("a reaction's section hands the slot over, but the task that gets it is never moved",
+     "            let decided = EngineStorage.admit(handedOver, in: &state)\n            var immediate",
+     "            let decided = [(TaskStorage, AdmittedAction)]()\n            _ = handedOver\n            var immediate", storage),
 ]
 
 # MUTANTS="<text>|<text>" plants only the mutants whose name contains one of them (a quick check).

@@ -270,6 +270,13 @@ struct TaskStateMachine {
         if case .completed = state { return true }
         return false
     }
+
+    /// The reactor collecting the answer's body, if one wants it: the one the transfer's end
+    /// hands the task to (read just before that event, to ask the reactor what it reports).
+    var collectingFor: Int? {
+        if case .transferring(let transfer) = state, case .collecting(let reactor, _, _, _) = transfer.phase { return reactor }
+        return nil
+    }
 }
 
 // MARK: - Events: on the way to the network

@@ -360,43 +360,110 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     }
 
     func transportDidComplete(error: (any Error)?) {
-        // Which reactor wants a transport error is the reactors' code: asked outside the lock,
-        // and only when the error would be the task's outcome.
+        // Which reactor wants a transport error, and what a reactor that takes the outcome
+        // reports of the task as sent, are the reactors' code: asked outside the lock, just
+        // before the section, and only when a reactor may take the outcome.
         var reactor: Int?
-        if let error, !environment.reactors.isEmpty || outcomeObservers != nil, engine.withLock({ _ in machine.isAwaitingResponseHead }) {
-            if outcomeObservers != nil { observe(.failure(error)) }
-            reactor = chooseReactor(for: .failure(error))
+        var reading: ReactorRunStateMachine.ReportedVersion?
+        if !environment.reactors.isEmpty || outcomeObservers != nil {
+            let (awaitingHead, collecting, snapshot) = engine.withLock { _ in
+                (machine.isAwaitingResponseHead, machine.collectingFor, machine.task)
+            }
+            if let error, awaitingHead {
+                if outcomeObservers != nil { observe(.failure(error)) }
+                reactor = chooseReactor(for: .failure(error), of: snapshot)
+            }
+            if let taking = reactor ?? collecting, environment.reactors[taking].reportsCredentialVersions {
+                reading = engine.reportedVersion(of: snapshot, by: taking)
+            }
         }
         let now = environment.runtime.now
         // An answer no reactor needed tells the loop guards that the credential works; not when
         // the request skipped a reactor, which never saw the answer.
         let countsAsAnswer = policy?.skippedReactors.isEmpty != false
-        // One section: the machine's end of the transfer, and the slot handed over (before the
-        // caller hears of the end, so it never sees it taken). A reaction keeps the slot until
-        // its run is started or joined (``react(_:outcome:body:task:requeued:)``).
-        let (action, restart, decided) = engine.withLock { state in
+        // One section: the machine's end of the transfer and the slot handed over (before the
+        // caller hears of the end, so it never sees it taken); for a shared reactor, its run
+        // started or joined (or the task answered at once) in the same transition, so the task
+        // that gets the slot finds the run going.
+        let (end, decided) = engine.withLock { state in
             let forwarded = machine.isForwardingResponse
             let action = machine.transportCompleted(error: error, reactor: reactor, now: now)
-            if case .react = action { return (action, Step?.none, [(TaskStorage, AdmittedAction)]()) }
-            let decided = EngineStorage.admit(state.admission.transferEnded(id, answered: forwarded && countsAsAnswer), in: &state)
-            // A followed redirect starts again from the gates; its 3xx was an outcome too.
-            let restart: Step? = if case .restart = action { resend(.checkGates, &state) } else { nil }
-            return (action, restart, decided)
+            guard case .react(let index, let outcome, let body, let task, let requeued) = action else {
+                let decided = EngineStorage.admit(state.admission.transferEnded(id, answered: forwarded && countsAsAnswer), in: &state)
+                // A followed redirect starts again from the gates; its 3xx was an outcome too.
+                if case .restart = action { return (TransferEnd.restart(resend(.checkGates, &state)), decided) }
+                return (TransferEnd.ended(action), decided)
+            }
+            let reaction = Reaction(index: index, outcome: outcome, body: body, task: task, timer: machine.waitBegins())
+            guard environment.reactors[index].configuration.mode.isShared else {
+                return (.perTask(reaction), EngineStorage.admit(state.admission.transferEnded(id), in: &state))
+            }
+            let (need, handedOver) = state.admission.transferEndedNeedingReaction(
+                id, reactor: index, alreadyRequeued: requeued, reported: reading, now: .now)
+            let decided = EngineStorage.admit(handedOver, in: &state)
+            var immediate: ReactorRunner.Outcome?
+            switch need {
+            case .wait, .startRun: break
+            case .requeueNow: immediate = .succeeded
+            case .failNow: immediate = .failed(EngineStorage.lastRunError(index, in: state, reactors: engine.reactors))
+            case .deliverNow: immediate = .declined
+            case .refuseLoop(let runs):
+                let configuration = environment.reactors[index].configuration
+                immediate = .failed(
+                    URLTaskError.reactionLoop(
+                        environment.reactors[index].component, runs: runs, window: configuration.mode.loopGuard?.window ?? .zero))
+            }
+            let shared = SharedReaction(
+                need: need, run: state.admission.reactors[index].currentRun,
+                immediate: immediate.map { reactionFinished(reactor: index, outcome: $0, in: &state) })
+            return (.shared(reaction, shared), decided)
         }
         engine.tell(decided)
         observer?.transferEnded()
-        switch action {
-        case .none:
-            break
-        case .react(let index, let outcome, let body, let task, let requeued):
-            react(index, outcome: outcome, body: body, task: task, requeued: requeued)
-        case .complete(let completion):
+        switch end {
+        case .ended(.complete(let completion)):
             complete(completion)
-        case .consultChallenge(let response, let failures, let request):
+        case .ended(.consultChallenge(let response, let failures, let request)):
             consultChallenge(response, previousFailures: failures, request: request)
-        case .restart:
-            if let restart { proceed(restart) }
+        case .ended:
+            break
+        case .restart(let step):
+            proceed(step)
+        case .perTask(let reaction):
+            reactAlone(reaction)
+        case .shared(let reaction, let shared):
+            reactTogether(reaction, shared)
         }
+    }
+
+    /// What the end of a transfer decided (``transportDidComplete(error:)``).
+    private enum TransferEnd {
+        /// The task ended, was answered, or asks the caller's side about a challenge.
+        case ended(TaskStateMachine.TransferEndAction)
+        /// A followed redirect: the task starts again from the gates.
+        case restart(Step)
+        /// A reactor that runs its work for each task on its own takes the outcome.
+        case perTask(Reaction)
+        /// A shared reactor's run was started or joined, or the task was answered at once.
+        case shared(Reaction, SharedReaction)
+    }
+
+    /// The outcome a reactor takes, and the timer of the wait for it.
+    private struct Reaction {
+        var index: Int
+        var outcome: URLTaskOutcome
+        var body: Data
+        var task: URLTask
+        var timer: TaskStateMachine.WaitTimer?
+    }
+
+    /// What a shared reactor decided for the task, in the section that ended its transfer.
+    private struct SharedReaction {
+        var need: ReactorRunStateMachine.NeedAction
+        /// The run the task waits on, if any.
+        var run: Int?
+        /// The task needed no run: what the reaction's end decided (requeued, failed, answered).
+        var immediate: RunEndAction?
     }
 
     // MARK: Actions
@@ -626,7 +693,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
 
     private func chooseReactor(for outcome: URLTaskOutcome) -> Int? {
         guard !environment.reactors.isEmpty else { return nil }
-        let snapshot = engine.withLock { _ in machine.task }
+        return chooseReactor(for: outcome, of: engine.withLock { _ in machine.task })
+    }
+
+    /// The first reactor that takes `outcome` of `snapshot`: the reactors' code, outside the lock.
+    private func chooseReactor(for outcome: URLTaskOutcome, of snapshot: URLTask) -> Int? {
         for reactor in environment.reactors where !exemptedBy[reactor.index] {
             if let policy, policy.skips(reactor.component, type: reactor.type) { continue }
             if reactor.reactor.shouldReact(to: outcome, of: snapshot) { return reactor.index }
@@ -634,47 +705,29 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         return nil
     }
 
-    /// Hands the task's outcome to reactor `index`, and gives its connection slot back.
-    private func react(_ index: Int, outcome: URLTaskOutcome, body: Data, task: URLTask, requeued: Bool) {
-        waitBegins()
-        let reactor = environment.reactors[index]
+    /// A reactor that runs its work for each task on its own took the outcome; the task's slot
+    /// went back in the section that ended its transfer.
+    private func reactAlone(_ reaction: Reaction) {
+        if let timer = reaction.timer { armWaitTimer(timer) }
+        let reactor = environment.reactors[reaction.index]
         observer?.reactionStarting()
-        guard reactor.configuration.mode.isShared else {
-            observer?.reacted(by: reactor.name, run: nil)
-            engine.tell(engine.withLock { EngineStorage.admit($0.admission.transferEnded(id), in: &$0) })
-            let work = environment.runtime.react(reactor, to: outcome, body: body, of: task) { [self] result in
-                perTaskReactionFinished(reactor: index, outcome: result)
-            }
-            if let work, case .cancel(let work) = engine.withLock({ _ in machine.workStarted(work) }) { work.cancel() }
-            return
+        observer?.reacted(by: reactor.name, run: nil)
+        let work = environment.runtime.react(reactor, to: reaction.outcome, body: reaction.body, of: reaction.task) { [self] result in
+            perTaskReactionFinished(reactor: reaction.index, outcome: result)
         }
-        // What the reactor reports of the task as sent: its code, read before the section, in
-        // which admission judges it, the run is started or joined (or the task is answered at
-        // once), and the slot is handed over: the task that gets the slot finds the run going.
-        let reading = engine.reportedVersion(of: task, by: index)
-        let (need, run, decided, immediate) = engine.withLock { state in
-            let (need, handedOver) = state.admission.transferEndedNeedingReaction(
-                id, reactor: index, alreadyRequeued: requeued, reported: reading, now: .now)
-            let decided = EngineStorage.admit(handedOver, in: &state)
-            let run = state.admission.reactors[index].currentRun
-            var outcome: ReactorRunner.Outcome?
-            switch need {
-            case .wait, .startRun: break
-            case .requeueNow: outcome = .succeeded
-            case .failNow: outcome = .failed(EngineStorage.lastRunError(index, in: state, reactors: engine.reactors))
-            case .deliverNow: outcome = .declined
-            case .refuseLoop(let runs):
-                let window = reactor.configuration.mode.loopGuard?.window ?? .zero
-                outcome = .failed(URLTaskError.reactionLoop(reactor.component, runs: runs, window: window))
-            }
-            return (need, run, decided, outcome.map { reactionFinished(reactor: index, outcome: $0, in: &state) })
+        if let work, case .cancel(let work) = engine.withLock({ _ in machine.workStarted(work) }) { work.cancel() }
+    }
+
+    /// A shared reactor took the outcome: its run was started or joined in the section that ended
+    /// the transfer (or the task was answered at once, ``SharedReaction/immediate``).
+    private func reactTogether(_ reaction: Reaction, _ shared: SharedReaction) {
+        if let timer = reaction.timer { armWaitTimer(timer) }
+        observer?.reactionStarting()
+        observer?.reacted(by: environment.reactors[reaction.index].name, run: shared.immediate == nil ? shared.run : nil)
+        if case .startRun(let number) = shared.need {
+            engine.startRun(reactor: reaction.index, number: number, outcome: reaction.outcome, body: reaction.body, task: reaction.task)
         }
-        engine.tell(decided)
-        observer?.reacted(by: reactor.name, run: immediate == nil ? run : nil)
-        if case .startRun(let number) = need {
-            engine.startRun(reactor: index, number: number, outcome: outcome, body: body, task: task)
-        }
-        if let immediate { perform(immediate) }
+        if let immediate = shared.immediate { perform(immediate) }
     }
 
     /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
@@ -703,6 +756,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// (``TaskStateMachine/waitBegins()``).
     private func waitBegins() {
         guard let timer = engine.withLock({ _ in machine.waitBegins() }) else { return }
+        armWaitTimer(timer)
+    }
+
+    /// Arms the timer of a stretch of waits (``TaskStateMachine/waitBegins()``).
+    private func armWaitTimer(_ timer: TaskStateMachine.WaitTimer) {
         arm(timer.deadline) { [weak self] in
             guard let self else { return }
             perform(
