@@ -144,13 +144,13 @@ private final class ValueBox<Value: Sendable>: AnyValueBox {
 }
 
 /// Hands out task numbers, unique in the process.
-private final class IDCounter: @unchecked Sendable {  // `last` is guarded by `lock`.
+private final class IDCounter: Sendable {
     static let shared = IDCounter()
-    private let lock = NSLock()
-    private var last: UInt64 = 0
+    /// The last number handed out.
+    private let last = LockedState<UInt64>(0)
 
     func next() -> UInt64 {
-        lock.withLock {
+        last.withLock { last in
             last += 1
             return last
         }

@@ -29,31 +29,34 @@ extension URLTaskManager {
 }
 
 /// Lets the cancellation handler reach a download that may not have started yet.
-private final class HandleBox: @unchecked Sendable {  // all state is guarded by `lock`.
-    private let lock = NSLock()
+private final class HandleBox: Sendable {
+    private struct State {
+        var handle: (any PipelineTaskHandle)?
+        var sink: FileDownloadSink?
+        var cancelled = false
+    }
+
     /// The download's URL, which its cancellation error names.
     private let url: URL?
-    private var handle: (any PipelineTaskHandle)?
-    private var sink: FileDownloadSink?
-    private var cancelled = false
+    private let state = LockedState(State())
 
     init(url: URL?) {
         self.url = url
     }
 
     func set(_ handle: any PipelineTaskHandle, sink: FileDownloadSink) {
-        let cancelNow: Bool = lock.withLock {
-            self.handle = handle
-            self.sink = sink
-            return cancelled
+        let cancelNow: Bool = state.withLock { state in
+            state.handle = handle
+            state.sink = sink
+            return state.cancelled
         }
         if cancelNow { cancel() }
     }
 
     func cancel() {
-        let (handle, sink): ((any PipelineTaskHandle)?, FileDownloadSink?) = lock.withLock {
-            cancelled = true
-            return (self.handle, self.sink)
+        let (handle, sink): ((any PipelineTaskHandle)?, FileDownloadSink?) = state.withLock { state in
+            state.cancelled = true
+            return (state.handle, state.sink)
         }
         // Unlike the session, nobody else reports the cancellation here.
         sink?.fail(URLError.cancelled(url: url))

@@ -50,7 +50,7 @@ enum BridgeSlots {
 
 /// Maps slot numbers to the pipelines (and, on swift-corelibs-foundation, the sessions) of live
 /// sessions.
-final class BridgeRegistry: @unchecked Sendable {  // `entries` and `nextNumber` are guarded by `lock`.
+final class BridgeRegistry: Sendable {
     static let shared = BridgeRegistry()
 
     private struct Entry {
@@ -59,34 +59,37 @@ final class BridgeRegistry: @unchecked Sendable {  // `entries` and `nextNumber`
         weak var session: URLSession?
     }
 
-    private let lock = NSLock()
-    private var entries: [Int: Entry] = [:]
-    private var nextNumber = 1
+    private struct State {
+        var entries: [Int: Entry] = [:]
+        var nextNumber = 1
+    }
+
+    private let state = LockedState(State())
 
     /// A new number, never handed out before.
     func register(_ pipeline: Pipeline) -> Int {
-        lock.withLock {
-            defer { nextNumber += 1 }
-            entries[nextNumber] = Entry(pipeline: pipeline)
-            return nextNumber
+        state.withLock { state in
+            defer { state.nextNumber += 1 }
+            state.entries[state.nextNumber] = Entry(pipeline: pipeline)
+            return state.nextNumber
         }
     }
 
     /// Records the session that slot `number` serves (weakly: the session owns the slot).
     func attach(_ session: URLSession, to number: Int) {
-        lock.withLock { entries[number]?.session = session }
+        state.withLock { $0.entries[number]?.session = session }
     }
 
     func unregister(_ number: Int) {
-        lock.withLock { _ = entries.removeValue(forKey: number) }
+        state.withLock { _ = $0.entries.removeValue(forKey: number) }
     }
 
     func pipeline(for number: Int) -> Pipeline? {
-        lock.withLock { entries[number]?.pipeline }
+        state.withLock { $0.entries[number]?.pipeline }
     }
 
     /// The pipeline and session of slot `number`, in one look-up.
     func entry(for number: Int) -> (pipeline: Pipeline?, session: URLSession?) {
-        lock.withLock { (entries[number]?.pipeline, entries[number]?.session) }
+        state.withLock { ($0.entries[number]?.pipeline, $0.entries[number]?.session) }
     }
 }

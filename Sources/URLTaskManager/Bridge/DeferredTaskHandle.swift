@@ -6,7 +6,7 @@ import Foundation
 /// later and from any thread; `stopLoading` may come first. Whichever happens first wins: a
 /// cancel before the start means the task is never started, a cancel during or after it
 /// cancels the started task.
-final class DeferredTaskHandle: PipelineTaskHandle, @unchecked Sendable {  // `state` is guarded by `lock`.
+final class DeferredTaskHandle: PipelineTaskHandle, Sendable {
     private enum State {
         case waiting
         case starting
@@ -14,20 +14,19 @@ final class DeferredTaskHandle: PipelineTaskHandle, @unchecked Sendable {  // `s
         case cancelled
     }
 
-    private let lock = NSLock()
-    private var state = State.waiting
+    private let state = LockedState(State.waiting)
 
     /// Starts the task with `make` (called without the lock held), unless it was cancelled or
     /// already started.
     func start(_ make: () -> any PipelineTaskHandle) {
-        let proceed: Bool = lock.withLock {
+        let proceed: Bool = state.withLock { state in
             guard case .waiting = state else { return false }
             state = .starting
             return true
         }
         guard proceed else { return }
         let handle = make()
-        let cancelledMeanwhile: Bool = lock.withLock {
+        let cancelledMeanwhile: Bool = state.withLock { state in
             if case .cancelled = state { return true }
             state = .started(handle)
             return false
@@ -36,7 +35,7 @@ final class DeferredTaskHandle: PipelineTaskHandle, @unchecked Sendable {  // `s
     }
 
     func cancel() {
-        let started: (any PipelineTaskHandle)? = lock.withLock {
+        let started: (any PipelineTaskHandle)? = state.withLock { state in
             defer { state = .cancelled }
             if case .started(let handle) = state { return handle }
             return nil

@@ -10,10 +10,9 @@ import FoundationNetworking
 /// The check may await (an interceptor waiting for a token), so it runs off the work queue;
 /// corelibs' protocol is then started on the task's work queue, where `startLoading` always
 /// runs. A cancel during the check wins: the task is never started.
-// @unchecked Sendable: `machine` is guarded by `lock`; `native` is only touched on the work queue.
+// @unchecked Sendable: `native` (a `URLProtocol`, not Sendable) is only touched on the work queue.
 final class NativeDownload: @unchecked Sendable {
-    private let lock = NSLock()
-    private var machine = NativeDownloadStateMachine()
+    private let machine = LockedState(NativeDownloadStateMachine())
     private let native: URLProtocol
     private let sink: ProtocolSink
     private let pipeline: Pipeline?
@@ -31,14 +30,14 @@ final class NativeDownload: @unchecked Sendable {
         let carriesPolicy = request.value(forHTTPHeaderField: URLTaskPolicy.headerName) != nil
         guard let pipeline, !pipeline.interceptors.isEmpty || carriesPolicy else {
             // Nothing could change the request: no check, no event, no hop.
-            _ = lock.withLock { machine.checked(passed: true) }
+            _ = machine.withLock { $0.checked(passed: true) }
             return native.startLoading()
         }
         let observer = pipeline.events.isListening ? TaskObserver(id: .next(), request: request, hub: pipeline.events) : nil
         Task {
             let refusal = await NativeDownloadCheck.run(request, pipeline: pipeline, observer: observer)
             observer?.nativeDownload(sentUnchanged: refusal == nil)
-            switch lock.withLock({ machine.checked(passed: refusal == nil) }) {
+            switch machine.withLock({ $0.checked(passed: refusal == nil) }) {
             case .startNative:
                 (workQueue ?? DispatchQueue.global()).async { self.native.startLoading() }
             case .fail:
@@ -54,6 +53,6 @@ final class NativeDownload: @unchecked Sendable {
     /// Called from `stopLoading`, on the work queue.
     func stop() {
         sink.close()
-        if case .stopNative = lock.withLock({ machine.stopLoading() }) { native.stopLoading() }
+        if case .stopNative = machine.withLock({ $0.stopLoading() }) { native.stopLoading() }
     }
 }

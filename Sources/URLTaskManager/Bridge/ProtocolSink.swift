@@ -14,18 +14,24 @@ import FoundationNetworking
 /// `stopLoading` (corelibs completes a cancelled task itself and crashes if it later hears
 /// about a task it has forgotten). Bodies are streamed chunk by chunk to delegate-driven
 /// tasks and handed over in one piece to tasks with a completion handler.
-final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`; the client is only called on `queue`.
-    private enum State {
+// @unchecked Sendable: `client` is only called on `queue` (Sendable in corelibs, not declared so by every Apple SDK of the CI).
+final class ProtocolSink: @unchecked Sendable {
+    private enum Phase {
         case open(buffer: Data?)
         case closed
     }
 
-    private let lock = NSLock()
-    private var state: State
-    private var urlProtocol: URLProtocol?
-    /// Events handed to `queue` and not yet replayed: while there are any, a new event queues
-    /// behind them rather than overtaking them.
-    private var queued = 0
+    private struct State {
+        var phase: Phase
+        var urlProtocol: URLProtocol?
+        /// Events handed to `queue` and not yet replayed: while there are any, a new event queues
+        /// behind them rather than overtaking them.
+        var queued = 0
+        /// The most body bytes reported sent so far, over every attempt.
+        var reportedSent: Int64 = 0
+    }
+
+    private let state: LockedState<State>
     private let client: any URLProtocolClient
     private let queue: DispatchQueue
     /// Whether `queue` is the session's work queue (the facts found it), so that code running
@@ -40,11 +46,9 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     private let chunkDelegate: (any URLSessionDataDelegate)?
     /// Told of upload progress (``OuterTaskFacts/uploadProgressDelegate``).
     private let uploadProgressDelegate: (any URLSessionTaskDelegate)?
-    /// The most body bytes reported sent so far, over every attempt (guarded by `lock`).
-    private var reportedSent: Int64 = 0
 
     init(urlProtocol: URLProtocol, client: any URLProtocolClient, facts: OuterTaskFacts) {
-        self.urlProtocol = urlProtocol
+        self.state = LockedState(State(phase: .open(buffer: facts.delivery == .buffer ? Data() : nil), urlProtocol: urlProtocol))
         self.client = client
         self.queue = facts.workQueue ?? DispatchQueue(label: "URLTaskManager.ProtocolSink")
         self.mayCallInline = facts.workQueue != nil
@@ -52,7 +56,6 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
         self.callerTaskDelegate = facts.callerDelegate
         self.chunkDelegate = facts.delivery == .buffer ? facts.taskDelegate as? any URLSessionDataDelegate : nil
         self.uploadProgressDelegate = facts.session == nil ? nil : facts.uploadProgressDelegate
-        self.state = .open(buffer: facts.delivery == .buffer ? Data() : nil)
     }
 
     func receive(response: URLResponse) {
@@ -64,11 +67,11 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     }
 
     func receive(data: Data) {
-        let buffered: Bool = lock.withLock {
-            guard case .open(var buffer?) = state else { return false }
-            state = .open(buffer: nil)  // keep the append unique, not a copy
+        let buffered: Bool = state.withLock { state in
+            guard case .open(var buffer?) = state.phase else { return false }
+            state.phase = .open(buffer: nil)  // keep the append unique, not a copy
             buffer.append(data)
-            state = .open(buffer: buffer)
+            state.phase = .open(buffer: buffer)
             return true
         }
         if buffered {
@@ -119,10 +122,10 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     /// ends at the body's size (a plain session on Linux keeps adding on a 307, past the size).
     func sentBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
         guard let delegate = uploadProgressDelegate else { return }
-        let delta: Int64 = lock.withLock {
-            guard case .open = state, totalBytesSent > reportedSent else { return 0 }
-            defer { reportedSent = totalBytesSent }
-            return totalBytesSent - reportedSent
+        let delta: Int64 = state.withLock { state in
+            guard case .open = state.phase, totalBytesSent > state.reportedSent else { return 0 }
+            defer { state.reportedSent = totalBytesSent }
+            return totalBytesSent - state.reportedSent
         }
         guard delta > 0 else { return }
         onWorkQueue {
@@ -158,7 +161,7 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
 
     /// The caller's session, task and delegate, while the task is still open.
     private func callerDelegate() -> (URLSession, URLSessionTask, any URLSessionTaskDelegate)? {
-        guard let session, let delegate = callerTaskDelegate, let task = lock.withLock({ urlProtocol?.task }) else { return nil }
+        guard let session, let delegate = callerTaskDelegate, let task = state.withLock({ $0.urlProtocol?.task }) else { return nil }
         return (session, task, delegate)
     }
 
@@ -198,49 +201,49 @@ final class ProtocolSink: @unchecked Sendable {  // `state` is guarded by `lock`
     /// The open task's progress, where the bridge moves it (``Platform/bridgeMovesProgress``).
     private func progressToMove() -> Progress? {
         guard Platform.bridgeMovesProgress else { return nil }
-        return lock.withLock {
-            guard case .open = state else { return nil }
-            return urlProtocol?.task?.progress
+        return state.withLock { state in
+            guard case .open = state.phase else { return nil }
+            return state.urlProtocol?.task?.progress
         }
     }
 
     /// Runs `event` serialized with the work queue, after every event before it.
     private func onWorkQueue(_ event: @escaping @Sendable () -> Void) {
-        let now: Bool = lock.withLock {
-            if mayCallInline, queued == 0, Platform.isOnSessionWorkQueue { return true }
-            queued += 1
+        let now: Bool = state.withLock { state in
+            if mayCallInline, state.queued == 0, Platform.isOnSessionWorkQueue { return true }
+            state.queued += 1
             return false
         }
         if now { return event() }
         queue.async {
             event()
-            self.lock.withLock { self.queued -= 1 }
+            self.state.withLock { $0.queued -= 1 }
         }
     }
 
     /// Called from `stopLoading`, on the work queue: everything still queued is dropped.
     func close() {
-        lock.withLock {
-            state = .closed
-            urlProtocol = nil
+        state.withLock { state in
+            state.phase = .closed
+            state.urlProtocol = nil
         }
     }
 
     private func openProtocol() -> URLProtocol? {
-        let urlProtocol: URLProtocol? = lock.withLock {
-            guard case .open = state else { return nil }
-            return self.urlProtocol
+        let urlProtocol: URLProtocol? = state.withLock { state in
+            guard case .open = state.phase else { return nil }
+            return state.urlProtocol
         }
         guard let urlProtocol, !Self.isBeingCancelled(urlProtocol) else { return nil }
         return urlProtocol
     }
 
     private func takeForCompletion() -> (URLProtocol, Data?)? {
-        guard let candidate = lock.withLock({ urlProtocol }), !Self.isBeingCancelled(candidate) else { return nil }
-        return lock.withLock {
-            guard case .open(let buffer) = state, let urlProtocol else { return nil }
-            state = .closed
-            self.urlProtocol = nil
+        guard let candidate = state.withLock({ $0.urlProtocol }), !Self.isBeingCancelled(candidate) else { return nil }
+        return state.withLock { state in
+            guard case .open(let buffer) = state.phase, let urlProtocol = state.urlProtocol else { return nil }
+            state.phase = .closed
+            state.urlProtocol = nil
             return (urlProtocol, buffer)
         }
     }

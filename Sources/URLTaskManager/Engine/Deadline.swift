@@ -23,21 +23,24 @@ func withDeadline(_ limit: Duration?, _ work: @escaping @Sendable () async throw
 }
 
 /// The first of work, deadline and cancellation to finish wins; the others are cancelled.
-private final class DeadlineRace: @unchecked Sendable {  // all state is guarded by `lock`.
-    private enum State {
+private final class DeadlineRace: Sendable {
+    private enum Phase {
         case idle
         case running(CheckedContinuation<Void, any Error>, [Task<Void, Never>])
         case finished
     }
 
-    private let lock = NSLock()
-    private var state = State.idle
-    private var early: Result<Void, any Error>?
+    private struct State {
+        var phase = Phase.idle
+        var early: Result<Void, any Error>?
+    }
+
+    private let state = LockedState(State())
 
     func begin(_ continuation: CheckedContinuation<Void, any Error>, limit: Duration?, work: @escaping @Sendable () async throws -> Void) {
-        let tooLate: Result<Void, any Error>? = lock.withLock {
-            guard case .idle = state else { return early }
-            state = .running(continuation, [])
+        let tooLate: Result<Void, any Error>? = state.withLock { state in
+            guard case .idle = state.phase else { return state.early }
+            state.phase = .running(continuation, [])
             return nil
         }
         if let tooLate { return continuation.resume(with: tooLate) }
@@ -59,24 +62,24 @@ private final class DeadlineRace: @unchecked Sendable {  // all state is guarded
                     finish(.failure(ReactorDeadlineExceeded(limit: limit)))
                 })
         }
-        let finishedMeanwhile: Bool = lock.withLock {
-            guard case .running(let continuation, _) = state else { return true }
-            state = .running(continuation, tasks)
+        let finishedMeanwhile: Bool = state.withLock { state in
+            guard case .running(let continuation, _) = state.phase else { return true }
+            state.phase = .running(continuation, tasks)
             return false
         }
         if finishedMeanwhile { tasks.forEach { $0.cancel() } }
     }
 
     func finish(_ result: Result<Void, any Error>) {
-        let winner: (CheckedContinuation<Void, any Error>, [Task<Void, Never>])? = lock.withLock {
-            switch state {
+        let winner: (CheckedContinuation<Void, any Error>, [Task<Void, Never>])? = state.withLock { state in
+            switch state.phase {
             case .idle:
                 // Cancelled before `begin`: answer as soon as it runs.
-                early = result
-                state = .finished
+                state.early = result
+                state.phase = .finished
                 return nil
             case .running(let continuation, let tasks):
-                state = .finished
+                state.phase = .finished
                 return (continuation, tasks)
             case .finished:
                 return nil

@@ -15,12 +15,15 @@ import FoundationNetworking
 ///
 /// A hub made with a `batchWindow` yields its events in batches, at most that long after they
 /// were emitted, in order (see ``EventBatchStateMachine``); one without yields each at once.
-final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, `nextKey` and `batch` are guarded by `lock`.
-    private let lock = NSLock()
-    private var subscribers: [Int: AsyncStream<Event>.Continuation] = [:]
-    private var nextKey = 0
+final class EventHub<Event: Sendable>: Sendable {
+    private struct State {
+        var subscribers: [Int: AsyncStream<Event>.Continuation] = [:]
+        var nextKey = 0
+        var batch = EventBatchStateMachine<Event>()
+    }
+
+    private let state = LockedState(State())
     private let batchWindow: Duration?
-    private var batch = EventBatchStateMachine<Event>()
     /// Where batches are yielded: one at a time, so they reach the streams in order.
     private let flushQueue = DispatchQueue(label: "URLTaskManager.EventHub")
 
@@ -33,33 +36,33 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
     }
 
     var isListening: Bool {
-        lock.withLock { !subscribers.isEmpty }
+        state.withLock { !$0.subscribers.isEmpty }
     }
 
     func subscribe(bufferingNewest limit: Int) -> AsyncStream<Event> {
         let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(limit))
-        let key: Int = lock.withLock {
-            nextKey += 1
-            subscribers[nextKey] = continuation
-            return nextKey
+        let key: Int = state.withLock { state in
+            state.nextKey += 1
+            state.subscribers[state.nextKey] = continuation
+            return state.nextKey
         }
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
-            _ = self.lock.withLock { self.subscribers.removeValue(forKey: key) }
+            _ = self.state.withLock { $0.subscribers.removeValue(forKey: key) }
         }
         return stream
     }
 
     func emit(_ event: Event) {
         guard let batchWindow else {
-            let current = lock.withLock { Array(subscribers.values) }
+            let current = state.withLock { Array($0.subscribers.values) }
             for continuation in current { continuation.yield(event) }
             return
         }
-        switch lock.withLock({ batch.emitted(event) }) {
+        switch state.withLock({ $0.batch.emitted(event) }) {
         case .scheduleFlush:
             flushQueue.asyncAfter(deadline: .now() + batchWindow.dispatchInterval) { [self] in
-                let (events, current) = lock.withLock { (batch.flushDue(), Array(subscribers.values)) }
+                let (events, current) = state.withLock { ($0.batch.flushDue(), Array($0.subscribers.values)) }
                 Self.yield(events, to: current, thenFinish: false)
             }
         case .none:
@@ -77,9 +80,9 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
     /// does nothing, at once: an invalidated and cancelled session ends its streams as it is
     /// cancelled, and again when its inner session goes.
     func finish() {
-        let (action, current) = lock.withLock {
-            defer { subscribers = [:] }
-            return (batch.finished(), Array(subscribers.values))
+        let (action, current) = state.withLock { state in
+            defer { state.subscribers = [:] }
+            return (state.batch.finished(), Array(state.subscribers.values))
         }
         guard case .yieldThenEnd(let events) = action else { return }
         let end: @Sendable () -> Void = { Self.yield(events, to: current, thenFinish: true) }
@@ -96,6 +99,6 @@ final class EventHub<Event: Sendable>: @unchecked Sendable {  // `subscribers`, 
 
     deinit {
         // A flush still scheduled holds the hub, so nothing is pending here.
-        for continuation in subscribers.values { continuation.finish() }
+        for continuation in state.withLock({ $0.subscribers.values }) { continuation.finish() }
     }
 }

@@ -12,27 +12,30 @@ import FoundationNetworking
 /// at a time, never under the lock. Between a reaction's start and the `reacted` event (which
 /// names the run the task joined, known only once admission has decided) the task's other
 /// events wait, so a run that ends at once cannot report `requeued` before `reacted`.
-// @unchecked Sendable: the timings and the queue are guarded by `lock`; `hub` and `id` are immutable.
-final class TaskObserver: @unchecked Sendable {
+final class TaskObserver: Sendable {
+    /// The timings, the counts and the queue of events to emit.
+    private struct State {
+        var firstSent: ContinuousClock.Instant?
+        var sentAt: ContinuousClock.Instant?
+        var transfer: Duration = .zero
+        var reactingSince: ContinuousClock.Instant?
+        var reacting: Duration = .zero
+        var attempts = 0
+        var bytesSent: Int64? = 0
+        var bytesReceived: Int64 = 0
+        var status: Int?
+        var completed = false
+        /// Events to emit, in order, and whether a thread is emitting them now.
+        var queue: [URLTaskEvent] = []
+        var emitting = false
+        /// Events held back until the reaction that began is reported.
+        var heldBack: [URLTaskEvent]?
+    }
+
     private let id: URLTask.ID
     private let hub: EventHub<URLTaskEvent>
     private let created = ContinuousClock.now
-    private let lock = NSLock()
-    private var firstSent: ContinuousClock.Instant?
-    private var sentAt: ContinuousClock.Instant?
-    private var transfer: Duration = .zero
-    private var reactingSince: ContinuousClock.Instant?
-    private var reacting: Duration = .zero
-    private var attempts = 0
-    private var bytesSent: Int64? = 0
-    private var bytesReceived: Int64 = 0
-    private var status: Int?
-    private var completed = false
-    /// Events to emit, in order, and whether a thread is emitting them now.
-    private var queue: [URLTaskEvent] = []
-    private var emitting = false
-    /// Events held back until the reaction that began is reported.
-    private var heldBack: [URLTaskEvent]?
+    private let state = LockedState(State())
 
     init(id: URLTask.ID, request: URLRequest, hub: EventHub<URLTaskEvent>) {
         self.id = id
@@ -98,56 +101,56 @@ final class TaskObserver: @unchecked Sendable {
     /// bytes of its own (`nil`: unknown): its timings and counts start here.
     private func attemptBegan(sending length: Int64?) {
         let now = ContinuousClock.now
-        lock.withLock {
-            if firstSent == nil { firstSent = now }
-            sentAt = now
-            attempts += 1
-            bytesSent = bytesSent.flatMap { sent in length.map { sent + $0 } }
+        state.withLock { state in
+            if state.firstSent == nil { state.firstSent = now }
+            state.sentAt = now
+            state.attempts += 1
+            state.bytesSent = state.bytesSent.flatMap { sent in length.map { sent + $0 } }
         }
     }
 
     func responseHead(_ response: URLResponse) {
         let code = (response as? HTTPURLResponse)?.statusCode ?? 0
-        let waited: Duration = lock.withLock {
-            status = code
-            return sentAt.map { $0.duration(to: .now) } ?? .zero
+        let waited: Duration = state.withLock { state in
+            state.status = code
+            return state.sentAt.map { $0.duration(to: .now) } ?? .zero
         }
         emit(.responseHead(status: code, timeToFirstByte: waited))
     }
 
     func received(_ count: Int) {
-        lock.withLock { bytesReceived += Int64(count) }
+        state.withLock { $0.bytesReceived += Int64(count) }
     }
 
     func transferEnded() {
-        lock.withLock {
-            if let sentAt { transfer += sentAt.duration(to: .now) }
-            sentAt = nil
+        state.withLock { state in
+            if let sentAt = state.sentAt { state.transfer += sentAt.duration(to: .now) }
+            state.sentAt = nil
         }
     }
 
     /// A reactor takes the task's outcome: its events wait for ``reacted(by:run:)``.
     func reactionStarting() {
-        lock.withLock {
-            reactingSince = .now
-            heldBack = []
+        state.withLock { state in
+            state.reactingSince = .now
+            state.heldBack = []
         }
     }
 
     func reacted(by reactor: String, run: Int?) {
         let event = URLTaskEvent(task: id, date: Date(), kind: .reacted(reactor: reactor, run: run))
-        lock.withLock {
-            queue.append(event)
-            queue += heldBack ?? []
-            heldBack = nil
+        state.withLock { state in
+            state.queue.append(event)
+            state.queue += state.heldBack ?? []
+            state.heldBack = nil
         }
         drain()
     }
 
     func reactionEnded() {
-        lock.withLock {
-            if let reactingSince { reacting += reactingSince.duration(to: .now) }
-            reactingSince = nil
+        state.withLock { state in
+            if let reactingSince = state.reactingSince { state.reacting += reactingSince.duration(to: .now) }
+            state.reactingSince = nil
         }
     }
 
@@ -168,22 +171,22 @@ final class TaskObserver: @unchecked Sendable {
     /// status of the last response head otherwise.
     func completed(response: URLResponse? = nil, error: (any Error)? = nil) {
         let now = ContinuousClock.now
-        let completion: URLTaskEvent.Completion? = lock.withLock {
-            guard !completed else { return nil }
-            completed = true
-            if let sentAt { transfer += sentAt.duration(to: now) }
-            if let reactingSince { reacting += reactingSince.duration(to: now) }
-            let code = error == nil ? ((response as? HTTPURLResponse)?.statusCode ?? status) : nil
+        let completion: URLTaskEvent.Completion? = state.withLock { state in
+            guard !state.completed else { return nil }
+            state.completed = true
+            if let sentAt = state.sentAt { state.transfer += sentAt.duration(to: now) }
+            if let reactingSince = state.reactingSince { state.reacting += reactingSince.duration(to: now) }
+            let code = error == nil ? ((response as? HTTPURLResponse)?.statusCode ?? state.status) : nil
             return URLTaskEvent.Completion(
                 status: code,
                 error: error,
-                attempts: attempts,
-                bytesSent: bytesSent,
-                bytesReceived: bytesReceived,
+                attempts: state.attempts,
+                bytesSent: state.bytesSent,
+                bytesReceived: state.bytesReceived,
                 phases: URLTaskEvent.Phases(
-                    beforeFirstSend: created.duration(to: firstSent ?? now),
-                    transfer: transfer,
-                    reacting: reacting,
+                    beforeFirstSend: created.duration(to: state.firstSent ?? now),
+                    transfer: state.transfer,
+                    reacting: state.reacting,
                     total: created.duration(to: now)
                 )
             )
@@ -193,11 +196,11 @@ final class TaskObserver: @unchecked Sendable {
 
     private func emit(_ kind: URLTaskEvent.Kind) {
         let event = URLTaskEvent(task: id, date: Date(), kind: kind)
-        lock.withLock {
-            if heldBack != nil {
-                heldBack?.append(event)
+        state.withLock { state in
+            if state.heldBack != nil {
+                state.heldBack?.append(event)
             } else {
-                queue.append(event)
+                state.queue.append(event)
             }
         }
         drain()
@@ -205,19 +208,19 @@ final class TaskObserver: @unchecked Sendable {
 
     /// Emits the queued events in order, from one thread at a time, without the lock.
     private func drain() {
-        let claimed: Bool = lock.withLock {
-            if emitting { return false }
-            emitting = true
+        let claimed: Bool = state.withLock { state in
+            if state.emitting { return false }
+            state.emitting = true
             return true
         }
         guard claimed else { return }
         while true {
-            let next: URLTaskEvent? = lock.withLock {
-                if queue.isEmpty {
-                    emitting = false
+            let next: URLTaskEvent? = state.withLock { state in
+                if state.queue.isEmpty {
+                    state.emitting = false
                     return nil
                 }
-                return queue.removeFirst()
+                return state.queue.removeFirst()
             }
             guard let next else { return }
             hub.emit(next)

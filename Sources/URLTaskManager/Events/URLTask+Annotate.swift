@@ -38,30 +38,29 @@ extension URLTask {
 ///
 /// An observer registers itself when it is made and leaves when it is freed; only observed
 /// tasks (started while someone listened) are here.
-final class TaskObserverDirectory: @unchecked Sendable {  // `observers` is guarded by `lock`.
+final class TaskObserverDirectory: Sendable {
     static let shared = TaskObserverDirectory()
 
     private struct Entry {
         weak var observer: TaskObserver?
     }
 
-    private let lock = NSLock()
-    private var observers: [URLTask.ID: Entry] = [:]
+    private let observers = LockedState<[URLTask.ID: Entry]>([:])
 
     func register(_ observer: TaskObserver, for id: URLTask.ID) {
-        lock.withLock { observers[id] = Entry(observer: observer) }
+        observers.withLock { $0[id] = Entry(observer: observer) }
     }
 
     func remove(_ id: URLTask.ID) {
-        _ = lock.withLock { observers.removeValue(forKey: id) }
+        _ = observers.withLock { $0.removeValue(forKey: id) }
     }
 
     func observer(of id: URLTask.ID) -> TaskObserver? {
-        lock.withLock { observers[id]?.observer }
+        observers.withLock { $0[id]?.observer }
     }
 
     /// Whether `id` still has an entry: for tests that check nothing is left behind.
     func hasEntry(for id: URLTask.ID) -> Bool {
-        lock.withLock { observers[id] != nil }
+        observers.withLock { $0[id] != nil }
     }
 }

@@ -9,11 +9,16 @@ import FoundationNetworking
 /// arrive; it is resumed exactly once, outside the lock. The file is written and closed on a
 /// serial queue of its own (each chunk waits for its write, so the transfer keeps the disk's
 /// pace), never under the lock: the lock guards only the continuation and what was learnt.
-final class FileDownloadSink: TaskSink, @unchecked Sendable {  // the mutable fields are guarded by `lock`; `file` is only touched on `io`.
-    private let lock = NSLock()
-    private var continuation: CheckedContinuation<(URL, URLResponse), any Error>?
-    private var response: URLResponse?
-    private var writeError: (any Error)?
+final class FileDownloadSink: TaskSink, Sendable {
+    /// The caller's continuation until it is resumed, and what was learnt.
+    private struct State {
+        var continuation: CheckedContinuation<(URL, URLResponse), any Error>?
+        var response: URLResponse?
+        var writeError: (any Error)?
+    }
+
+    private let state: LockedState<State>
+    /// Only touched on `io`.
     private let file: FileHandle
     private let location: URL
     private let io = DispatchQueue(label: "URLTaskManager.FileDownloadSink")
@@ -21,7 +26,7 @@ final class FileDownloadSink: TaskSink, @unchecked Sendable {  // the mutable fi
     init(location: URL, file: FileHandle, continuation: CheckedContinuation<(URL, URLResponse), any Error>) {
         self.location = location
         self.file = file
-        self.continuation = continuation
+        self.state = LockedState(State(continuation: continuation))
     }
 
     /// Creates an empty temporary file to download into.
@@ -34,11 +39,11 @@ final class FileDownloadSink: TaskSink, @unchecked Sendable {  // the mutable fi
     }
 
     func receive(response: URLResponse) {
-        lock.withLock { self.response = response }
+        state.withLock { $0.response = response }
     }
 
     func receive(data: Data) {
-        guard lock.withLock({ continuation != nil && writeError == nil }) else { return }
+        guard state.withLock({ $0.continuation != nil && $0.writeError == nil }) else { return }
         let failure: (any Error)? = io.sync {
             do {
                 try file.write(contentsOf: data)
@@ -47,11 +52,11 @@ final class FileDownloadSink: TaskSink, @unchecked Sendable {  // the mutable fi
                 return error
             }
         }
-        if let failure { lock.withLock { writeError = writeError ?? failure } }
+        if let failure { state.withLock { $0.writeError = $0.writeError ?? failure } }
     }
 
     func finish() {
-        let (error, response) = lock.withLock { (writeError, self.response) }
+        let (error, response) = state.withLock { ($0.writeError, $0.response) }
         if let error { return complete(.failure(error)) }
         guard let response else { return complete(.failure(URLError(.badServerResponse))) }
         complete(.success((location, response)))
@@ -62,9 +67,9 @@ final class FileDownloadSink: TaskSink, @unchecked Sendable {  // the mutable fi
     }
 
     private func complete(_ result: Result<(URL, URLResponse), any Error>) {
-        let waiting: CheckedContinuation<(URL, URLResponse), any Error>? = lock.withLock {
-            defer { continuation = nil }
-            return continuation
+        let waiting: CheckedContinuation<(URL, URLResponse), any Error>? = state.withLock { state in
+            defer { state.continuation = nil }
+            return state.continuation
         }
         guard let waiting else { return }
         // After every write queued before it: the file holds the whole body when it is handed over.

@@ -9,8 +9,7 @@ import FoundationNetworking
 /// the bridge calls ``start(request:body:sink:)`` for each outer task, and the session's
 /// invalidation or release ends it. Its life (which tasks are accepted, when the inner session
 /// may be released) is a ``PipelineLifecycleStateMachine``.
-// @unchecked Sendable: `lifecycle` is guarded by `lock`; the rest is immutable.
-final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendable {
+final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
     let interceptors: [any URLTaskInterceptor]
     /// Who each interceptor is in errors and events: its index, and its type's name.
     let interceptorComponents: [URLTaskError.Component]
@@ -41,8 +40,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// The outcome observers among the parts and beside them; `nil` without any.
     let outcomeObservers: OutcomeObservers?
 
-    private let lock = NSLock()
-    private var lifecycle = PipelineLifecycleStateMachine()
+    private let lifecycle = LockedState(PipelineLifecycleStateMachine())
 
     init(
         interceptors: [any URLTaskInterceptor], reactors: [any URLTaskReactor], observers: [any URLTaskOutcomeObserver] = [],
@@ -80,7 +78,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
 
     /// Called by the bridge on the outer session's work queue: returns at once.
     func start(request: URLRequest, body: URLTaskBody, sink: any TaskSink) -> any PipelineTaskHandle {
-        let decision = lock.withLock { lifecycle.taskStarted() }
+        let decision = lifecycle.withLock { $0.taskStarted() }
         switch decision {
         case .run:
             break
@@ -105,7 +103,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// slot, if any, goes to the next task) and the lifecycle counts it out.
     func taskEnded(_ run: TaskStorage) {
         engine.finished(run)
-        perform(lock.withLock { lifecycle.taskEnded() })
+        perform(lifecycle.withLock { $0.taskEnded() })
     }
 
     /// Creates and resumes the inner task for `request`, unless the session was invalidated
@@ -127,20 +125,20 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
         if let refusal = transferStarting(callerURL: callerURL) { return started(.failure(refusal)) }
         guard let share, let sharing else {
             let task = transport.start(request, body: body, events: events)
-            perform(lock.withLock { lifecycle.transferStarted() })
+            perform(lifecycle.withLock { $0.transferStarted() })
             return started(.success(task))
         }
         let transfer = sharing.start(share, events: events, starter: self) { events in
             transport.start(request, body: body, events: events)
         }
-        perform(lock.withLock { lifecycle.transferStarted() })
+        perform(lifecycle.withLock { $0.transferStarted() })
         started(.success(transfer))
     }
 
     /// A transfer is about to be handed to the inner session: `nil` if it may be (every such
     /// call is followed by `transferStarted()`), or the error its task fails with.
     private func transferStarting(callerURL: URL?) -> (any Error)? {
-        switch lock.withLock({ lifecycle.transferStarting() }) {
+        switch lifecycle.withLock({ $0.transferStarting() }) {
         case .run: nil
         case .refuseCancelled: URLError.cancelled(url: callerURL)
         case .refuseInvalidated: URLTaskError.managerInvalidated
@@ -165,7 +163,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
             }
             subscription.announce(.sendsAlone)
             let task = transport.start(subscription.request, body: .none, events: subscription)
-            perform(lock.withLock { lifecycle.transferStarted() })
+            perform(lifecycle.withLock { $0.transferStarted() })
             if !subscription.sentAlone(task) { transport.cancel(task) }
         }
     }
@@ -232,7 +230,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     func outerSessionFinishing(_ session: URLSession) {
         Platform.afterTasksResumedSoFar(of: session) { [self] in
             Platform.afterTasksResumedSoFar(of: session) { [self] in
-                perform(lock.withLock { lifecycle.finishRequested() })
+                perform(lifecycle.withLock { $0.finishRequested() })
             }
         }
     }
@@ -240,7 +238,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// The outer session was deallocated: no task of it is left, so the pipeline finishes
     /// whatever runs without one (``URLTaskManager/download(for:)``) and releases the inner session.
     func outerSessionReleased() {
-        perform(lock.withLock { lifecycle.finishRequested() })
+        perform(lifecycle.withLock { $0.finishRequested() })
     }
 
     /// The outer session was invalidated and cancelled: held tasks complete with `cancelled`,
@@ -262,7 +260,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// its task registry on the caller's thread (URLSession.swift:331-337), can run next without
     /// the pipeline removing tasks from that registry meanwhile.
     func cancelRequested() -> PipelineLifecycleStateMachine.CancelAction {
-        let action = lock.withLock { lifecycle.cancelRequested() }
+        let action = lifecycle.withLock { $0.cancelRequested() }
         if case .cancelHeldTasks = action { events.finish() }
         return action
     }
@@ -281,12 +279,12 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, @unchecked Sendabl
     /// Whether the session was invalidated and cancelled: its transfers on the wire are then
     /// abandoned, not cancelled one by one (see ``perform(_:)``).
     var abandonsTransfers: Bool {
-        lock.withLock { lifecycle.isCancelled }
+        lifecycle.withLock { $0.isCancelled }
     }
 
     /// Whether the inner session is released or about to be (for tests).
     var isInvalidated: Bool {
-        lock.withLock { lifecycle.isInvalidated }
+        lifecycle.withLock { $0.isInvalidated }
     }
 
     private func perform(_ action: PipelineLifecycleStateMachine.InnerSessionAction) {

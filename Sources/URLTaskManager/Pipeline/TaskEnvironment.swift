@@ -71,13 +71,13 @@ protocol PipelineTimer: Sendable {
 
 /// A Dispatch timer source, cancelled once: when it fires, or when cancelled before. Its event
 /// handler holds it until then (Dispatch releases the handler on cancellation).
-final class DispatchPipelineTimer: PipelineTimer, @unchecked Sendable {  // `source` is guarded by `lock`.
-    private let lock = NSLock()
-    private var source: (any DispatchSourceTimer)?
+final class DispatchPipelineTimer: PipelineTimer, Sendable {
+    /// The source until it is cancelled.
+    private let source: LockedState<(any DispatchSourceTimer)?>
 
     init(deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) {
         let source = DispatchSource.makeTimerSource(queue: .global())
-        self.source = source
+        self.source = LockedState(source)
         source.schedule(deadline: deadline)
         source.setEventHandler { [self] in
             cancel()
@@ -87,7 +87,7 @@ final class DispatchPipelineTimer: PipelineTimer, @unchecked Sendable {  // `sou
     }
 
     func cancel() {
-        lock.withLock {
+        source.withLock { source in
             defer { source = nil }
             return source
         }?.cancel()

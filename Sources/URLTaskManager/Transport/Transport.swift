@@ -24,13 +24,17 @@ protocol TransportEvents: AnyObject, Sendable {
 /// a new transfer, through the interceptors (see ``urlSession(_:task:willPerformHTTPRedirection:newRequest:completionHandler:)``).
 /// HTTP authentication challenges are left to the caller's session (see
 /// ``urlSession(_:task:didReceive:completionHandler:)``).
-// @unchecked Sendable: `routes`, `handedOver` are guarded by `lock`; `session` is set once in init.
+// @unchecked Sendable: `session` is a `var` (set once in init, after `super.init()`: its delegate is `self`).
 final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-    private let lock = NSLock()
-    private var routes: [Int: any TransportEvents] = [:]
-    /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
-    /// is the normal end of the 401 response.
-    private var handedOver: Set<Int> = []
+    private struct State {
+        /// Where each inner task's events go, by task identifier.
+        var routes: [Int: any TransportEvents] = [:]
+        /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
+        /// is the normal end of the 401 response.
+        var handedOver: Set<Int> = []
+    }
+
+    private let state = LockedState(State())
     /// Holds this object as its delegate until it is invalidated, which the pipeline does when
     /// the outer session ends (``PipelineLifecycleStateMachine``).
     private(set) var session: URLSession!
@@ -77,7 +81,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             request.removeBody()
             task = session.uploadTask(with: request, fromFile: url)
         }
-        lock.withLock { routes[task.taskIdentifier] = events }
+        state.withLock { $0.routes[task.taskIdentifier] = events }
         task.resume()
         return task
     }
@@ -89,7 +93,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     }
 
     private func events(for task: URLSessionTask) -> (any TransportEvents)? {
-        lock.withLock { routes[task.taskIdentifier] }
+        state.withLock { $0.routes[task.taskIdentifier] }
     }
 
     func urlSession(
@@ -112,8 +116,8 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        let (events, handedOver) = lock.withLock {
-            (routes.removeValue(forKey: task.taskIdentifier), self.handedOver.remove(task.taskIdentifier) != nil)
+        let (events, handedOver) = state.withLock {
+            ($0.routes.removeValue(forKey: task.taskIdentifier), $0.handedOver.remove(task.taskIdentifier) != nil)
         }
         events?.transportDidComplete(error: handedOver ? nil : error)
     }
@@ -129,7 +133,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     ) {
         var disposition = URLSession.AuthChallengeDisposition.performDefaultHandling
         if Platform.handsChallengeToCaller(challenge) {
-            lock.withLock { _ = handedOver.insert(task.taskIdentifier) }
+            state.withLock { _ = $0.handedOver.insert(task.taskIdentifier) }
             disposition = .cancelAuthenticationChallenge
         }
         // corelibs answers by cancelling or suspending the task, a `sync` onto the work queue.
@@ -159,12 +163,12 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// (one cancelled by `invalidateAndCancel()` whose end was still queued) reports nothing.
     /// Its pipeline task must still end, and release what it holds: it ends here, cancelled.
     func urlSession(_ session: URLSession, didBecomeInvalidWithError error: (any Error)?) {
-        let orphans: [any TransportEvents] = lock.withLock {
+        let orphans: [any TransportEvents] = state.withLock { state in
             defer {
-                routes = [:]
-                handedOver = []
+                state.routes = [:]
+                state.handedOver = []
             }
-            return Array(routes.values)
+            return Array(state.routes.values)
         }
         for events in orphans { events.transportDidComplete(error: URLError(.cancelled)) }
     }

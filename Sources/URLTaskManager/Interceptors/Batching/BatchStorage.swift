@@ -1,10 +1,18 @@
 import Foundation
 
 /// Holds one interceptor's batch: the state machine under a lock, and the tasks it names.
-final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are guarded by `lock`.
-    private let lock = NSLock()
-    private var machine = BatchStateMachine()
-    private var members: [URLTask.ID: TaskStorage] = [:]
+final class BatchStorage: Sendable {
+    /// The machine, and the tasks it names.
+    private struct State {
+        var machine = BatchStateMachine()
+        var members: [URLTask.ID: TaskStorage] = [:]
+
+        mutating func takeAll(_ ids: [URLTask.ID]) -> [TaskStorage] {
+            ids.compactMap { members.removeValue(forKey: $0) }
+        }
+    }
+
+    private let state = LockedState(State())
     let interceptorIndex: Int
     /// Where its timers run.
     private let runtime: any PipelineRuntime
@@ -14,17 +22,17 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
         self.runtime = runtime
     }
 
-    var count: Int { lock.withLock { machine.count } }
+    var count: Int { state.withLock { $0.machine.count } }
 
     /// The count an interceptor about to decide is told, and the flush count it decides under.
-    var snapshot: (count: Int, flushes: Int) { lock.withLock { (machine.count, machine.flushes) } }
+    var snapshot: (count: Int, flushes: Int) { state.withLock { ($0.machine.count, $0.machine.flushes) } }
 
     /// - Parameter flushesSeen: The flush count of the ``snapshot`` the task's interceptor decided on.
     func hold(_ run: TaskStorage, maximumWait: Duration?, flushesSeen: Int? = nil) {
         let deadline = maximumWait.map { ContinuousClock.now.advanced(by: $0) }
-        let action = lock.withLock {
-            let action = machine.hold(run.id, deadline: deadline, flushesSeen: flushesSeen)
-            if action != .releaseNow { members[run.id] = run }
+        let action = state.withLock { state in
+            let action = state.machine.hold(run.id, deadline: deadline, flushesSeen: flushesSeen)
+            if action != .releaseNow { state.members[run.id] = run }
             return action
         }
         switch action {
@@ -42,36 +50,32 @@ final class BatchStorage: @unchecked Sendable {  // `machine` and `members` are 
 
     /// Releases every held task (and `extra`, the task that asked for the release, last).
     func release(with extra: TaskStorage? = nil) {
-        let runs: [TaskStorage] = lock.withLock {
-            if let extra { members[extra.id] = extra; _ = machine.hold(extra.id, deadline: nil) }
-            return takeAll(machine.releaseAll())
+        let runs: [TaskStorage] = state.withLock { state in
+            if let extra { state.members[extra.id] = extra; _ = state.machine.hold(extra.id, deadline: nil) }
+            return state.takeAll(state.machine.releaseAll())
         }
         for run in runs { run.batchReleased(index: interceptorIndex) }
     }
 
     /// Releases every held task, and every task deciding to hold right now (`flush()`).
     func flush() {
-        let runs = lock.withLock { takeAll(machine.flush()) }
+        let runs = state.withLock { $0.takeAll($0.machine.flush()) }
         for run in runs { run.batchReleased(index: interceptorIndex) }
     }
 
     func remove(_ run: TaskStorage) {
-        lock.withLock {
-            if machine.remove(run.id) { members[run.id] = nil }
+        state.withLock { state in
+            if state.machine.remove(run.id) { state.members[run.id] = nil }
         }
     }
 
     /// Empties the batch without releasing it (the manager is going away).
     func removeAll() -> [TaskStorage] {
-        lock.withLock { takeAll(machine.releaseAll()) }
+        state.withLock { $0.takeAll($0.machine.releaseAll()) }
     }
 
     private func timerFired(generation: Int) {
-        let runs = lock.withLock { takeAll(machine.timerFired(generation: generation)) }
+        let runs = state.withLock { $0.takeAll($0.machine.timerFired(generation: generation)) }
         for run in runs { run.batchReleased(index: interceptorIndex) }
-    }
-
-    private func takeAll(_ ids: [URLTask.ID]) -> [TaskStorage] {
-        ids.compactMap { members.removeValue(forKey: $0) }
     }
 }

@@ -4,19 +4,22 @@ import Foundation
 ///
 /// Used for interceptors that ask for it (``URLTaskInterceptor/interceptsOneAtATime``) so
 /// that the `currentBatchCount` each call sees includes the tasks held by the calls before it.
-final class SerialGate: @unchecked Sendable {  // `busy` and `waiters` are guarded by `lock`.
-    private let lock = NSLock()
-    private var busy = false
-    private var waiters: [CheckedContinuation<Void, Never>] = []
+final class SerialGate: Sendable {
+    private struct State {
+        var busy = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = LockedState(State())
 
     func acquire() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let acquired: Bool = lock.withLock {
-                if busy {
-                    waiters.append(continuation)
+            let acquired: Bool = state.withLock { state in
+                if state.busy {
+                    state.waiters.append(continuation)
                     return false
                 }
-                busy = true
+                state.busy = true
                 return true
             }
             if acquired { continuation.resume() }
@@ -24,12 +27,12 @@ final class SerialGate: @unchecked Sendable {  // `busy` and `waiters` are guard
     }
 
     func release() {
-        let next: CheckedContinuation<Void, Never>? = lock.withLock {
-            if waiters.isEmpty {
-                busy = false
+        let next: CheckedContinuation<Void, Never>? = state.withLock { state in
+            if state.waiters.isEmpty {
+                state.busy = false
                 return nil
             }
-            return waiters.removeFirst()
+            return state.waiters.removeFirst()
         }
         next?.resume()
     }

@@ -105,23 +105,22 @@ private func runtimeField(_ type: Any.Type, index: Int, fieldMetadata: UnsafeMut
 private func runtimeFieldOffset(_ type: Any.Type, index: Int) -> Int
 
 /// What ``StoredField/cached(_:in:)`` found, for every class and name asked about (absences too).
-private final class FieldCache: @unchecked Sendable {  // `fields` is guarded by `lock`.
+private final class FieldCache: Sendable {
     struct Key: Hashable {
         let type: ObjectIdentifier
         let name: String
     }
 
     static let shared = FieldCache()
-    private let lock = NSLock()
-    private var fields: [Key: StoredField?] = [:]
+    private let fields = LockedState<[Key: StoredField?]>([:])
 
     /// `nil` when not looked up yet; `.some(nil)` when looked up and absent.
     func field(for key: Key) -> StoredField?? {
-        lock.withLock { fields[key] }
+        fields.withLock { $0[key] }
     }
 
     func remember(_ field: StoredField?, for key: Key) {
-        lock.withLock { fields[key] = field }
+        fields.withLock { $0[key] = field }
     }
 }
 #endif

@@ -51,7 +51,7 @@ enum RegisteredBehaviour {
 
 /// Whether corelibs' enum has ``RegisteredBehaviour``'s layout, decided once per type before
 /// any value is cast.
-final class LayoutCheck: @unchecked Sendable {  // `verdicts` is guarded by `lock`; the rest is immutable.
+final class LayoutCheck: Sendable {
     /// The check against ``RegisteredBehaviour`` that every session uses.
     static let shared = LayoutCheck(expected: EnumShape(of: RegisteredBehaviour.self), typeName: corelibsName)
 
@@ -60,8 +60,7 @@ final class LayoutCheck: @unchecked Sendable {  // `verdicts` is guarded by `loc
 
     private let expected: EnumShape?
     private let typeName: String
-    private let lock = NSLock()
-    private var verdicts: [ObjectIdentifier: Bool] = [:]
+    private let verdicts = LockedState<[ObjectIdentifier: Bool]>([:])
 
     /// A check that accepts only an enum named `typeName` whose shape is `expected` (`nil`
     /// accepts none). Tests make one with another shape to force the `Mirror` fallback.
@@ -71,14 +70,14 @@ final class LayoutCheck: @unchecked Sendable {  // `verdicts` is guarded by `loc
     }
 
     /// Whether this check has refused a type (tests see that the fallback was taken).
-    var hasRefused: Bool { lock.withLock { verdicts.values.contains(false) } }
+    var hasRefused: Bool { verdicts.withLock { $0.values.contains(false) } }
 
     /// Whether `type` has the expected name and shape: its metadata is read the first time only.
     func isUsable<Corelibs>(for type: Corelibs.Type) -> Bool {
         let id = ObjectIdentifier(type)
-        if let verdict = lock.withLock({ verdicts[id] }) { return verdict }
+        if let verdict = verdicts.withLock({ $0[id] }) { return verdict }
         let usable = expected != nil && _typeName(type, qualified: true) == typeName && EnumShape(of: type) == expected
-        lock.withLock { verdicts[id] = usable }
+        verdicts.withLock { $0[id] = usable }
         return usable
     }
 }

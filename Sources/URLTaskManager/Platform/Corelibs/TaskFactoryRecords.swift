@@ -15,27 +15,30 @@ struct TaskFactoryRecord {
 
 /// The records of the tasks a ``ManagedURLSession``'s factories made, kept while the task lives
 /// (a task may start loading more than once), found by identity.
-final class TaskFactoryRecords: @unchecked Sendable {  // `entries` and `pruneAt` are guarded by `lock`.
+final class TaskFactoryRecords: Sendable {
     private struct Entry {
         weak var task: URLSessionTask?
         var record: TaskFactoryRecord
     }
 
-    private let lock = NSLock()
-    private var entries: [Int: Entry] = [:]
-    /// The count at which entries of released tasks are dropped next (doubles with the live ones).
-    private var pruneAt = 64
+    private struct State {
+        var entries: [Int: Entry] = [:]
+        /// The count at which entries of released tasks are dropped next (doubles with the live ones).
+        var pruneAt = 64
+    }
+
+    private let state = LockedState(State())
 
     /// Records `task`'s `delivery` and body; returns `task`.
     func record<Made: URLSessionTask>(
         _ task: Made, _ delivery: BodyDelivery, uploadBody: URLTaskBody? = nil, bodyFromDelegate: Bool = false
     ) -> Made {
         let record = TaskFactoryRecord(delivery: delivery, uploadBody: uploadBody, bodyFromDelegate: bodyFromDelegate)
-        lock.withLock {
-            entries[task.taskIdentifier] = Entry(task: task, record: record)
-            if entries.count >= pruneAt {
-                entries = entries.filter { $0.value.task != nil }
-                pruneAt = max(64, entries.count * 2)
+        state.withLock { state in
+            state.entries[task.taskIdentifier] = Entry(task: task, record: record)
+            if state.entries.count >= state.pruneAt {
+                state.entries = state.entries.filter { $0.value.task != nil }
+                state.pruneAt = max(64, state.entries.count * 2)
             }
         }
         return task
@@ -43,8 +46,8 @@ final class TaskFactoryRecords: @unchecked Sendable {  // `entries` and `pruneAt
 
     /// The record of `task`; `nil` if no factory of this session made it (an async API's task).
     func record(for task: URLSessionTask) -> TaskFactoryRecord? {
-        lock.withLock {
-            guard let entry = entries[task.taskIdentifier], entry.task === task else { return nil }
+        state.withLock { state in
+            guard let entry = state.entries[task.taskIdentifier], entry.task === task else { return nil }
             return entry.record
         }
     }

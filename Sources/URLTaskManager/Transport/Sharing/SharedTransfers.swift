@@ -11,8 +11,7 @@ import FoundationNetworking
 /// an ordinary task to every other part (its own policy, reactors, validation, events and
 /// cancellation); only the bytes on the wire are shared. Nothing is started, stopped or handed
 /// on while the lock is held.
-// @unchecked Sendable: `machine`, `subscriptions`, `records` and `lastSubscriber` are guarded by `lock`.
-final class SharedTransfers: @unchecked Sendable {
+final class SharedTransfers: Sendable {
     typealias Machine = SharedTransferStateMachine<SharingKey>
     typealias Transfer = Machine.Transfer
 
@@ -48,11 +47,28 @@ final class SharedTransfers: @unchecked Sendable {
     /// What makes two requests identical, worked out once from `configuration`.
     let rules: SharingRules
     let decisions: DecisionEvents<TransferSharing.Event>
-    private let lock = NSLock()
-    private var machine = Machine()
-    private var subscriptions: [Machine.Subscriber: TransferSubscription] = [:]
-    private var records: [Transfer: Record] = [:]
-    private var lastSubscriber: UInt64 = 0
+
+    /// The machine, and what the storage keeps beside it for each subscriber and transfer.
+    private struct State {
+        var machine = Machine()
+        var subscriptions: [Machine.Subscriber: TransferSubscription] = [:]
+        var records: [Transfer: Record] = [:]
+        var lastSubscriber: UInt64 = 0
+
+        /// `subscriber` answered (or left) the redirect `transfer` waits on; returns the
+        /// transfer's own decision to call, once the lock is released, when nobody else has to answer.
+        mutating func redirectAnswered(_ transfer: Transfer, by subscriber: Machine.Subscriber) -> (@Sendable (URLRequest?) -> Void)? {
+            guard var pending = records[transfer]?.redirect, pending.waiting.remove(subscriber) != nil else { return nil }
+            if pending.waiting.isEmpty {
+                records[transfer]?.redirect = nil
+                return pending.decide
+            }
+            records[transfer]?.redirect = pending
+            return nil
+        }
+    }
+
+    private let state = LockedState(State())
 
     init(configuration: TransferSharing.Configuration, decisions: DecisionEvents<TransferSharing.Event>) {
         self.configuration = configuration
@@ -61,40 +77,42 @@ final class SharedTransfers: @unchecked Sendable {
     }
 
     /// Transfers that can still be joined or are being answered.
-    var transferCount: Int { lock.withLock { machine.transferCount } }
+    var transferCount: Int { state.withLock { $0.machine.transferCount } }
 
     /// A task is about to send `share.request`: it leads a new transfer or joins one on its way.
     /// The caller announces the role, then calls ``TransferSubscription/goLive()``.
     private func arrive(_ share: TransferShare, events: any TransportEvents, starter: any SharedTransferStarter) -> Arrival {
-        let arrival: Arrival = lock.withLock {
-            lastSubscriber += 1
-            let subscriber = Machine.Subscriber(rawValue: lastSubscriber)
-            switch machine.arrived(subscriber, key: share.key) {
+        let arrival: Arrival = state.withLock { state in
+            state.lastSubscriber += 1
+            let subscriber = Machine.Subscriber(rawValue: state.lastSubscriber)
+            switch state.machine.arrived(subscriber, key: share.key) {
             case .lead(let transfer):
                 let subscription = TransferSubscription(
                     subscriber: subscriber, transfer: transfer, share: share, events: events, live: false)
-                subscriptions[subscriber] = subscription
-                records[transfer] = Record(
+                state.subscriptions[subscriber] = subscription
+                state.records[transfer] = Record(
                     leader: share.task, sentHeaders: Self.headers(of: share.request), method: share.key.method)
                 return .lead(subscription, events: FanOut(transfer: transfer, storage: self, starter: starter))
             case .join(let transfer, let replay):
-                guard let record = records[transfer] else { preconditionFailure("a joinable transfer has a record") }
+                guard let record = state.records[transfer] else { preconditionFailure("a joinable transfer has a record") }
                 if replay, let http = record.head as? HTTPURLResponse,
                     !Self.mayShare(http, sentHeaders: record.sentHeaders, with: share.request)
                 {
                     // Others listen, so leaving never stops the transfer here.
-                    _ = machine.left(subscriber, of: transfer)
+                    _ = state.machine.left(subscriber, of: transfer)
                     return .alone
                 }
-                let subscription = TransferSubscription(
-                    subscriber: subscriber, transfer: transfer, share: share, events: events, live: false)
-                subscriptions[subscriber] = subscription
+                // The answer so far, queued before it can hear anything live (it is not live
+                // yet, so nothing is handed on here, under the lock), and made part of the new
+                // subscription (whose lock is not taken under this one).
+                var replayed: [TransferSubscription.Delivery] = []
                 if replay, let head = record.head {
-                    // Queued before it can hear anything live: it is not live yet, so nothing is
-                    // handed on here, under the lock.
-                    subscription.deliver(.response(head))
-                    for chunk in record.chunks { subscription.deliver(.data(chunk)) }
+                    replayed.append(.response(head))
+                    replayed += record.chunks.map { .data($0) }
                 }
+                let subscription = TransferSubscription(
+                    subscriber: subscriber, transfer: transfer, share: share, events: events, live: false, queued: replayed)
+                state.subscriptions[subscriber] = subscription
                 return .join(subscription, leader: record.leader)
             }
         }
@@ -136,9 +154,9 @@ final class SharedTransfers: @unchecked Sendable {
     /// The inner task of `transfer` exists: returns `true` if it must be stopped at once
     /// (everybody left meanwhile).
     private func started(_ transfer: Transfer, inner: any TransferHandle) -> Bool {
-        lock.withLock {
-            records[transfer]?.inner = inner
-            return machine.started(transfer) == .cancel
+        state.withLock { state in
+            state.records[transfer]?.inner = inner
+            return state.machine.started(transfer) == .cancel
         }
     }
 
@@ -148,12 +166,13 @@ final class SharedTransfers: @unchecked Sendable {
     func stop(_ subscription: TransferSubscription) -> [any TransferHandle] {
         var stops: [any TransferHandle] = []
         if let alone = subscription.stop() { stops.append(alone) }
-        let (action, inner, decide): (Machine.LeaveAction, (any TransferHandle)?, (@Sendable (URLRequest?) -> Void)?) = lock.withLock {
-            subscriptions[subscription.subscriber] = nil
-            let action = machine.left(subscription.subscriber, of: subscription.transfer)
-            let decide = redirectAnswered(subscription.transfer, by: subscription.subscriber)
+        let (action, inner, decide): (Machine.LeaveAction, (any TransferHandle)?, (@Sendable (URLRequest?) -> Void)?) = state.withLock {
+            state in
+            state.subscriptions[subscription.subscriber] = nil
+            let action = state.machine.left(subscription.subscriber, of: subscription.transfer)
+            let decide = state.redirectAnswered(subscription.transfer, by: subscription.subscriber)
             var inner: (any TransferHandle)?
-            if action == .cancelTransfer { inner = records.removeValue(forKey: subscription.transfer)?.inner }
+            if action == .cancelTransfer { inner = state.records.removeValue(forKey: subscription.transfer)?.inner }
             return (action, inner, decide)
         }
         decide?(nil)
@@ -173,16 +192,17 @@ final class SharedTransfers: @unchecked Sendable {
         // What came so far is kept for late listeners only while it may stay small.
         let limit = configuration.lateJoinLimit
         let replayable = limit > 0 && (response.expectedContentLength < 0 || response.expectedContentLength <= Int64(limit))
-        let (listening, separated, inner): ([TransferSubscription], [TransferSubscription], (any TransferHandle)?) = lock.withLock {
-            let subscribers = machine.answerBegan(transfer, replayable: replayable)
-            guard var record = records[transfer] else { return ([], [], nil) }
+        let (listening, separated, inner): ([TransferSubscription], [TransferSubscription], (any TransferHandle)?) = state.withLock {
+            state in
+            let subscribers = state.machine.answerBegan(transfer, replayable: replayable)
+            guard var record = state.records[transfer] else { return ([], [], nil) }
             record.status = http?.statusCode ?? 0
             if replayable { record.head = response }
-            records[transfer] = record
+            state.records[transfer] = record
             var listening: [TransferSubscription] = []
             var separated: [TransferSubscription] = []
             for subscriber in subscribers {
-                guard let subscription = subscriptions[subscriber] else { continue }
+                guard let subscription = state.subscriptions[subscriber] else { continue }
                 if subscription.task != record.leader, let http,
                     !Self.mayShare(http, sentHeaders: record.sentHeaders, with: subscription.request)
                 {
@@ -193,9 +213,9 @@ final class SharedTransfers: @unchecked Sendable {
             }
             var inner: (any TransferHandle)?
             for subscription in separated {
-                subscriptions[subscription.subscriber] = nil
-                if machine.left(subscription.subscriber, of: transfer) == .cancelTransfer {
-                    inner = records.removeValue(forKey: transfer)?.inner
+                state.subscriptions[subscription.subscriber] = nil
+                if state.machine.left(subscription.subscriber, of: transfer) == .cancelTransfer {
+                    inner = state.records.removeValue(forKey: transfer)?.inner
                 }
             }
             return (listening, separated, inner)
@@ -209,28 +229,28 @@ final class SharedTransfers: @unchecked Sendable {
 
     fileprivate func received(_ transfer: Transfer, data: Data) {
         let limit = configuration.lateJoinLimit
-        let listening: [TransferSubscription] = lock.withLock {
-            guard var record = records[transfer] else { return [] }
+        let listening: [TransferSubscription] = state.withLock { state in
+            guard var record = state.records[transfer] else { return [] }
             record.bytes += data.count
-            if machine.isReplayable(transfer) {
+            if state.machine.isReplayable(transfer) {
                 if record.bytes <= limit {
                     record.chunks.append(data)
                 } else {
-                    machine.stopReplaying(transfer)
+                    state.machine.stopReplaying(transfer)
                     record.chunks = []
                     record.head = nil
                 }
             }
-            records[transfer] = record
-            return machine.subscribers(of: transfer).compactMap { subscriptions[$0] }
+            state.records[transfer] = record
+            return state.machine.subscribers(of: transfer).compactMap { state.subscriptions[$0] }
         }
         for subscription in listening { subscription.deliver(.data(data)) }
     }
 
     fileprivate func completed(_ transfer: Transfer, error: (any Error)?) {
-        let (listening, record): ([TransferSubscription], Record?) = lock.withLock {
-            let listening = machine.completed(transfer).compactMap { subscriptions.removeValue(forKey: $0) }
-            return (listening, records.removeValue(forKey: transfer))
+        let (listening, record): ([TransferSubscription], Record?) = state.withLock { state in
+            let listening = state.machine.completed(transfer).compactMap { state.subscriptions.removeValue(forKey: $0) }
+            return (listening, state.records.removeValue(forKey: transfer))
         }
         guard !listening.isEmpty else { return }
         if let error {
@@ -245,10 +265,10 @@ final class SharedTransfers: @unchecked Sendable {
         _ transfer: Transfer, response: HTTPURLResponse, to request: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void
     ) {
         // The head of a redirect is the start of the answer too: nobody joins from now on.
-        let listening: [TransferSubscription] = lock.withLock {
-            let subscribers = machine.answerBegan(transfer, replayable: false)
-            let listening = subscribers.compactMap { subscriptions[$0] }
-            records[transfer]?.redirect = (Set(listening.map(\.subscriber)), decide)
+        let listening: [TransferSubscription] = state.withLock { state in
+            let subscribers = state.machine.answerBegan(transfer, replayable: false)
+            let listening = subscribers.compactMap { state.subscriptions[$0] }
+            state.records[transfer]?.redirect = (Set(listening.map(\.subscriber)), decide)
             return listening
         }
         // Each task decides through its own delegate; the transfer goes on when all have.
@@ -258,22 +278,10 @@ final class SharedTransfers: @unchecked Sendable {
                 .redirect(
                     response, request,
                     decide: { [self] _ in
-                        let answer = lock.withLock { redirectAnswered(transfer, by: subscription.subscriber) }
+                        let answer = state.withLock { $0.redirectAnswered(transfer, by: subscription.subscriber) }
                         answer?(nil)
                     }))
         }
-    }
-
-    /// Must be called with `lock` held: `subscriber` answered (or left); returns the transfer's
-    /// own decision to call once nobody else has to answer.
-    private func redirectAnswered(_ transfer: Transfer, by subscriber: Machine.Subscriber) -> (@Sendable (URLRequest?) -> Void)? {
-        guard var pending = records[transfer]?.redirect, pending.waiting.remove(subscriber) != nil else { return nil }
-        if pending.waiting.isEmpty {
-            records[transfer]?.redirect = nil
-            return pending.decide
-        }
-        records[transfer]?.redirect = pending
-        return nil
     }
 
     // MARK: Whether an answer may be shared

@@ -149,23 +149,22 @@ public enum ExclusiveTransfer: URLTaskValueKey {
 }
 
 /// The shared transfers of every manager a ``TransferSharing`` belongs to, held weakly.
-private final class SharedTransfersDirectory: @unchecked Sendable {  // `entries` is guarded by `lock`.
+private final class SharedTransfersDirectory: Sendable {
     private struct Entry {
         weak var transfers: SharedTransfers?
     }
 
-    private let lock = NSLock()
-    private var entries: [Entry] = []
+    private let entries = LockedState<[Entry]>([])
 
     func add(_ transfers: SharedTransfers) {
-        lock.withLock {
+        entries.withLock { entries in
             entries.removeAll { $0.transfers == nil }
             entries.append(Entry(transfers: transfers))
         }
     }
 
     var transferCount: Int {
-        let live = lock.withLock { entries.compactMap(\.transfers) }
+        let live = entries.withLock { $0.compactMap(\.transfers) }
         return live.reduce(0) { $0 + $1.transferCount }
     }
 }

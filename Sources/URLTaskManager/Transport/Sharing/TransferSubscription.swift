@@ -11,8 +11,7 @@ import FoundationNetworking
 /// it said whose answer it is. The queue is drained by one thread at a time, never under the lock.
 /// If the answer turns out not to be shareable with this task (its `Vary`), the task's own
 /// request is sent alone and its events reach the task through the same queue.
-// @unchecked Sendable: `queue`, `live`, `draining`, `events`, `alone` and `stopped` are guarded by `lock`.
-final class TransferSubscription: TransferHandle, TransportEvents, @unchecked Sendable {
+final class TransferSubscription: TransferHandle, TransportEvents, Sendable {
     typealias Subscriber = SharedTransferStateMachine<SharingKey>.Subscriber
     typealias Transfer = SharedTransferStateMachine<SharingKey>.Transfer
 
@@ -33,33 +32,40 @@ final class TransferSubscription: TransferHandle, TransportEvents, @unchecked Se
     let request: URLRequest
     /// Announces this task's part in its own events (``TransferShare/announce``).
     let announce: @Sendable (TransferShare.Role) -> Void
-    private let lock = NSLock()
-    private var events: (any TransportEvents)?
-    private var queue: [Delivery] = []
-    private var live: Bool
-    private var draining = false
-    /// The inner task of this task's own transfer, once its request was sent alone.
-    private var alone: (any TransferHandle)?
-    private var stopped = false
 
+    private struct State {
+        var events: (any TransportEvents)?
+        var queue: [Delivery]
+        var live: Bool
+        var draining = false
+        /// The inner task of this task's own transfer, once its request was sent alone.
+        var alone: (any TransferHandle)?
+        var stopped = false
+    }
+
+    private let state: LockedState<State>
+
+    /// A subscription whose queue starts with `queued` (the answer so far, replayed to a task
+    /// that joins late): queued here, before anyone can deliver to it, so that the storage
+    /// that makes it never takes this subscription's lock under its own.
     init(
-        subscriber: Subscriber, transfer: Transfer, share: TransferShare, events: any TransportEvents, live: Bool
+        subscriber: Subscriber, transfer: Transfer, share: TransferShare, events: any TransportEvents, live: Bool,
+        queued: [Delivery] = []
     ) {
         self.subscriber = subscriber
         self.transfer = transfer
         self.task = share.task
         self.request = share.request
         self.announce = share.announce
-        self.events = events
-        self.live = live
+        self.state = LockedState(State(events: events, queue: queued, live: live))
     }
 
     /// The task announced its part: what arrived meanwhile is handed on.
     func goLive() {
-        let claimed: Bool = lock.withLock {
-            live = true
-            if draining { return false }
-            draining = true
+        let claimed: Bool = state.withLock { state in
+            state.live = true
+            if state.draining { return false }
+            state.draining = true
             return true
         }
         if claimed { drain() }
@@ -67,10 +73,10 @@ final class TransferSubscription: TransferHandle, TransportEvents, @unchecked Se
 
     /// Hands `delivery` on after everything before it.
     func deliver(_ delivery: Delivery) {
-        let claimed: Bool = lock.withLock {
-            queue.append(delivery)
-            if !live || draining { return false }
-            draining = true
+        let claimed: Bool = state.withLock { state in
+            state.queue.append(delivery)
+            if !state.live || state.draining { return false }
+            state.draining = true
             return true
         }
         if claimed { drain() }
@@ -78,15 +84,15 @@ final class TransferSubscription: TransferHandle, TransportEvents, @unchecked Se
 
     private func drain() {
         while true {
-            let next: (Delivery, (any TransportEvents)?)? = lock.withLock {
-                guard !queue.isEmpty else {
-                    draining = false
+            let next: (Delivery, (any TransportEvents)?)? = state.withLock { state in
+                guard !state.queue.isEmpty else {
+                    state.draining = false
                     return nil
                 }
-                let delivery = queue.removeFirst()
-                let target = events
+                let delivery = state.queue.removeFirst()
+                let target = state.events
                 // The last event: the task no longer needs this subscription, nor it the task.
-                if case .complete = delivery { events = nil }
+                if case .complete = delivery { state.events = nil }
                 return (delivery, target)
             }
             guard let (delivery, events) = next else { return }
@@ -107,22 +113,22 @@ final class TransferSubscription: TransferHandle, TransportEvents, @unchecked Se
     /// This task's own request was sent alone, as `transfer`: stopping this subscription stops it.
     /// Returns `false` if the task was stopped meanwhile (the caller must stop `transfer`).
     func sentAlone(_ transfer: any TransferHandle) -> Bool {
-        lock.withLock {
-            if stopped { return false }
-            alone = transfer
+        state.withLock { state in
+            if state.stopped { return false }
+            state.alone = transfer
             return true
         }
     }
 
     /// The task stops (its caller cancelled): returns its own transfer to stop, if it has one.
     func stop() -> (any TransferHandle)? {
-        lock.withLock {
-            stopped = true
+        state.withLock { state in
+            state.stopped = true
             // The task hears nothing more (its machine has ended the transfer), and the task and
             // this subscription no longer hold each other. A redirect still queued is answered
             // by the drain, which finds no task.
-            events = nil
-            return alone
+            state.events = nil
+            return state.alone
         }
     }
 
