@@ -14,7 +14,8 @@ import FoundationNetworking
 /// lock: where an event needs the answer of such code first (which reactor wants a response,
 /// the credential version a reactor reports, whether `failTasks`'s predicate matches), that
 /// code runs on a snapshot of the task taken just before, and the event is sent with its answer.
-final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendable {  // `machine`, `observation` and `timers` are guarded by `engine`'s lock.
+// @unchecked Sendable: `machine`, `observation` and `timers` are guarded by `engine`'s lock.
+final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendable {
     let id: URLTask.ID
     /// The URL the caller asked for, which the errors a plain session would give name.
     let callerURL: URL?
