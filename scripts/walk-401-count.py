@@ -140,7 +140,7 @@ def difference(base, walk):
     (bh, bc), (wh, wc) = base, walk
     hops = {k: wh.get(k, 0) - bh.get(k, 0) for k in set(wh) | set(bh)}
     hops = {k: v for k, v in hops.items() if abs(v) >= 0.005}
-    files = sorted({f for (f, _), n in wc.items() if n > bc.get((f, _), 0)})
+    files = sorted({file for (file, function), n in wc.items() if n > bc.get((file, function), 0)})
     return hops, files
 
 
