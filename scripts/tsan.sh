@@ -15,8 +15,8 @@
 # goes on after a report, so one run shows them all. `SWIFT_BACKTRACE=enable=no`: the tests that
 # run a child process expecting it to crash (CorelibsChangePinTests) need it to die by its signal,
 # and the Swift runtime's backtracer forks on a crash, which the sanitizer's fork handler aborts
-# ("CHECK failed: tsan_rtl.cpp:261"): the child then exits instead. The build takes about 10 minutes on 2 cores,
-# the run about 15 (the sanitizer slows the suite about 2 to 3 times).
+# ("CHECK failed: tsan_rtl.cpp:261"): the child then exits instead. On a loaded 2-core machine the build took
+# about 3 minutes and the run 8 to 11 (528 tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
