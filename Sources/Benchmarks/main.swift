@@ -9,6 +9,7 @@
 //     swift run -c release Benchmarks profile N CONCURRENCY SECONDS   # configuration N alone, for perf
 //     scripts/bench-netem.sh       # over a veth pair with netem delay (1 and 20 ms round trip)
 //     scripts/bench-callgrind.sh   # instructions per request under callgrind
+//     scripts/walk-401.sh          # library file boundaries one 401 -> refresh -> 200 crosses (`walk-401`)
 //
 // The last two use the modes `serve-at ADDRESS PORT [DELAY-MS]` (a server apart from the client),
 // `against URL ...` (the rounds below against that server) and `requests CONFIGURATION N URL`
@@ -98,6 +99,9 @@ case "soak-client":
 case "hosts":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
     run { try await HostsBenchmark.run(arguments) }
+case "walk-401":
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    run { try await Walk401Benchmark.run(arguments) }
 default:
     run { try await LatencyBenchmark.run() }
 }

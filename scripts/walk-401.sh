@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# How far one request travels through the library on a 401: file boundaries crossed, files and
+# folders touched (issue 31's "about 75 file boundaries in about 35 files and 8 folders", counted
+# by a tool instead of by reading).
+#
+#     scripts/walk-401.sh [core|oauth2]       # default core
+#
+# The walk: ONE GET leaves with a token the server no longer takes, gets a 401, starts one shared
+# refresh (a reactor with `URLTaskReactorConfiguration.authentication`), is requeued through the
+# interceptors with the new token and ends 200. `core`: a synchronous interceptor setting the bearer
+# from memory and a 10-line reactor swapping the token after 100 ms (the engine's path alone); `oauth2`: the
+# OAuth2 kit (`BearerInterceptor`, `OAuth2RefreshReactor`, `OAuth2Authenticator`) against an
+# `OAuthServer`. The workload is `Benchmarks walk-401 WALKS KIT` (Sources/Benchmarks/
+# Walk401Benchmark.swift): a warm-up walk, then WALKS more, the server in the same process.
+#
+# Definitions (scripts/walk-401-count.py does the counting):
+# - A library function: a function whose debug info places it in a file under Sources/URLTask*.
+#   A DEBUG build (-Onone): calls follow the source's functions, nothing is inlined except what
+#   the source forces (`@inline(__always)`, `@_transparent`: LockedState.withLock is not a call).
+# - A hop: one call, as valgrind's callgrind records it, whose caller and callee are library
+#   functions defined in different files. A call through a compiler-generated thunk of a library
+#   module (protocol witness, a closure's partial-apply forwarder) counts as a call to the function
+#   it forwards to; work handed to a queue or an executor (Dispatch, Swift concurrency) is not a
+#   call between library functions and is not counted; an async callee resuming its caller's
+#   continuation is a call as callgrind sees it.
+# - The walk = (run with 1 walk) - (run with 0 walks): hops, distinct (caller file -> callee file)
+#   pairs among them, files whose functions were called more often, and those files' folders.
+#   A third run with 2 walks checks that the second walk costs what the first did.
+#
+# Deterministic: the counts are of calls, not of time or instructions; run it twice to see the
+# same figures. About 1 to 2 minutes (a debug build of Benchmarks, then 3 callgrind runs).
+# Environment: BUILD_PATH (default .build), KEEP=DIR keeps the callgrind profiles in DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+kit="${1:-core}"
+build_path="${BUILD_PATH:-.build}"
+
+if ! command -v swift >/dev/null 2>&1; then
+    export PATH="$PATH:/opt/swift/usr/bin"
+fi
+if ! command -v valgrind >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing valgrind from Debian's packages" >&2
+    apt-get install -y valgrind >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y valgrind >/dev/null; } || true
+fi
+command -v valgrind >/dev/null 2>&1 || { echo "valgrind is not installed" >&2; exit 1; }
+command -v python3 >/dev/null 2>&1 || { echo "python3 is needed to read the call graphs" >&2; exit 1; }
+
+swift build -c debug --build-path "$build_path" --product Benchmarks >&2
+bin="$build_path/debug/Benchmarks"
+
+work="${KEEP:-$(mktemp -d)}"
+mkdir -p "$work"
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
+
+for walks in 0 1 2; do
+    if ! valgrind --tool=callgrind --callgrind-out-file="$work/walk.$walks.out" "$bin" walk-401 "$walks" "$kit" \
+        >"$work/walk.$walks.stdout" 2>"$work/walk.$walks.stderr"; then
+        echo "callgrind run failed: walk-401 $walks $kit" >&2
+        tail -n 20 "$work/walk.$walks.stdout" "$work/walk.$walks.stderr" >&2
+        exit 1
+    fi
+done
+
+echo "URLTaskManager 401 walk ($kit): $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-80)"
+echo "one GET: 401 -> one shared refresh -> requeue through the interceptors -> 200; debug build, callgrind"
+python3 scripts/walk-401-count.py "$work/walk.0.out" "$work/walk.1.out" "$work/walk.2.out"
