@@ -81,6 +81,23 @@ def library(file):
     return m.group(1) if m else None
 
 
+# The lock: taking it is not a step of the walk, as `NSLock.withLock` (Foundation's) was not when
+# the storages held NSLocks. The library's lock box (`LockedState`: creating it, `withLock`, its closure around
+# `Mutex.withLock`) and the engine's forwarder to it (`EngineStorage.withLock`) count as outside
+# the library, so the section's closure is called "by the lock", as it was by NSLock.
+LOCK = re.compile(r"11LockedStateC|13EngineStorageC8withLock")
+
+
+# The compiler's outlined value operations (copy, consume, destroy, initialize of an enum or a
+# struct: mangled `...WOy`, `WOe`, `WOh`, `WOc`, ...) carry the file of whichever function first
+# needed them, not a step of the source: not library functions either.
+OUTLINED = re.compile(r"WO[a-z](Tm)?$")
+
+
+def library_function(fn, fn_file):
+    return None if fn and (LOCK.search(fn) or OUTLINED.search(fn)) else library(fn_file.get(fn))
+
+
 # The library modules' mangled prefixes: a function of theirs with no file under Sources (debug
 # info `<compiler-generated>`) is a thunk: a protocol witness, a partial-apply forwarder, a
 # reabstraction thunk, a metadata accessor, an outlined copy.
@@ -94,7 +111,7 @@ def through_thunks(calls, fn_file):
     it (exact for the usual thunk, which has one caller on the path or forwards to one function).
     """
     calls = {k: float(v) for k, v in calls.items() if k[0] != k[1]}
-    thunks = {fn for pair in calls for fn in pair if fn and MODULE.match(fn) and not library(fn_file.get(fn))}
+    thunks = {fn for pair in calls for fn in pair if fn and MODULE.match(fn) and not library(fn_file.get(fn)) and not LOCK.search(fn) and not OUTLINED.search(fn)}
     into = collections.defaultdict(dict)
     out = collections.defaultdict(dict)
     for (a, b), n in calls.items():
@@ -123,14 +140,14 @@ def figures(path, thunks=True):
     calls, fn_file = parse(path)
     called = collections.Counter()  # library function -> calls into it
     for (caller, callee), count in calls.items():
-        b = library(fn_file.get(callee))
+        b = library_function(callee, fn_file)
         if b:
             called[(b, callee)] += count
     if thunks:
         calls = through_thunks(calls, fn_file)
     hops = collections.Counter()  # (caller file, callee file) -> calls
     for (caller, callee), count in calls.items():
-        a, b = library(fn_file.get(caller)), library(fn_file.get(callee))
+        a, b = library_function(caller, fn_file), library_function(callee, fn_file)
         if a and b and a != b:
             hops[(a, b)] += count
     return hops, called
