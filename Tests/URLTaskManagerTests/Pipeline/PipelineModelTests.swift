@@ -41,6 +41,8 @@ final class PipelineModelTests: XCTestCase {
         var persistentTenths = 2
         /// Chance (in 10) that a run fails.
         var failureTenths = 4
+        /// Chance (in 10) that the caller cancels a task.
+        var cancelTenths = 2
         /// Whether the first interceptor batches (holds, releases; flushes happen).
         var batching = false
         /// Whether transfers meet redirects.
@@ -629,7 +631,7 @@ final class PipelineModelTests: XCTestCase {
                 environment: world)
             world.engine.register(storage)
             world.schedule("start(\(t))") { storage.start() }
-            if world.draw(0..<10) < 2 {
+            if world.draw(0..<10) < scenario.cancelTenths {
                 world.schedule("cancel(\(t))") {
                     world.markCancelled(t)
                     storage.cancel()
@@ -652,7 +654,7 @@ final class PipelineModelTests: XCTestCase {
         return "seed \(seed): \(violation)\n  trace: \(world.lastSteps(60))"
     }
 
-    /// Seeds per scenario: 1,500 by default (13,500 in all), `MODEL_SEEDS` to explore more,
+    /// Seeds per scenario: 1,500 by default (16,500 in all), `MODEL_SEEDS` to explore more,
     /// `MODEL_SEED` to replay one.
     static let seedsPerScenario = UInt64(ProcessInfo.processInfo.environment["MODEL_SEEDS"] ?? "") ?? 1_500
 
@@ -686,6 +688,12 @@ final class PipelineModelTests: XCTestCase {
                     tasks: 5, interceptors: 1,
                     reactors: [ReactorSpec(mode: .refresh(loopGuard: .init(maximumRuns: 2, window: .seconds(10))), maximumReactions: 3)],
                     connectionLimit: 1)
+            ),
+            (
+                // Tasks queue for one slot and are cancelled often: a slot is handed to a task
+                // its caller cancelled a moment before, which gives it back to the next in line.
+                "a queue for one connection, cancelled often",
+                Scenario(tasks: 7, interceptors: 0, reactors: [refresh], connectionLimit: 1, persistentTenths: 1, cancelTenths: 5)
             ),
             (
                 "no slots, every resource refuses",
