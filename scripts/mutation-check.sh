@@ -38,7 +38,7 @@ mutations = [
      "            case .redirecting:\n                break\n",
      "            case .redirecting:\n                return .forward(data)\n"),
     ("a late listener is not handed the answer's head",
-     "                    subscription.deliver(.response(head))\n",
+     "                    replayed.append(.response(head))\n",
      "\n", sharing),
     ("the end of a shared transfer reaches all but its last listener",
      "        for subscription in listening { subscription.deliver(.complete(error)) }\n",
