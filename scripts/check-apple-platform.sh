@@ -9,9 +9,8 @@
 # in seconds, a requirement added to `PlatformSupport` without an Apple answer, or an Apple answer
 # that no longer matches the library's types. It copies the core library into a scratch package
 # (.build-apple-platform), compiles ApplePlatform.swift as if on Apple (its `#if` turned on, with
-# FoundationNetworking imported for URLSession's types), compiles LockedState's Apple branch, and
-# replaces only `PipelineOwner`, the one type that needs the Objective-C runtime, by a stub of the
-# same shape.
+# FoundationNetworking imported for URLSession's types), and replaces only `PipelineOwner`, the
+# one type that needs the Objective-C runtime, by a stub of the same shape.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -30,11 +29,6 @@ sed -i.orig -e 's/^#if !canImport(FoundationNetworking)$/#if true/' \
     -e 's/^import Foundation$/import Foundation\nimport FoundationNetworking/' "$apple/ApplePlatform.swift"
 rm "$apple/ApplePlatform.swift.orig"
 grep -q '^#if true$' "$apple/ApplePlatform.swift" || { echo "ApplePlatform.swift no longer starts with the expected #if"; exit 1; }
-# LockedState's Apple branch (NSLock: Mutex needs macOS 15) is compiled too.
-locked="$scratch/Sources/URLTaskManager/Platform/LockedState.swift"
-sed -i.orig -e 's/#if canImport(FoundationNetworking)$/#if false/' "$locked"
-rm "$locked.orig"
-[ "$(grep -c '#if false$' "$locked")" -ge 3 ] || { echo "LockedState.swift no longer forks on canImport(FoundationNetworking)"; exit 1; }
 cat >>"$apple/ApplePlatform.swift" <<'SWIFT'
 
 /// Stub of the Objective-C-backed owner (Platform/Apple/PipelineOwner.swift), same shape.

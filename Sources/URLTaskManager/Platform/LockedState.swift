@@ -1,9 +1,5 @@
 import Foundation
 
-#if canImport(FoundationNetworking)
-import Synchronization
-#endif
-
 /// A value and the one lock that guards it: the lock type of every storage in the library.
 ///
 /// A storage keeps its state machine (and nothing else that changes) in one `LockedState`, takes
@@ -12,16 +8,15 @@ import Synchronization
 /// `URLProtocolClient`, and must not take another storage's lock: every lock section is one
 /// event of one machine.
 ///
-/// The lock is `Synchronization.Mutex` where the deployment target allows it (Linux: Swift 6's
-/// standard library), and `NSLock` on Apple platforms, whose `Mutex` needs macOS 15 / iOS 18
-/// while the package supports macOS 13 / iOS 16. This is the one platform fork outside
-/// `Platform/`'s protocol: a generic type cannot be one of its static requirements.
-final class LockedState<State>: @unchecked Sendable {  // `state` is read and written only inside `withLock`.
-    #if canImport(FoundationNetworking)
-    private let mutex = Mutex(())
-    #else
+/// The lock is an `NSLock` (a pthread mutex) on every platform, not `Synchronization.Mutex`.
+/// Apple platforms' `Mutex` needs macOS 15 / iOS 18, and the package supports macOS 13 / iOS 16.
+/// On Linux `Mutex` is available, but it waits on a futex inside the standard library, which the
+/// thread sanitizer does not instrument: with it, the sanitizer cannot see that the lock orders
+/// the sections, and a run of the test suite reported 1,008 "Swift access races" in this file
+/// alone and hundreds more in the machines it guards, every one false (`scripts/tsan.sh`, whose
+/// run must stay at 0 warnings). A pthread mutex is seen by the sanitizer.
+final class LockedState<State>: @unchecked Sendable {  // `state` is read and written only under `lock`.
     private let lock = NSLock()
-    #endif
     private var state: State
 
     init(_ state: State) {
@@ -32,12 +27,8 @@ final class LockedState<State>: @unchecked Sendable {  // `state` is read and wr
     /// perform once the lock is released).
     @inline(__always)
     func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
-        #if canImport(FoundationNetworking)
-        return try mutex.withLock { _ in try body(&state) }
-        #else
         lock.lock()
         defer { lock.unlock() }
         return try body(&state)
-        #endif
     }
 }
