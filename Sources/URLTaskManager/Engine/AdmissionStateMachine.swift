@@ -134,19 +134,17 @@ struct AdmissionStateMachine {
     mutating func wantsToSend(
         _ id: TaskID, host: String, restamp: Bool, reported: [Int: ReactorRunStateMachine.ReportedVersion] = [:]
     ) -> SendAction {
-        guard var record = records[id] else { return .send }
-        if case .holding = record.slot {
+        guard let found = records[id] else { return .send }
+        if case .holding = found.slot {
             assertionFailure("task \(id) wants to send before its previous transfer gave its slot back")
         }
         if restamp {
-            if let reactor = gatingReactor(for: id, record) { return .waitAtGate(reactor: reactor) }
-            for reactor in record.relevant { record.stamps[reactor] = reactors[reactor].stamp }
+            if let reactor = gatingReactor(for: id, found) { return .waitAtGate(reactor: reactor) }
+            // In place: the record's stamps stay uniquely referenced (no copy on every send).
+            for reactor in found.relevant { records[id]!.stamps[reactor] = reactors[reactor].stamp }
         }
-        for (reactor, reading) in reported {
-            record.stamps[reactor] = reactors[reactor].record(reading, in: record.stamps[reactor] ?? ReactorRunStateMachine.Stamp())
-        }
-        if restamp || !reported.isEmpty { records[id] = record }
-        let action = judge(id, record)
+        record(reported, of: id)
+        let action = judge(id, records[id]!)
         guard action == .send else { return action }
         return acquireSlot(id, host: host)
     }
@@ -157,14 +155,12 @@ struct AdmissionStateMachine {
     mutating func slotHandedOver(
         _ id: TaskID, reported: [Int: ReactorRunStateMachine.ReportedVersion]
     ) -> (SendAction, handedOver: [(TaskID, SendAction)]) {
-        guard var record = records[id], case .holding(let host) = record.slot else { return (.send, []) }
-        for (reactor, reading) in reported {
-            record.stamps[reactor] = reactors[reactor].record(reading, in: record.stamps[reactor] ?? ReactorRunStateMachine.Stamp())
-        }
-        let action = judge(id, record)
-        if action != .send { record.slot = .none }
-        records[id] = record
-        return action == .send ? (.send, []) : (action, handOver(host: host))
+        guard let found = records[id], case .holding(let host) = found.slot else { return (.send, []) }
+        record(reported, of: id)
+        let action = judge(id, records[id]!)
+        guard action != .send else { return (.send, []) }
+        records[id]!.slot = .none
+        return (action, handOver(host: host))
     }
 
     /// The task's transfer ended (or it was not sent after all, or it completed): its slot, if
@@ -247,6 +243,14 @@ struct AdmissionStateMachine {
     func covers(_ id: TaskID, reactor: Int) -> Bool { records[id]?.covering.contains(reactor) ?? false }
 
     // MARK: Internals
+
+    /// Records in task `id`'s stamps what its reactors reported (``ReactorRunStateMachine/record(_:in:)``).
+    private mutating func record(_ reported: [Int: ReactorRunStateMachine.ReportedVersion], of id: TaskID) {
+        for (reactor, reading) in reported {
+            let stamp = records[id]!.stamps[reactor] ?? ReactorRunStateMachine.Stamp()
+            records[id]!.stamps[reactor] = reactors[reactor].record(reading, in: stamp)
+        }
+    }
 
     /// A covering reactor whose run is going, after recording the task at its gate.
     private mutating func gatingReactor(for id: TaskID, _ record: Record) -> Int? {

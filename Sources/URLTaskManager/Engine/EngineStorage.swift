@@ -98,13 +98,16 @@ final class EngineStorage: Sendable {
         return versions
     }
 
-    /// What reactors `indices` report of `task` (``ReactorRunStateMachine/ReportedVersion``):
-    /// their code, so called without the lock, just before the event the readings inform.
-    /// Reactors that keep no credential version of their own report nothing.
-    func reportedVersions(of task: URLTask, by indices: [Int]) -> [Int: ReactorRunStateMachine.ReportedVersion] {
+    /// What reactors `indices` report of `task` as it is about to leave
+    /// (``ReactorRunStateMachine/ReportedVersion``), when its headers carry an older version than
+    /// the current one: their code, so called without the lock, just before the event the
+    /// readings inform. Headers of the current version need no record (on a send, the common
+    /// case, nothing is built); a task judged later on another task's event reads again
+    /// (``TaskStorage``'s `confirmSlot`).
+    func outdatedVersions(of task: URLTask, by indices: [Int]) -> [Int: ReactorRunStateMachine.ReportedVersion] {
         var readings: [Int: ReactorRunStateMachine.ReportedVersion] = [:]
         for index in indices {
-            if let reading = reportedVersion(of: task, by: index) { readings[index] = reading }
+            if let reading = reportedVersion(of: task, by: index), reading.sent < reading.current { readings[index] = reading }
         }
         return readings
     }

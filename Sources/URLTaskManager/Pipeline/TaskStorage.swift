@@ -529,7 +529,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         let host = engine.slotsPerHost == nil ? "" : Self.host(of: request)
         // What the covering reactors report of the task as it is about to leave: their code, read
         // before the section; admission judges it (``ReactorRunStateMachine/lateness(of:)``).
-        let readings = reporters.isEmpty ? [:] : engine.reportedVersions(of: engine.withLock { _ in machine.task }, by: reporters)
+        let readings = reporters.isEmpty ? [:] : engine.outdatedVersions(of: engine.withLock { _ in machine.task }, by: reporters)
         let (action, decided) = engine.withLock { state in
             let decision = state.admission.wantsToSend(id, host: host, restamp: restamp, reported: readings)
             let (action, handedOver) = admitted(decision, in: &state, read: true)
@@ -543,7 +543,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// now, and one section judges it again with the readings, holding the slot, then lets it
     /// go or passes the slot on.
     private func confirmSlot() {
-        let readings = engine.reportedVersions(of: engine.withLock { _ in machine.task }, by: reporters)
+        let readings = engine.outdatedVersions(of: engine.withLock { _ in machine.task }, by: reporters)
         let (action, decided) = engine.withLock { state in
             let (decision, passedOn) = state.admission.slotHandedOver(id, reported: readings)
             let (action, handedOver) = admitted(decision, in: &state, read: true)
