@@ -117,10 +117,10 @@ struct AdmissionStateMachine {
 
     /// The task's interceptors are about to run (first time, or again after a requeue).
     mutating func headersWillBeDecided(_ id: TaskID) -> DecideAction {
-        guard var record = records[id] else { return .proceed }
-        if let reactor = gatingReactor(for: id, record) { return .waitAtGate(reactor: reactor) }
-        for reactor in record.relevant { record.stamps[reactor] = reactors[reactor].stamp }
-        records[id] = record
+        guard let found = records[id] else { return .proceed }
+        if let reactor = gatingReactor(for: id, found) { return .waitAtGate(reactor: reactor) }
+        // In place: the record's stamps stay uniquely referenced (no copy on every attempt).
+        for reactor in found.relevant { records[id]!.stamps[reactor] = reactors[reactor].stamp }
         return .proceed
     }
 
@@ -170,7 +170,7 @@ struct AdmissionStateMachine {
     ///   headers were decided under counts it as accepted
     ///   (``ReactorRunStateMachine/outcomeAccepted(sentUnder:)``).
     mutating func transferEnded(_ id: TaskID, answered: Bool = false) -> [(TaskID, SendAction)] {
-        guard var record = records[id] else { return [] }
+        guard let record = records[id] else { return [] }
         if answered, guardsLoops {
             for reactor in record.relevant {
                 guard let stamp = record.stamps[reactor] else { continue }
@@ -178,8 +178,7 @@ struct AdmissionStateMachine {
             }
         }
         guard case .holding(let host) = record.slot else { return [] }
-        record.slot = .none
-        records[id] = record
+        records[id]!.slot = .none
         return handOver(host: host)
     }
 

@@ -61,8 +61,11 @@ final class EngineStorage: Sendable {
     // MARK: Tasks
 
     func register(_ run: TaskStorage) {
+        let admits = !reactors.isEmpty
         state.withLock {
-            $0.admission.register(run.id, exemptedBy: run.exemptedBy)
+            // Without reactors admission has nothing to decide (no gate, stamp or slot): a task it
+            // does not know is let go at once by every event, without a record to keep.
+            if admits { $0.admission.register(run.id, exemptedBy: run.exemptedBy) }
             $0.tasks[run.id] = run
         }
     }
