@@ -35,6 +35,9 @@ final class EngineStorage: Sendable {
     let slotsPerHost: Int?
     /// Whether some reactor holds new tasks: only such reactors cover tasks.
     let holdsNewTasks: Bool
+    /// Whether some reactor keeps a credential version of its own
+    /// (``ReactorRunner/reportsCredentialVersions``): only then is one read as a transfer ends.
+    let reportsCredentialVersions: Bool
     private let state: LockedState<State>
     /// Where decisions reach their tasks, and the reactors' runs run.
     private let runtime: any PipelineRuntime
@@ -45,6 +48,7 @@ final class EngineStorage: Sendable {
         self.runtime = runtime
         self.slotsPerHost = slotsPerHost
         self.holdsNewTasks = reactors.contains { $0.configuration.mode.holdsNewTasks }
+        self.reportsCredentialVersions = reactors.contains(where: \.reportsCredentialVersions)
         self.state = LockedState(
             State(
                 admission: AdmissionStateMachine(reactors: reactors.map(\.configuration.mode), slotsPerHost: slotsPerHost),

@@ -423,10 +423,7 @@ extension TaskStateMachine {
     mutating func headersStale() -> ProceedAction {
         switch state {
         case .awaitingConnection:
-            context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
-            // The interceptors decide the headers again: they are stamped then, and judged at send.
-            context.restamp = false
-            state = .gated(gate: nil)
+            interceptAgain(gate: nil)
             return .checkGates
         case .completed:
             return .none
@@ -440,14 +437,22 @@ extension TaskStateMachine {
     mutating func admissionGated(reactor: Int) {
         switch state {
         case .awaitingConnection:
-            context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
-            context.restamp = false
-            state = .gated(gate: reactor)
+            interceptAgain(gate: reactor)
         case .completed:
             return
         default:
             preconditionFailure("admission gated a task that was not waiting for it")
         }
+    }
+
+    /// Admission sends a task that waited for it back to the gates, at `gate` if a run holds it:
+    /// its interceptors run again on the attempt's starting request, and decide its headers, which
+    /// are then stamped as they begin and judged at send (never restamped, even after a requeue
+    /// that skipped the interceptors).
+    private mutating func interceptAgain(gate: Int?) {
+        context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
+        context.restamp = false
+        state = .gated(gate: gate)
     }
 
     /// What happens when admission lets the task go (``connectionGranted()``).

@@ -366,15 +366,19 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         // before the section, and only when a reactor may take the outcome.
         var reactor: Int?
         var reading: ReactorRunStateMachine.ReportedVersion?
-        if !environment.reactors.isEmpty || outcomeObservers != nil {
+        // Read only when it can matter: an error that may be the outcome, or an answer collected
+        // for a reactor that reports versions (not on every answer of a manager with reactors).
+        if error != nil ? !environment.reactors.isEmpty || outcomeObservers != nil : engine.reportsCredentialVersions {
             let (awaitingHead, collecting, snapshot) = engine.withLock { _ in
-                (machine.isAwaitingResponseHead, machine.collectingFor, machine.task)
+                let awaitingHead = error != nil && machine.isAwaitingResponseHead
+                let collecting = machine.collectingFor.flatMap { environment.reactors[$0].reportsCredentialVersions ? $0 : nil }
+                return (awaitingHead, collecting, awaitingHead || collecting != nil ? machine.task : nil)
             }
-            if let error, awaitingHead {
+            if let error, awaitingHead, let snapshot {
                 if outcomeObservers != nil { observe(.failure(error)) }
                 reactor = chooseReactor(for: .failure(error), of: snapshot)
             }
-            if let taking = reactor ?? collecting, environment.reactors[taking].reportsCredentialVersions {
+            if let snapshot, let taking = reactor ?? collecting, environment.reactors[taking].reportsCredentialVersions {
                 reading = engine.reportedVersion(of: snapshot, by: taking)
             }
         }
@@ -502,7 +506,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         case .none:
             return
         case .checkGates:
-            proceed(engine.withLock { passGates(.checkGates, &$0) })
+            preconditionFailure("a .checkGates never leaves the section that returned it (passGates)")
         case .runInterceptor(let index, let task):
             runInterceptor(index, on: task)
         case .hold(let index, let maximumWait, let generation, let flushes):
