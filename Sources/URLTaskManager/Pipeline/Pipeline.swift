@@ -68,7 +68,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         self.additionalHeaders = additionalHeaders
         self.transport = Transport(configuration: transportConfiguration)
         self.sharing = interceptors.lazy.compactMap { ($0 as? any TransferSharingInterceptor)?.transferSharing }.first?
-            .makeSharedTransfers()
+            .makeSharedTransfers(cookies: CookieJar(transportConfiguration))
     }
 
     deinit {

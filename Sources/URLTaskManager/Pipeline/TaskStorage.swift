@@ -821,10 +821,11 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     private func sharing(of request: URLRequest, body: URLTaskBody, task: URLTask, attempt: Int) -> TransferShare? {
         guard let sharing = environment.sharing, case .none = body, task.attemptValues[ShareableTransfer.self] == true,
             task.attemptValues[ExclusiveTransfer.self] != true,
-            let key = SharingKey(request, policy: policy, rules: sharing.rules)
+            let wire = WireHeaders(request, cookies: sharing.cookies),
+            let key = SharingKey(request, wire: wire, policy: policy, rules: sharing.rules)
         else { return nil }
         // Weakly: the subscription keeps this closure, and the task keeps the subscription.
-        return TransferShare(key: key, task: id, request: request) { [weak self] role in
+        return TransferShare(key: key, task: id, request: request, wire: wire) { [weak self] role in
             guard let self else { return }
             switch role {
             case .sends, .sendsAlone:

@@ -69,6 +69,15 @@ protocol PlatformSupport {
     /// gets the response, answers it (as a plain session would).
     static func handsChallengeToCaller(_ challenge: URLAuthenticationChallenge) -> Bool
 
+    /// The `Cookie` header a request goes out with, given its `own` and the one the inner
+    /// session's storage holds for its URL (`stored`, `nil` when the session adds none): what
+    /// sharing keys a request by (``WireHeaders``).
+    static func cookieHeaderOnTheWire(own: String?, stored: String?, request: URLRequest) -> WireCookie
+
+    /// The `Cookie` header the inner session put on `task` as it made it, where the platform
+    /// shows it: checked against the prediction when a shared transfer starts.
+    static func cookieHeaderSent(by task: URLSessionTask) -> SentCookie
+
     // MARK: Header fields
 
     /// The spelling `setValue(_:forHTTPHeaderField:)` stores `name` under.

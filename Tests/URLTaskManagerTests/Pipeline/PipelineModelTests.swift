@@ -144,7 +144,7 @@ final class PipelineModelTests: XCTestCase {
                 scenario.sharing
                 ? SharedTransfers(
                     configuration: .init(headersThatNeverIdentifyACaller: ["x-model-task"], lateJoinLimit: 8),
-                    decisions: DecisionEvents<CoalescingInterceptor.Event>())
+                    cookies: CookieJar(.ephemeral), decisions: DecisionEvents<CoalescingInterceptor.Event>())
                 : nil
             engineStorage = EngineStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
             batchStorages = (0..<scenario.interceptors).map { BatchStorage(interceptorIndex: $0, runtime: self) }

@@ -130,6 +130,33 @@ final class PlatformPinTests: XCTestCase {
         XCTAssertEqual(seen.startSawRequestHeader, true)
     }
 
+    /// corelibs puts the stored cookies for a URL on a request as it makes the task, replacing
+    /// the request's own `Cookie` (whatever `httpShouldHandleCookies` says), and the task's
+    /// `originalRequest` shows them: what ``CorelibsPlatform/cookieHeaderOnTheWire(own:stored:request:)``
+    /// and ``CorelibsPlatform/cookieHeaderSent(by:)`` answer for sharing (plain session, real HTTP).
+    func testStoredCookiesReplaceARequestsOwnCookie() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/c") { .text($0.headers["cookie"] ?? "-") }
+        let configuration = URLSessionConfiguration.ephemeral
+        let storage = try XCTUnwrap(configuration.httpCookieStorage)
+        let session = URLSession(configuration: configuration)
+        sessions.append(session)
+        let url = server.url("/c")
+        var request = URLRequest(url: url)
+        request.setValue("own=1", forHTTPHeaderField: "Cookie")
+        let (alone, _) = try await session.data(for: request)
+        XCTAssertEqual(String(decoding: alone, as: UTF8.self), "own=1", "no stored cookie: the request's own goes out")
+
+        storage.setCookie(HTTPCookie(properties: [.name: "stored", .value: "2", .domain: url.host!, .path: "/"])!)
+        request.httpShouldHandleCookies = false
+        let task = session.dataTask(with: request)
+        XCTAssertEqual(task.originalRequest?.value(forHTTPHeaderField: "Cookie"), "stored=2", "the task is made with the stored cookie")
+        task.cancel()
+        let (replaced, _) = try await session.data(for: request)
+        XCTAssertEqual(String(decoding: replaced, as: UTF8.self), "stored=2", "the stored cookies replace the request's own")
+    }
+
     /// corelibs counts request timeouts in whole seconds: below 1 s a request fails at once
     /// with -1001 (plain session, real HTTP). Tests therefore use 1 s timeouts.
     func testSubSecondTimeoutsFailImmediately() async throws {

@@ -55,6 +55,17 @@ enum ApplePlatform: PlatformSupport {
     /// The inner session's default handling completes a 401 with no credential as a response.
     static func handsChallengeToCaller(_ challenge: URLAuthenticationChallenge) -> Bool { false }
 
+    /// Apple's loader adds stored cookies to a request that handles cookies; how it combines them
+    /// with a `Cookie` the request sets itself is not documented, so such a request is never
+    /// shared.
+    static func cookieHeaderOnTheWire(own: String?, stored: String?, request: URLRequest) -> WireCookie {
+        guard request.httpShouldHandleCookies, let stored else { return .known(own) }
+        return own == nil ? .known(stored) : .unknown
+    }
+
+    /// The loader adds cookies below the task, after it is made.
+    static func cookieHeaderSent(by task: URLSessionTask) -> SentCookie { .notVisible }
+
     static func storedSpelling(ofHeader name: String) -> String { name }
 
     static func replaceHeader(_ name: HeaderName, with value: String, in request: inout URLRequest) {

@@ -232,6 +232,21 @@ enum CorelibsPlatform: PlatformSupport {
         (challenge.failureResponse as? HTTPURLResponse)?.statusCode == 401
     }
 
+    /// corelibs replaces a request's own `Cookie` with the stored cookies for its URL, whenever
+    /// there are any and the configuration's `httpShouldSetCookies` is on, whatever the request's
+    /// `httpShouldHandleCookies` says (`URLSession._Configuration.setCookies(on:)`, called from
+    /// `createConfiguredRequest(from:)` as a task is made; pinned by
+    /// `PlatformPinTests.testStoredCookiesReplaceARequestsOwnCookie`).
+    static func cookieHeaderOnTheWire(own: String?, stored: String?, request: URLRequest) -> WireCookie {
+        .known(stored ?? own)
+    }
+
+    /// corelibs puts the cookies on the request as it makes the task: its `originalRequest` shows
+    /// what goes out.
+    static func cookieHeaderSent(by task: URLSessionTask) -> SentCookie {
+        .sent(task.originalRequest?.value(forHTTPHeaderField: "Cookie"))
+    }
+
     /// What an entry of the task registry says: `callDelegate`, the one case without a payload,
     /// streams; the completion-handler cases buffer, and those of the async APIs
     /// (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate the

@@ -19,7 +19,7 @@ final class SharedTransfers: Sendable {
     private struct Record {
         /// The task that sent it, and the headers it sent (what a `Vary` is judged against).
         let leader: URLTask.ID
-        let sentHeaders: [String: String]
+        var sentHeaders: [String: String]
         let method: String
         var inner: (any TransferHandle)?
         var status = 0
@@ -46,6 +46,8 @@ final class SharedTransfers: Sendable {
     let configuration: TransferSharing.Configuration
     /// What makes two requests identical, worked out once from `configuration`.
     let rules: SharingRules
+    /// The inner session's cookies, which a request's wire headers include (``WireHeaders``).
+    let cookies: CookieJar
     let decisions: DecisionEvents<TransferSharing.Event>
 
     /// The machine, and what the storage keeps beside it for each subscriber and transfer.
@@ -70,9 +72,10 @@ final class SharedTransfers: Sendable {
 
     private let state = LockedState(State())
 
-    init(configuration: TransferSharing.Configuration, decisions: DecisionEvents<TransferSharing.Event>) {
+    init(configuration: TransferSharing.Configuration, cookies: CookieJar, decisions: DecisionEvents<TransferSharing.Event>) {
         self.configuration = configuration
         self.rules = SharingRules(configuration)
+        self.cookies = cookies
         self.decisions = decisions
     }
 
@@ -90,13 +93,12 @@ final class SharedTransfers: Sendable {
                 let subscription = TransferSubscription(
                     subscriber: subscriber, transfer: transfer, share: share, events: events, live: false)
                 state.subscriptions[subscriber] = subscription
-                state.records[transfer] = Record(
-                    leader: share.task, sentHeaders: Self.headers(of: share.request), method: share.key.method)
+                state.records[transfer] = Record(leader: share.task, sentHeaders: share.wire.fields, method: share.key.method)
                 return .lead(subscription, events: FanOut(transfer: transfer, storage: self, starter: starter))
             case .join(let transfer, let replay):
                 guard let record = state.records[transfer] else { preconditionFailure("a joinable transfer has a record") }
                 if replay, let http = record.head as? HTTPURLResponse,
-                    !Self.mayShare(http, sentHeaders: record.sentHeaders, with: share.request)
+                    !Self.mayShare(http, sentHeaders: record.sentHeaders, with: share.wire)
                 {
                     // Others listen, so leaving never stops the transfer here.
                     _ = state.machine.left(subscriber, of: transfer)
@@ -145,7 +147,7 @@ final class SharedTransfers: Sendable {
         case .lead(let subscription, let fanOut):
             share.announce(.sends)
             let inner = startInner(fanOut)
-            if started(subscription.transfer, inner: inner) { starter.stopTransfer(inner) }
+            if started(subscription.transfer, inner: inner, predicted: share.wire) { starter.stopTransfer(inner) }
             subscription.goLive()
             return subscription
         }
@@ -153,9 +155,21 @@ final class SharedTransfers: Sendable {
 
     /// The inner task of `transfer` exists: returns `true` if it must be stopped at once
     /// (everybody left meanwhile).
-    private func started(_ transfer: Transfer, inner: any TransferHandle) -> Bool {
-        state.withLock { state in
+    ///
+    /// The session put the stored cookies on the request as it made the task; if the storage
+    /// changed between the key and that moment, the `Cookie` sent is not the one `predicted`. The
+    /// record then holds the one sent, so that no listener whose own differs is handed the answer
+    /// (each is judged by ``mayShare(_:sentHeaders:with:)`` as the answer begins).
+    private func started(_ transfer: Transfer, inner: any TransferHandle, predicted: WireHeaders) -> Bool {
+        var sentCookie: String??
+        if let task = inner as? URLSessionTask, case .sent(let cookie) = Platform.cookieHeaderSent(by: task),
+            cookie != predicted.fields["cookie"]
+        {
+            sentCookie = .some(cookie)
+        }
+        return state.withLock { state in
             state.records[transfer]?.inner = inner
+            if let sentCookie { state.records[transfer]?.sentHeaders["cookie"] = sentCookie }
             return state.machine.started(transfer) == .cancel
         }
     }
@@ -204,7 +218,7 @@ final class SharedTransfers: Sendable {
             for subscriber in subscribers {
                 guard let subscription = state.subscriptions[subscriber] else { continue }
                 if subscription.task != record.leader, let http,
-                    !Self.mayShare(http, sentHeaders: record.sentHeaders, with: subscription.request)
+                    !Self.mayShare(http, sentHeaders: record.sentHeaders, with: subscription.wire)
                 {
                     separated.append(subscription)
                 } else {
@@ -287,11 +301,13 @@ final class SharedTransfers: Sendable {
     // MARK: Whether an answer may be shared
 
     /// Whether `response`, answering a request sent with `sentHeaders`, may be handed to a task
-    /// whose own request is `request`: never if it varies (`Vary`) on a header whose value
-    /// differs between the two (`Vary: *` on any), nor if it is `private` or `no-store` while
-    /// their credentials differ.
-    static func mayShare(_ response: HTTPURLResponse, sentHeaders: [String: String], with request: URLRequest) -> Bool {
-        let own = headers(of: request)
+    /// whose own request goes on the wire with `wire`: never if it varies (`Vary`) on a header
+    /// whose value differs between the two (`Vary: *` on any), nor if their credentials differ
+    /// (``WireHeaders/isCredential(_:)``: their keys tell such requests apart, so this holds when
+    /// the session's cookie storage changed between a key and its send), whatever the answer's
+    /// `Cache-Control` says.
+    static func mayShare(_ response: HTTPURLResponse, sentHeaders: [String: String], with wire: WireHeaders) -> Bool {
+        let own = wire.fields
         if let vary = response.value(forHTTPHeaderField: "Vary") {
             for name in vary.split(separator: ",") {
                 let field = name.trimmingCharacters(in: .whitespaces).lowercased()
@@ -299,20 +315,9 @@ final class SharedTransfers: Sendable {
                 if field == "*" || own[field] != sentHeaders[field] { return false }
             }
         }
-        if let cacheControl = response.value(forHTTPHeaderField: "Cache-Control")?.lowercased(),
-            cacheControl.contains("private") || cacheControl.contains("no-store")
-        {
-            for field in ["authorization", "cookie", "proxy-authorization"] where own[field] != sentHeaders[field] {
-                return false
-            }
-        }
+        for (name, value) in own where sentHeaders[name] != value && WireHeaders.isCredential(name) { return false }
+        for name in sentHeaders.keys where own[name] == nil && WireHeaders.isCredential(name) { return false }
         return true
-    }
-
-    private static func headers(of request: URLRequest) -> [String: String] {
-        var headers: [String: String] = [:]
-        for (name, value) in request.allHTTPHeaderFields ?? [:] { headers[name.lowercased()] = value }
-        return headers
     }
 
     /// What the inner task of one shared transfer reports to: every event goes to every task

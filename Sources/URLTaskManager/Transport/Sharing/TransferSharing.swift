@@ -14,10 +14,22 @@ import Foundation
 ///
 /// **What identical means.** Two requests share a transfer only when nothing a server could
 /// tell apart differs: the method (one of ``Configuration/methods``; never a request with a
-/// body), the URL, every header as it will be sent except those of
-/// ``Configuration/headersThatNeverIdentifyACaller`` (trace context and request ids by default),
-/// the request's own ``URLTaskPolicy``, and its timeout, cache policy and cookie handling. So a
-/// different API key, tenant, `Range` or `If-None-Match` is a different request.
+/// body), the URL (its user and password included), every header as it goes on the wire except
+/// those of ``Configuration/headersThatNeverIdentifyACaller`` (trace context and request ids by
+/// default), the request's own ``URLTaskPolicy``, and its timeout, cache policy and cookie
+/// handling. As it goes on the wire means with what the inner session adds: the cookies its
+/// configuration's `httpCookieStorage` holds for the URL at the moment of the send (so two users
+/// of one session whose stored cookies differ never share), the configuration's
+/// `httpAdditionalHeaders`, and header names compared without case. So a different API key,
+/// tenant, session cookie, `Range` or `If-None-Match` is a different request.
+///
+/// **Never shared.** A request whose wire headers cannot be known before it is sent goes out on
+/// its own: one that names a header twice in different case (`X-Tenant` and `x-tenant`: the wire
+/// carries one of the two), and, on Apple platforms, one that sets a `Cookie` of its own while the
+/// storage holds cookies for its URL (how the loader combines them is not documented). A
+/// credential the session's `urlCredentialStorage` answers a challenge with is no concern: a
+/// challenge reaches each caller's task, and the request sent with the credential is that task's
+/// own, with its own `Authorization`.
 ///
 /// **Only the bytes are shared.** A request joins a transfer until it ends, as long as what came
 /// so far is within ``Configuration/lateJoinLimit`` (a late one is handed that first); after
@@ -29,8 +41,11 @@ import Foundation
 ///
 /// **Answers that must not be shared.** If the answer's `Vary` names a header whose value differs
 /// between the request sent and a listener's (for example one of the ignored headers), or
-/// `Vary: *`, or it is `Cache-Control: private` or `no-store` while their credentials differ,
-/// that listener's own request is sent at once instead (``Event/notShared(tasks:reason:)``).
+/// `Vary: *`, or their credentials differ at all (`Authorization`, `Proxy-Authorization`,
+/// `Cookie`, and any header ``Redaction/standard`` calls secret, such as `X-API-Key`; their keys
+/// tell them apart, so this catches a cookie storage that changed between a request's key and
+/// its send), that listener's own request is sent at once instead
+/// (``Event/notShared(tasks:reason:)``).
 ///
 /// **Its own transfer.** A part that must see the answer to its own request (a circuit breaker's
 /// half-open probe) sets ``ExclusiveTransfer`` on the task: that request neither joins nor is
@@ -43,9 +58,10 @@ public final class TransferSharing: Sendable {
         public var methods: Set<String>
         /// Headers that never identify a caller, lower case: their values may differ between
         /// requests that share a transfer (the one sent carries its own). A name ending in `*`
-        /// matches every header starting with what precedes it. `Authorization`, `Cookie`,
-        /// `Proxy-Authorization`, `Range` and the `If-*` headers always tell requests apart, even
-        /// if listed here.
+        /// matches every header starting with what precedes it. Credentials (`Authorization`,
+        /// `Cookie`, `Proxy-Authorization`, and every header ``Redaction/standard`` calls secret,
+        /// such as `X-API-Key` or `X-Auth-Token`), `Range` and the `If-*` headers always tell
+        /// requests apart, even if listed here or matched by a pattern such as `x-*`.
         public var headersThatNeverIdentifyACaller: Set<String>
         /// The most of an answer kept for identical requests that arrive after it began: such a
         /// request is handed what came so far, then the rest as it arrives. Once an answer is
@@ -109,9 +125,10 @@ public final class TransferSharing: Sendable {
     /// and metrics): 0 once every one has ended.
     public var sharedRequestsInFlight: Int { managers.transferCount }
 
-    /// The sharing of one manager's transfers, made as the manager is.
-    func makeSharedTransfers() -> SharedTransfers {
-        let transfers = SharedTransfers(configuration: configuration, decisions: decisions)
+    /// The sharing of one manager's transfers, made as the manager is; `cookies` is its inner
+    /// session's cookie handling.
+    func makeSharedTransfers(cookies: CookieJar) -> SharedTransfers {
+        let transfers = SharedTransfers(configuration: configuration, cookies: cookies, decisions: decisions)
         managers.add(transfers)
         return transfers
     }

@@ -30,6 +30,8 @@ final class TransferSubscription: TransferHandle, TransportEvents, Sendable {
     /// The request exactly as this task would send it: compared with the answer's `Vary`, and
     /// sent alone if the answer cannot be shared with it.
     let request: URLRequest
+    /// Its headers as they go on the wire (``WireHeaders``): what an answer is judged against.
+    let wire: WireHeaders
     /// Announces this task's part in its own events (``TransferShare/announce``).
     let announce: @Sendable (TransferShare.Role) -> Void
 
@@ -56,6 +58,7 @@ final class TransferSubscription: TransferHandle, TransportEvents, Sendable {
         self.transfer = transfer
         self.task = share.task
         self.request = share.request
+        self.wire = share.wire
         self.announce = share.announce
         self.state = LockedState(State(events: events, queue: queued, live: live))
     }
