@@ -81,3 +81,34 @@ public struct PerRequestReactor<Wrapped: URLTaskReactor>: URLTaskReactor {
     /// The wrapped reactor's: it is asked where that one would be.
     public var reactorPlacement: URLTaskPlacement { wrapped.reactorPlacement }
 }
+
+// MARK: The wrapped part's other roles
+
+/// A wrapped observer (a `CircuitBreaker`, a `RateLimiter`) stays one: it is told the outcomes of
+/// the requests that add it, as its interceptor acts on those only. Without this, the wrapper
+/// would hide the conformance the manager finds observers by, and a breaker given per request
+/// would refuse nothing, ever (issue 37).
+extension PerRequestInterceptor: URLTaskOutcomeObserver where Wrapped: URLTaskOutcomeObserver {
+    /// The wrapped observer's, for an outcome of a request that adds `Wrapped`.
+    public func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+        guard task.policy?.adds(Wrapped.self) == true else { return }
+        wrapped.observe(outcome, of: task)
+    }
+}
+
+/// A wrapped observer stays one, told the outcomes of the requests that add it, as the reactor
+/// sees those only.
+extension PerRequestReactor: URLTaskOutcomeObserver where Wrapped: URLTaskOutcomeObserver {
+    /// The wrapped observer's, for an outcome of a request that adds `Wrapped`.
+    public func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+        guard task.policy?.adds(Wrapped.self) == true else { return }
+        wrapped.observe(outcome, of: task)
+    }
+}
+
+/// A wrapped sharing interceptor (`CoalescingInterceptor`) still turns sharing on in its manager:
+/// it marks the requests that add it, and those share.
+extension PerRequestInterceptor: TransferSharingInterceptor where Wrapped: TransferSharingInterceptor {
+    /// The wrapped interceptor's rules and events.
+    public var transferSharing: TransferSharing { wrapped.transferSharing }
+}

@@ -39,10 +39,12 @@ public final class URLTaskManager: Sendable {
     /// The manager checks how the parts are assembled, and stops the program here, with a message
     /// naming the parts and the way to fix it, when the order breaks a part's placement
     /// (``URLTaskPlacement``: a `RateLimiter` interceptor before a `CircuitBreaker`, a
-    /// `RetryReactor` before an `OfflineHold`), or when an object that is both an interceptor
-    /// and a reactor (`CircuitBreaker`, `RateLimiter`) is given to one list only. Either
-    /// mistake would otherwise silently turn a part off; both are in the code, not in the data,
-    /// so the first run finds them.
+    /// `RetryReactor` before an `OfflineHold`), or when an object of yours that is both an
+    /// interceptor and a reactor is given to one list only. Either mistake would otherwise
+    /// silently turn a part off; both are in the code, not in the data, so the first run finds
+    /// them. (`CircuitBreaker` and `RateLimiter` are interceptors and outcome observers, not
+    /// reactors: give them to `interceptors:` alone, wrapped in ``PerRequestInterceptor`` or not;
+    /// the manager finds the observer in them.)
     ///
     /// - Parameters:
     ///   - interceptors: Run in order on every task before it is sent, and again before

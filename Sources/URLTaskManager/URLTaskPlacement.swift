@@ -2,8 +2,10 @@
 /// keeps the order right.
 ///
 /// The interceptors run, and the reactors are asked, in the order given to the manager, and for a
-/// few parts that order decides whether they work at all: a `CircuitBreaker` reactor placed
-/// after a `RetryReactor` never sees the failures the retry takes, so its circuit never opens.
+/// few parts that order decides whether they work at all: a `RetryReactor` placed before an
+/// `OfflineHold` retries an unreachable host itself, so the hold never holds anything, and a
+/// `RateLimiter` interceptor before a `CircuitBreaker` spends a token on a request the breaker
+/// then refuses.
 /// Such a part declares its placement (``URLTaskInterceptor/interceptorPlacement``,
 /// ``URLTaskReactor/reactorPlacement``; two names, because a part that is both may belong in
 /// different places in the two chains), and ``URLTaskManager/init(interceptors:reactors:observers:configuration:delegate:delegateQueue:options:)``
@@ -18,8 +20,8 @@
 ///
 /// | Part | As an interceptor | As a reactor |
 /// | --- | --- | --- |
-/// | `CircuitBreaker` | `first`: it refuses a request before another part spends work on it | `first`: it only observes, so it comes before every reactor that takes an outcome |
-/// | `RateLimiter` | `last`: a request takes a token once no other part will hold, answer or refuse it | `first`, as the breaker |
+/// | `CircuitBreaker` | `first`: it refuses a request before another part spends work on it | (not a reactor: it observes outcomes, see ``URLTaskOutcomeObserver``) |
+/// | `RateLimiter` | `last`: a request takes a token once no other part will hold, answer or refuse it | (not a reactor: it observes outcomes, as the breaker) |
 /// | `OfflineHold` | | `late`: before `RetryReactor`, which would otherwise retry an unreachable host itself |
 /// | `RetryReactor` | | `last`: the fallback, after every reactor that handles a failure better |
 /// | every other part of the package | ``anywhere`` | ``anywhere`` |
@@ -37,7 +39,8 @@ public struct URLTaskPlacement: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Before every part placed `early`, `late` or `last`: a part that must decide before the
-    /// others do any work (`CircuitBreaker`'s refusal), or see every outcome (an observing reactor).
+    /// others do any work (`CircuitBreaker`'s refusal), or a reactor of yours that must be asked
+    /// about every outcome before another takes it.
     public static let first = Self(rank: 0, name: "first")
     /// After the `first` parts, before the `late` and `last` ones.
     public static let early = Self(rank: 1, name: "early")

@@ -52,6 +52,35 @@ final class InterceptorAndReactorPlacementTests: XCTestCase {
                 + "RetryReactor (.last). An order that works: [OfflineHold, RetryReactor]. \(Self.rule)")
     }
 
+    /// The table in ``URLTaskPlacement``'s documentation says what each part is: a part with a
+    /// placement in the "As a reactor" column is a reactor placed so, one with an "As an
+    /// interceptor" placement an interceptor placed so, and an empty or "(not a reactor: ...)"
+    /// cell names a role the part does not have. 0.3's table still called the breaker and the
+    /// limiter reactors (issue 37, finding 9); this test failed on it.
+    func testThePlacementTableSaysWhatEachPartIs() throws {
+        let source = try String(
+            contentsOf: CompiledSnippets.root.appendingPathComponent("Sources/URLTaskManager/URLTaskPlacement.swift"), encoding: .utf8)
+        let parts: [String: Any] = [
+            "CircuitBreaker": breaker, "RateLimiter": limiter, "OfflineHold": hold, "RetryReactor": RetryReactor(),
+        ]
+        func placement(in cell: Substring) -> String? {
+            let cell = cell.trimmingCharacters(in: .whitespaces)
+            guard cell.hasPrefix("`"), let end = cell.dropFirst().firstIndex(of: "`") else { return nil }
+            return String(cell[cell.index(after: cell.startIndex)..<end])
+        }
+        var rows = 0
+        for line in source.split(separator: "\n") where line.hasPrefix("/// | `") {
+            let cells = line.dropFirst(5).split(separator: "|", omittingEmptySubsequences: false)
+            guard cells.count >= 3, let name = placement(in: cells[0]), let part = parts[name] else { continue }
+            rows += 1
+            let asInterceptor = placement(in: cells[1])
+            let asReactor = placement(in: cells[2])
+            XCTAssertEqual(asInterceptor, (part as? any URLTaskInterceptor).map { "\($0.interceptorPlacement)" }, name)
+            XCTAssertEqual(asReactor, (part as? any URLTaskReactor).map { "\($0.reactorPlacement)" }, name)
+        }
+        XCTAssertEqual(rows, parts.count, "every part of the table was read")
+    }
+
     /// Two parts of one type are told apart as errors and events tell them apart (`#index`); a
     /// wrapper is placed, and named, as what it wraps.
     func testPartsAreNamedAsErrorsNameThem() {

@@ -8,7 +8,8 @@ import FoundationNetworking
 ///
 /// A reactor is asked whether it wants an outcome, and the first that does takes it; an observer
 /// is only told. The manager finds observers among the parts it is given (an interceptor or a
-/// reactor that conforms, as `CircuitBreaker` and `RateLimiter` do) and takes others on their
+/// reactor that conforms, as `CircuitBreaker` and `RateLimiter` do, wrapped in
+/// ``PerRequestInterceptor`` or ``PerRequestReactor`` or not) and takes others on their
 /// own (``URLTaskManager/init(interceptors:reactors:observers:configuration:delegate:delegateQueue:options:)``);
 /// an instance given more than once is told once.
 ///

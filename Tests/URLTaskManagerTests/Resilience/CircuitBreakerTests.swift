@@ -73,6 +73,30 @@ final class CircuitBreakerTests: XCTestCase {
         XCTAssertEqual(failing.requestCount(path: "/api"), 5)
     }
 
+    /// A breaker given for some requests only (`PerRequestInterceptor`) still opens: the wrapper
+    /// keeps its observer role, for the requests that add it. 0.3 dropped the conformance, and
+    /// 8 × 500 with a threshold of 3 all reached the server (issue 37, finding 6).
+    func testABreakerGivenPerRequestStillOpensForTheRequestsThatAddIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/api") { _ in .status(500) }
+        let breaker = CircuitBreaker(policy: .init(failureThreshold: 3, window: .seconds(30), coolDown: .seconds(30)))
+        let manager = URLTaskManager(interceptors: [PerRequestInterceptor(breaker)])
+        var guarded = URLRequest(url: server.url("/api"))
+        URLTaskPolicy(adding: [CircuitBreaker.self]).apply(to: &guarded)
+
+        var results: [Fetched] = []
+        for _ in 0..<8 { results.append(await fetched(manager.session, guarded)) }
+        XCTAssertEqual(results.prefix(3).map(\.status), [500, 500, 500])
+        XCTAssertEqual(server.requestCount(path: "/api"), 3, "the circuit opened after 3 failures: \(results.map(\.label))")
+        for result in results.dropFirst(3) { XCTAssertEqual(result.taskError?.code, .circuitOpen, result.label) }
+
+        // A request that does not add it is neither refused nor counted.
+        let unguarded = await fetched(manager.session, URLRequest(url: server.url("/api")))
+        XCTAssertEqual(unguarded.status, 500)
+        XCTAssertEqual(server.requestCount(path: "/api"), 4)
+    }
+
     /// A failed probe opens the circuit for another cool-down; transport errors count as failures.
     func testFailedProbeReopensAndTransportErrorsCount() async throws {
         let clock = Kit.ManualClock()
