@@ -125,6 +125,49 @@ final class OutcomeObserverTests: XCTestCase {
         XCTAssertEqual(recorder.releasedInTime.withLock { $0 }, [true], "the plain request completed while the observer blocked (\(took))")
     }
 
+    /// What the documentation of ``URLTaskOutcomeObserver`` promises of an observer that blocks,
+    /// measured (issue 37, finding 10): the ends of its own manager's tasks wait for it, past
+    /// their `timeoutInterval` (the answer already came; nothing times out while it waits to be
+    /// observed), and another manager's tasks do not. Three outcomes an observer holds 1 s each,
+    /// then a request with a 1 s timeout: that caller gets its 200 after about 3 s; a request of
+    /// another manager made meanwhile ends at once.
+    func testABlockingObserverDelaysItsOwnManagersTasksPastTheirTimeoutAndNoOtherManagers() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/observed") { _ in .text("ok") }
+        let recorder = Recorder(block: .seconds(1))
+        let manager = URLTaskManager(observers: [recorder])
+        let other = URLTaskManager()
+        defer {
+            manager.invalidateAndCancel()
+            other.invalidateAndCancel()
+        }
+        let first = (0..<3).map { _ in Task { await fetched(manager.session, URLRequest(url: server.url("/observed"))) } }
+        _ = try await server.waitForRequests(path: "/observed", count: 3)
+        try await recorder.entered.wait(timeout: .seconds(10))
+
+        let started = ContinuousClock.now
+        var late = URLRequest(url: server.url("/observed"))
+        late.timeoutInterval = 1
+        let behind = Task { await fetched(manager.session, late) }
+        let elsewhere = await fetched(other.session, URLRequest(url: server.url("/observed")))
+        let otherTook = started.duration(to: .now)
+        let answer = await behind.value
+        let behindTook = started.duration(to: .now)
+        for call in first { _ = await call.value }
+
+        if ParityLog.isVerbose {
+            print(
+                "[observer delay] a 1 s-timeout request behind 3 outcomes held 1 s each ended at \(behindTook); another manager's took \(otherTook)"
+            )
+        }
+        XCTAssertEqual(elsewhere.text, "ok")
+        XCTAssertLessThan(otherTook, .milliseconds(900), "another manager is never held by this one's observer")
+        XCTAssertEqual(answer.text, "ok", "the answer came in time; waiting for the observer is no timeout")
+        XCTAssertGreaterThan(behindTook, .seconds(2), "the end waited for the outcomes observed before it")
+        XCTAssertEqual(recorder.outcomes.count, 4)
+    }
+
     /// The breaker counts the 503s a retry takes (two requests of two attempts: four failures),
     /// and the request sent after the fourth answer returned is refused: the caller heard the end
     /// only once the breaker had counted it, even with a slow failure predicate (50 ms a call).

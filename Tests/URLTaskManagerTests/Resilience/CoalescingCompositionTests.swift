@@ -111,7 +111,8 @@ final class CoalescingCompositionTests: XCTestCase {
         }
         let sent = ["authorization": "Bearer a", "x-request-id": "1", "accept": "*/*"]
         let cookies = CookieJar(.ephemeral)
-        let same = try XCTUnwrap(WireHeaders(request(url, ["Authorization": "Bearer a", "X-Request-Id": "2", "Accept": "*/*"]), cookies: cookies))
+        let same = try XCTUnwrap(
+            WireHeaders(request(url, ["Authorization": "Bearer a", "X-Request-Id": "2", "Accept": "*/*"]), cookies: cookies))
         let otherCredential = try XCTUnwrap(
             WireHeaders(request(url, ["Authorization": "Bearer b", "X-Request-Id": "1", "Accept": "*/*"]), cookies: cookies))
         XCTAssertTrue(SharedTransfers.mayShare(answer([:]), sentHeaders: sent, with: same))

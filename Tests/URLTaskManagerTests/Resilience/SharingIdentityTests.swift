@@ -21,7 +21,8 @@ final class SharingIdentityTests: XCTestCase {
         let server = try LoopbackServer()
         server.route("/me") { request in
             _ = gate.wait(timeout: .seconds(10))
-            let text = "cookie=\(request.headers["cookie"] ?? "-") tenant=\(request.headers["x-tenant"] ?? "-") key=\(request.headers["x-api-key"] ?? "-")"
+            let text =
+                "cookie=\(request.headers["cookie"] ?? "-") tenant=\(request.headers["x-tenant"] ?? "-") key=\(request.headers["x-api-key"] ?? "-")"
             var headers: HTTPFields = ["Cache-Control": "private, no-store"]
             if vary { headers = ["Cache-Control": "private, no-store", "Vary": "Cookie, X-Tenant"] }
             guard let chunkDelay else { return ServerResponse(headers: headers, body: .data(Data(text.utf8))) }
