@@ -51,3 +51,40 @@ extension URLTaskError: CustomReflectable {
         return Mirror(self, children: children, displayStyle: .struct)
     }
 }
+
+extension URLTaskOutcome: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// The one text every surface of an outcome is made of: which case, and one line for what
+    /// it carries. Every observer and reactor is handed an outcome, and a synthesized
+    /// description or mirror would print the response's URL (its user, password and query, as
+    /// the request had them) and its headers (`Set-Cookie`), or a `URLError` whose user info
+    /// holds the failing URL; so the response is the status, URL and headers with their secrets
+    /// redacted (``Redaction/standard``), and a failure is described as ``URLTaskError``
+    /// describes an underlying error (a `URLError` by its code, meaning and URL without query
+    /// or user info), then through ``Redaction/text(_:)``.
+    private var redactedRendering: (label: String, text: String) {
+        switch self {
+        case .response(let response): ("response", Redaction.standard.summary(of: response))
+        case .failure(let error): ("failure", Redaction.standard.text(URLTaskError.describe(error)))
+        }
+    }
+
+    /// `response(201 https://REDACTED:REDACTED@api.example.com/items?api_key=REDACTED&page=2 [Set-Cookie: REDACTED])`
+    /// or `failure(URLError -1005 (network connection lost) at https://api.example.com/items)`:
+    /// the outcome with its secrets redacted (see ``Redaction``), so that an observer or a
+    /// reactor can put an outcome in a log line as it is.
+    public var description: String {
+        let rendering = redactedRendering
+        return "\(rendering.label)(\(rendering.text))"
+    }
+
+    /// The same as ``description``: `String(reflecting:)` shows no secret either.
+    public var debugDescription: String { description }
+
+    /// What `dump(_:)` and the debugger show: the case, with the same redacted line as
+    /// ``description`` as its one child, never the response or the error themselves (their own
+    /// mirrors hold the URL and the headers as they were).
+    public var customMirror: Mirror {
+        let rendering = redactedRendering
+        return Mirror(self, children: [(label: rendering.label, value: rendering.text)], displayStyle: .enum)
+    }
+}

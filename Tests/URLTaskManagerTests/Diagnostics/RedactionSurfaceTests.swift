@@ -260,4 +260,38 @@ final class RedactionSurfaceTests: XCTestCase {
             }
         }
     }
+
+    /// Over HTTP (issue 37, finding 5): a rejected answer whose body holds a secret in each shape
+    /// a server may echo one in (JSON escaped in a JSON string, `[name, value]` arrays, HTML
+    /// hidden inputs either way round, XML elements): the error's body prefix and its dump show
+    /// none, and the structure around it still shows.
+    func testARejectedBodyPrefixShowsNoSecretInAnyShape() async throws {
+        let bodies: [(body: String, visible: [String])] = [
+            (#"{"payload":"{\"access_token\":\"S3CR3T-B1\",\"scope\":\"visible-scope\"}"}"#, ["payload", "visible-scope"]),
+            (#"[["password","S3CR3T-B2"],["user","visible-user"]]"#, ["password", "visible-user"]),
+            (#"{"headers":[["Authorization","Bearer S3CR3T-B3"],["X-App","visible-app"]]}"#, ["Bearer", "visible-app"]),
+            (#"<input type="hidden" name="csrf_token" value="S3CR3T-B4"><p>visible-text</p>"#, ["csrf_token", "visible-text"]),
+            (#"<input value="S3CR3T-B5" name="csrf_token" type="hidden">"#, ["csrf_token", "hidden"]),
+            ("<r><password>S3CR3T-B6</password><AccessToken>S3CR3T-B7</AccessToken><n>visible-n</n></r>", ["<password>", "visible-n"]),
+        ]
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route(prefix: "/shape/") { request in
+            let index = Int(request.target.split(separator: "/").last ?? "") ?? 0
+            return .text(bodies[index].body, status: 422)
+        }
+        let manager = URLTaskManager(options: .init(responseValidation: .successfulStatusCodes))
+        defer { manager.invalidateAndCancel() }
+        for (index, shape) in bodies.enumerated() {
+            let result = await fetched(manager.session, URLRequest(url: server.url("/shape/\(index)")))
+            let error = try XCTUnwrap(result.taskError, "\(shape.body): \(result.label)")
+            let prefix = String(decoding: try XCTUnwrap(error.bodyPrefix), as: UTF8.self)
+            for (surface, text) in [("bodyPrefix", prefix), ("dump(error)", Self.dumped(error))] {
+                XCTAssertFalse(text.contains("S3CR3T"), "\(surface) shows a secret of \(shape.body):\n\(text)")
+                for visible in shape.visible {
+                    XCTAssertTrue(text.contains(visible), "\(surface) lost \(visible) of \(shape.body):\n\(text)")
+                }
+            }
+        }
+    }
 }
