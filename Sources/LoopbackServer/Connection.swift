@@ -57,13 +57,16 @@ struct Connection {
             var writer = ResponseWriter(fd: fd, registry: core.registry)
             do {
                 try writer.send(response, method: request.method, keepAlive: keepAlive)
+                response.onSent?(ServerResponse.SendOutcome(bodyBytesSent: writer.bodyBytesSent, completed: true))
             } catch is ResponseWriter.Dropped {
                 switch response.dropStyle {
                 case .reset: Socket.setLingerZero(fd)
                 case .close: Socket.shutdownWrite(fd)
                 }
+                response.onSent?(ServerResponse.SendOutcome(bodyBytesSent: writer.bodyBytesSent, completed: false))
                 return
             } catch {
+                response.onSent?(ServerResponse.SendOutcome(bodyBytesSent: writer.bodyBytesSent, completed: false))
                 return
             }
             if !keepAlive {

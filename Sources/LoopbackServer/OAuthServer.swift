@@ -74,6 +74,10 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var tokenGate: Gate?
     /// Token answers are sent in this many pieces, this far apart (after the grant is processed).
     private var tokenDrip: (pieces: Int, interval: Duration)?
+    /// Token answers wait this long, silent, after the grant was processed.
+    private var tokenDelay: Duration?
+    /// Told how the writing of each token answer ended.
+    private var tokenAnswerSent: (@Sendable (ServerResponse.SendOutcome) -> Void)?
     private var heldPaths: [String: Gate] = [:]
     private var exchangeAccepts: @Sendable (String) -> Bool = { _ in false }
     private var receivedRefreshTokens: [String] = []
@@ -157,6 +161,15 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     /// slower than its client waits. `nil` sends answers whole again.
     public func dripTokenAnswers(pieces: Int = 10, every interval: Duration?) {
         lock.withLock { tokenDrip = interval.map { (max(1, pieces), $0) } }
+    }
+    /// Sends each token answer only `delay` after the grant was processed (a rotated refresh
+    /// token is then already the only valid one), without a byte before it: a token endpoint
+    /// silent past its client's timeout. `nil` answers at once again.
+    public func delayTokenAnswers(by delay: Duration?) { lock.withLock { tokenDelay = delay } }
+    /// Called on the server thread when the writing of each token answer has ended, with how
+    /// it ended: whether the client was still there to read it.
+    public func onTokenAnswerSent(_ action: (@Sendable (ServerResponse.SendOutcome) -> Void)?) {
+        lock.withLock { tokenAnswerSent = action }
     }
     /// Holds the response to `/api<path>` until `gate` opens.
     public func holdResponses(to path: String, on gate: Gate) { lock.withLock { heldPaths["/api" + path] = gate } }
@@ -257,7 +270,10 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             let exchangeAllowed = form["subject_token"].map(accepts) ?? false
             let basic = Self.decodeBasicClient(request.headers["authorization"])
             return lock.withLock {
-                let answer = answerToken(form, basic: basic, exchangeAllowed: exchangeAllowed)
+                let answer = answerToken(form, basic: basic, exchangeAllowed: exchangeAllowed).with {
+                    $0.delay = tokenDelay
+                    $0.onSent = tokenAnswerSent
+                }
                 guard let tokenDrip, case .data(let body) = answer.body else { return answer }
                 let size = max(1, (body.count + tokenDrip.pieces - 1) / tokenDrip.pieces)
                 let pieces = stride(from: 0, to: body.count, by: size).map { body.subdata(in: $0..<min(body.count, $0 + size)) }

@@ -9,6 +9,8 @@ struct ResponseWriter {
     let fd: Int32
     let registry: ConnectionRegistry
     private var budget: Int?
+    /// Body bytes written so far, chunk framing included.
+    private(set) var bodyBytesSent = 0
 
     init(fd: Int32, registry: ConnectionRegistry) {
         self.fd = fd
@@ -97,14 +99,17 @@ struct ResponseWriter {
     private mutating func write(_ bytes: UnsafeRawBufferPointer) throws {
         guard let remaining = budget else {
             try Socket.sendAll(fd, bytes)
+            bodyBytesSent += bytes.count
             return
         }
         if bytes.count > remaining {
             try Socket.sendAll(fd, UnsafeRawBufferPointer(rebasing: bytes.prefix(remaining)))
+            bodyBytesSent += remaining
             budget = 0
             throw Dropped()
         }
         try Socket.sendAll(fd, bytes)
+        bodyBytesSent += bytes.count
         budget = remaining - bytes.count
     }
 }

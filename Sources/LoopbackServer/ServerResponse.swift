@@ -28,6 +28,20 @@ public struct ServerResponse: Sendable {
     /// Interim (1xx) responses sent, head only, before this one: `[103]` sends
     /// `103 Early Hints` first, as a server pushing preload hints does.
     public var informational: [Int]
+    /// Called on the server thread once the response has been written, or once writing it
+    /// failed or was cut short: a test learns that a client stopped reading (a write failed
+    /// with a broken pipe or a reset) as an event, and how much of the body got out first.
+    public var onSent: (@Sendable (SendOutcome) -> Void)?
+
+    /// How the writing of a response ended, as ``onSent`` reports it.
+    public struct SendOutcome: Sendable {
+        /// Body bytes handed to the socket (as they go on the wire, chunk framing included)
+        /// before the response was complete or the writing stopped.
+        public let bodyBytesSent: Int
+        /// Whether the whole response was written; `false` when a write failed (the client
+        /// closed the connection) or the response was dropped on purpose.
+        public let completed: Bool
+    }
 
     /// A response; the defaults are an empty `200 OK`.
     public init(status: Int = 200, headers: HTTPFields = [:], body: Body = .empty) {
@@ -40,6 +54,7 @@ public struct ServerResponse: Sendable {
         self.dropStyle = .reset
         self.closeConnection = false
         self.informational = []
+        self.onSent = nil
     }
 
     /// A UTF-8 `text/plain` response.

@@ -33,6 +33,14 @@ public enum OAuth2Error: Error, Sendable, Equatable {
     /// it had one. A 5xx page from a proxy (a 502 in HTML) stays a temporary
     /// ``tokenRequestRejected(status:error:description:)``.
     case notATokenEndpoint(url: URL, status: Int, mediaType: String?)
+    /// The token endpoint's answer was longer than `limit` bytes
+    /// (``OAuth2TokenEndpoint/answerSizeLimit``), announced by its `Content-Length` or counted
+    /// as it arrived: the transfer was cancelled there, and nothing of the body is kept. A token
+    /// answer is a few hundred bytes; one this long is a broken or hostile server (or a wrong
+    /// URL serving a large file), and reading it whole would cost the app its size in memory.
+    /// Temporary, like a 5xx: the next request that needs a token tries again (after the
+    /// authenticator's back-off).
+    case tokenAnswerTooLarge(limit: Int)
 
     /// The `error` code the token endpoint answered with, as it sent it (RFC 6749 §5.2), or
     /// `nil`. The server chose this text: it may echo anything the request carried, so log it
@@ -78,7 +86,7 @@ public enum OAuth2Error: Error, Sendable, Equatable {
         switch self {
         case .notSignedIn, .noRefreshToken: true
         case .tokenRequestRejected(let status, let error, _): (400..<500).contains(status) && error == "invalid_grant"
-        case .invalidTokenResponse, .notATokenEndpoint: false
+        case .invalidTokenResponse, .notATokenEndpoint, .tokenAnswerTooLarge: false
         }
     }
 
@@ -126,6 +134,8 @@ extension OAuth2Error: CustomStringConvertible, LocalizedError {
                 + (status == 404 || status == 405 ? "" : mediaType.map { " with \($0), not JSON" } ?? " with a body that is not JSON")
                 + " (a client configuration problem: check the token endpoint URL, for example the `token_endpoint` of the"
                 + " server's metadata, and that it accepts POST)"
+        case .tokenAnswerTooLarge(let limit):
+            "The token endpoint's answer was longer than \(limit) bytes; the transfer was cancelled"
         }
     }
 

@@ -62,22 +62,34 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// How a confidential client proves who it is; ignored without a ``clientSecret``.
     public var clientAuthentication: ClientAuthentication
     /// How long a token request may take, from sending it to the end of the answer, before it
-    /// fails with `URLError.timedOut` (it is also each request's `timeoutInterval`); `nil`
-    /// leaves the session's own `timeoutIntervalForRequest`, which bounds only the silence
-    /// between two bytes. Short, because every request waiting for a
+    /// fails with `URLError.timedOut` (it is also each request's `timeoutInterval`, except for
+    /// an ``OAuth2Authenticator``'s refresh, whose connection lives ``lateAnswerLimit`` longer:
+    /// see there); `nil` leaves the session's own `timeoutIntervalForRequest`, which bounds only
+    /// the silence between two bytes. Short, because every request waiting for a
     /// refresh waits this long too (see the type's "Timeouts and dead connections"). Any value
     /// is safe: zero or negative fails each token request at once with `URLError.timedOut`, and
     /// anything beyond 100 years counts as 100 years.
     public var timeout: Duration?
     /// How much longer than ``timeout`` an ``OAuth2Authenticator``'s refresh lets its token
     /// request run in the background (60 seconds unless you say otherwise). The requests waiting
-    /// for the refresh still fail with `URLError.timedOut` at ``timeout``, but the answer on its
-    /// way is read to its end and stored: a server that already rotated the refresh token when a
+    /// for the refresh still fail with `URLError.timedOut` at ``timeout``, but the connection
+    /// lives on and the answer is read to its end and stored, whether it was dripping or the
+    /// server stayed silent until it answered (the refresh's token request has ``timeout`` plus
+    /// this as its `timeoutInterval`): a server that already rotated the refresh token when a
     /// slow answer reached its deadline would otherwise leave the client with a dead one, and
     /// every later refresh would fail with `invalid_grant` until the user signs in again. Until
     /// the answer arrives, later refreshes wait for it instead of sending the old refresh token.
     /// Past both, the transfer is cancelled and the refresh fails with `URLError.timedOut`.
+    /// ``refresh(_:)`` and the sign-in grants are not affected: they end at ``timeout``.
     public var lateAnswerLimit: Duration
+    /// The most bytes of a token answer's body the kit reads (256 KiB unless you say
+    /// otherwise). A token answer is a few hundred bytes, a few KiB with an ID token; without a
+    /// bound, a broken or hostile endpoint (or a wrong URL serving a large file) could make the
+    /// app hold any amount in memory, twice over while it is parsed. Past it the transfer is
+    /// cancelled (at once when a `Content-Length` announces more) and the request fails with
+    /// ``OAuth2Error/tokenAnswerTooLarge(limit:)``. Zero or negative refuses every answer with
+    /// a body.
+    public var answerSizeLimit: Int
     /// The session the requests go through.
     public var session: URLSession
 
@@ -94,6 +106,10 @@ public struct OAuth2TokenEndpoint: Sendable {
 
     /// The ``lateAnswerLimit`` unless you pass another.
     public static let defaultLateAnswerLimit: Duration = .seconds(60)
+
+    /// The ``answerSizeLimit`` unless you pass another: hundreds of times a token answer with
+    /// an ID token, a bounded cost in memory.
+    public static let defaultAnswerSizeLimit = 256 * 1024
 
     /// The ``timeout`` unless you pass another: long enough for a token endpoint under load,
     /// short enough that requests waiting for a refresh are not held long by a dead one.
@@ -123,11 +139,14 @@ public struct OAuth2TokenEndpoint: Sendable {
     ///   - timeout: How long a token request may wait for an answer (``defaultTimeout``).
     ///   - lateAnswerLimit: How much longer a refresh's answer is still read, in the background,
     ///     and stored (``defaultLateAnswerLimit``).
+    ///   - answerSizeLimit: The most bytes of a token answer's body read before the transfer is
+    ///     cancelled (``defaultAnswerSizeLimit``).
     ///   - session: The session the requests go through (``defaultSession``).
     public init(
         url: URL, clientID: String? = nil, clientSecret: String? = nil,
         clientAuthentication: ClientAuthentication = .basic, timeout: Duration? = OAuth2TokenEndpoint.defaultTimeout,
         lateAnswerLimit: Duration = OAuth2TokenEndpoint.defaultLateAnswerLimit,
+        answerSizeLimit: Int = OAuth2TokenEndpoint.defaultAnswerSizeLimit,
         session: URLSession = OAuth2TokenEndpoint.defaultSession
     ) {
         self.url = url
@@ -137,6 +156,7 @@ public struct OAuth2TokenEndpoint: Sendable {
         self.clientAuthentication = clientAuthentication
         self.timeout = timeout
         self.lateAnswerLimit = lateAnswerLimit.clampedWait
+        self.answerSizeLimit = answerSizeLimit
         self.session = session
     }
 
@@ -197,7 +217,9 @@ public struct OAuth2TokenEndpoint: Sendable {
     private func requestToken(
         _ parameters: [String: String], previous: OAuth2Credential?, within limit: Duration?
     ) async throws -> OAuth2Credential {
-        let request = tokenRequest(parameters)
+        // The transport's own timeout is the whole request's: for a refresh that lets its
+        // answer come late, a server silent past ``timeout`` is still waited for.
+        let request = tokenRequest(parameters, transportTimeout: limit)
         // `expires_in` counts from when the server answered; counting from before the request
         // left errs on the side of renewing early.
         let issuedAt = Date()
@@ -243,7 +265,7 @@ public struct OAuth2TokenEndpoint: Sendable {
     private func send(_ request: URLRequest, within limit: Duration?) async throws -> (Data, URLResponse) {
         let delegate = session.delegate as? TokenSessionDelegate
         do {
-            let answer = try await session.boundedData(for: request, deadline: limit)
+            let answer = try await session.boundedData(for: request, deadline: limit, sizeLimit: answerSizeLimit)
             _ = delegate?.takeRefusal(of: request)
             return answer
         } catch let error as URLError where error.code == .cancelled {
@@ -252,14 +274,23 @@ public struct OAuth2TokenEndpoint: Sendable {
         }
     }
 
-    /// The `POST` that carries `parameters` plus the client's authentication.
+    /// The `POST` that carries `parameters` plus the client's authentication, with ``timeout``
+    /// as its `timeoutInterval`.
     func tokenRequest(_ parameters: [String: String]) -> URLRequest {
+        tokenRequest(parameters, transportTimeout: timeout)
+    }
+
+    /// The `POST` that carries `parameters` plus the client's authentication, with
+    /// `transportTimeout` as its `timeoutInterval`: ``timeout``, or for a refresh that reads a
+    /// late answer ``timeout`` plus ``lateAnswerLimit`` (a `timeoutInterval` of ``timeout`` would
+    /// cut a server silent until it answers, and lose the refresh token it rotated).
+    func tokenRequest(_ parameters: [String: String], transportTimeout: Duration?) -> URLRequest {
         var fields = parameters
         var request = URLRequest(url: url)
         request.httpMethod = "POST"
         request.cachePolicy = .reloadIgnoringLocalCacheData
         // Clamped: corelibs traps on a `timeoutInterval` beyond about 9.2e15 s.
-        if let timeout { request.timeoutInterval = timeout.clampedWait / .seconds(1) }
+        if let transportTimeout { request.timeoutInterval = transportTimeout.clampedWait / .seconds(1) }
         request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         request.setValue("close", forHTTPHeaderField: "Connection")
@@ -357,17 +388,48 @@ extension OAuth2TokenEndpoint: CustomStringConvertible, CustomDebugStringConvert
     public var debugDescription: String { description }
 }
 
-/// The answer of a token request, handed from the task that received it to the one that waits.
 /// The delegate of ``OAuth2TokenEndpoint/defaultSession``: refuses the HTTP authentication
 /// challenge of a token endpoint's 401 (see "A 401 with `WWW-Authenticate`" on the endpoint)
-/// and remembers the status, so the refusal can be reported as the rejection it is.
-final class TokenSessionDelegate: NSObject, URLSessionTaskDelegate, @unchecked Sendable {  // `refused` is guarded by `lock`.
+/// and remembers the status, so the refusal can be reported as the rejection it is; and hands
+/// each token request's head, body pieces and end to its ``BoundedDataRequest``, which bounds
+/// the body's size while it streams (a completion handler would get it only once whole).
+final class TokenSessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // `refused`, `requests` are guarded by `lock`.
     private static let httpAuthentication: Set<String> = [
         NSURLAuthenticationMethodDefault, NSURLAuthenticationMethodHTTPBasic, NSURLAuthenticationMethodHTTPDigest,
         NSURLAuthenticationMethodNTLM, NSURLAuthenticationMethodNegotiate,
     ]
     private let lock = NSLock()
     private var refused: [URLRequest: Int] = [:]
+    /// The request each running task answers, until the task completes.
+    private var requests: [ObjectIdentifier: BoundedDataRequest] = [:]
+
+    /// Routes `task`'s delegate calls to `request` until the task completes; before it resumes.
+    func register(_ request: BoundedDataRequest, for task: URLSessionDataTask) {
+        lock.withLock { requests[ObjectIdentifier(task)] = request }
+    }
+
+    private func request(of task: URLSessionTask) -> BoundedDataRequest? {
+        lock.withLock { requests[ObjectIdentifier(task)] }
+    }
+
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+    ) {
+        guard let request = request(of: dataTask) else { return completionHandler(.allow) }
+        let cancels = request.perform(request.locked { $0.received(response) })
+        completionHandler(cancels ? .cancel : .allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        guard let request = request(of: dataTask) else { return }
+        request.perform(request.locked { $0.received(data) })
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        guard let request = lock.withLock({ requests.removeValue(forKey: ObjectIdentifier(task)) }) else { return }
+        request.perform(request.locked { $0.finished(error) })
+    }
 
     func urlSession(
         _ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,

@@ -13,11 +13,14 @@ final class BoundedDataRequestStateMachineTests: XCTestCase {
 
     /// Runs `events` with a real continuation and a task that is never sent; returns what the
     /// caller would have received.
-    private func run(_ events: @escaping (inout Machine, URLSessionDataTask, Machine.Continuation) -> Void) async -> Machine.Answer {
+    private func run(
+        sizeLimit: Int = OAuth2TokenEndpoint.defaultAnswerSizeLimit,
+        _ events: @escaping (inout Machine, URLSessionDataTask, Machine.Continuation) -> Void
+    ) async -> Machine.Answer {
         let task = URLSession.shared.dataTask(with: url)
         do {
             let value = try await withCheckedThrowingContinuation { continuation in
-                var machine = Machine(url: url)
+                var machine = Machine(url: url, sizeLimit: sizeLimit)
                 events(&machine, task, continuation)
             }
             return .success(value)
@@ -26,8 +29,8 @@ final class BoundedDataRequestStateMachineTests: XCTestCase {
         }
     }
 
-    private func response() -> URLResponse {
-        URLResponse(url: url, mimeType: nil, expectedContentLength: 0, textEncodingName: nil)
+    private func response(length: Int = 0) -> URLResponse {
+        URLResponse(url: url, mimeType: nil, expectedContentLength: length, textEncodingName: nil)
     }
 
     private func deliver(_ action: Machine.Action) -> String {
@@ -90,5 +93,56 @@ final class BoundedDataRequestStateMachineTests: XCTestCase {
         XCTAssertEqual(steps, ["resume", "cancel", "none"])
         guard case .failure(let error) = answer else { return XCTFail("expected a cancellation, got \(answer)") }
         XCTAssertTrue(error is CancellationError)
+    }
+
+    func testAContentLengthBeyondTheLimitEndsTheRequestAtItsHead() async {
+        var steps: [String] = []
+        let answer = await run(sizeLimit: 10) { m, task, continuation in
+            steps.append(self.deliver(m.started(task, continuation: continuation)))
+            steps.append(self.deliver(m.received(self.response(length: 11))))
+            steps.append(self.deliver(m.received(Data("x".utf8))))
+            steps.append(self.deliver(m.finished(URLError(.cancelled))))
+        }
+        XCTAssertEqual(steps, ["resume", "cancel", "none", "none"])
+        guard case .failure(let error as OAuth2Error) = answer else { return XCTFail("expected tokenAnswerTooLarge, got \(answer)") }
+        XCTAssertEqual(error, .tokenAnswerTooLarge(limit: 10))
+    }
+
+    func testABodyPassingTheLimitEndsTheRequestAndLaterPiecesAreDropped() async {
+        var steps: [String] = []
+        let answer = await run(sizeLimit: 10) { m, task, continuation in
+            steps.append(self.deliver(m.started(task, continuation: continuation)))
+            steps.append(self.deliver(m.received(self.response(length: -1))))
+            steps.append(self.deliver(m.received(Data("123456".utf8))))
+            steps.append(self.deliver(m.received(Data("78901".utf8))))
+            steps.append(self.deliver(m.received(Data("2".utf8))))
+            steps.append(self.deliver(m.deadlinePassed()))
+        }
+        XCTAssertEqual(steps, ["resume", "none", "none", "cancel", "none", "none"])
+        guard case .failure(let error as OAuth2Error) = answer else { return XCTFail("expected tokenAnswerTooLarge, got \(answer)") }
+        XCTAssertEqual(error, .tokenAnswerTooLarge(limit: 10))
+    }
+
+    func testABodyOfExactlyTheLimitIsAnsweredWhole() async {
+        var steps: [String] = []
+        let answer = await run(sizeLimit: 10) { m, task, continuation in
+            steps.append(self.deliver(m.started(task, continuation: continuation)))
+            steps.append(self.deliver(m.received(self.response(length: 10))))
+            steps.append(self.deliver(m.received(Data("12345".utf8))))
+            steps.append(self.deliver(m.received(Data("67890".utf8))))
+            steps.append(self.deliver(m.finished(nil)))
+        }
+        XCTAssertEqual(steps, ["resume", "none", "none", "none", "answer"])
+        guard case .success(let (data, _)) = answer else { return XCTFail("expected the answer, got \(answer)") }
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "1234567890")
+    }
+
+    func testAWholeBodyFromACompletionHandlerIsCheckedAgainstTheLimit() async {
+        let answer = await run(sizeLimit: 3) { m, task, continuation in
+            _ = self.deliver(m.started(task, continuation: continuation))
+            _ = self.deliver(m.completed(.success((Data("1234".utf8), self.response()))))
+        }
+        guard case .failure(let error as OAuth2Error) = answer else { return XCTFail("expected tokenAnswerTooLarge, got \(answer)") }
+        XCTAssertEqual(error, .tokenAnswerTooLarge(limit: 3))
     }
 }
