@@ -94,6 +94,15 @@ extension PerRequestInterceptor: URLTaskOutcomeObserver where Wrapped: URLTaskOu
         guard task.policy?.adds(Wrapped.self) == true else { return }
         wrapped.observe(outcome, of: task)
     }
+
+    /// The wrapped observer's.
+    public var observesEnds: Bool { wrapped.observesEnds }
+
+    /// The wrapped observer's, for a request that adds `Wrapped`.
+    public func observeEnd(of task: URLTask, error: (any Error)?) {
+        guard task.policy?.adds(Wrapped.self) == true else { return }
+        wrapped.observeEnd(of: task, error: error)
+    }
 }
 
 /// A wrapped observer stays one, told the outcomes of the requests that add it, as the reactor
@@ -103,6 +112,15 @@ extension PerRequestReactor: URLTaskOutcomeObserver where Wrapped: URLTaskOutcom
     public func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
         guard task.policy?.adds(Wrapped.self) == true else { return }
         wrapped.observe(outcome, of: task)
+    }
+
+    /// The wrapped observer's.
+    public var observesEnds: Bool { wrapped.observesEnds }
+
+    /// The wrapped observer's, for a request that adds `Wrapped`.
+    public func observeEnd(of task: URLTask, error: (any Error)?) {
+        guard task.policy?.adds(Wrapped.self) == true else { return }
+        wrapped.observeEnd(of: task, error: error)
     }
 }
 

@@ -48,12 +48,38 @@ public protocol URLTaskOutcomeObserver: Sendable {
     /// of this manager waits for the observers ahead of it. Create, resume or cancel no task of
     /// this manager's session from here and wait for none (its end would wait for this call).
     func observe(_ outcome: URLTaskOutcome, of task: URLTask)
+
+    /// Whether the observer wants ``observeEnd(of:error:)``. `false` by default, so a manager
+    /// whose observers do not want ends spends nothing on them.
+    var observesEnds: Bool { get }
+
+    /// Told once when a task ends, after every outcome of it and before its caller hears the end
+    /// (on the same queue, in the same order). `error` is what the caller receives, `nil` when it
+    /// receives a response.
+    ///
+    /// An attempt's outcome is not the task's: a 503 that a retry turns into a 200, a connection
+    /// refused that an offline hold waits out. A part that judges a host by what its callers
+    /// finally get (a circuit breaker) decides here, on the last outcome it was told of for this
+    /// task, and ignores the attempts another part took over.
+    func observeEnd(of task: URLTask, error: (any Error)?)
+}
+
+extension URLTaskOutcomeObserver {
+    /// `false`: ends are not wanted.
+    public var observesEnds: Bool { false }
+
+    /// Nothing.
+    public func observeEnd(of task: URLTask, error: (any Error)?) {}
 }
 
 /// A manager's observers and the serial queue they run on; `nil` in a pipeline without any, so
 /// an outcome costs nothing then.
 final class OutcomeObservers: Sendable {
     let observers: [any URLTaskOutcomeObserver]
+    /// The observers that want each task's end (``URLTaskOutcomeObserver/observesEnds``).
+    private let endObservers: [any URLTaskOutcomeObserver]
+    /// Whether any observer wants ends: otherwise a task's end costs no hop onto the queue.
+    var observesEnds: Bool { !endObservers.isEmpty }
     /// Runs each piece of work after the ones given before, off the caller's thread: the
     /// manager's serial queue (the randomized model's own FIFO).
     private let enqueue: @Sendable (@escaping @Sendable () -> Void) -> Void
@@ -76,6 +102,7 @@ final class OutcomeObservers: Sendable {
         }
         guard !observers.isEmpty else { return nil }
         self.observers = observers
+        self.endObservers = observers.filter(\.observesEnds)
         self.enqueue = enqueue
     }
 
@@ -84,6 +111,15 @@ final class OutcomeObservers: Sendable {
     func observe(_ outcome: URLTaskOutcome, of task: URLTask, observed: @escaping @Sendable () -> Void) {
         enqueue { [observers] in
             for observer in observers { observer.observe(outcome, of: task) }
+            observed()
+        }
+    }
+
+    /// Tells every observer that wants ends that `task` ended (`error`, or a response) on the
+    /// manager's queue, after its outcomes, then calls `observed`.
+    func observeEnd(of task: URLTask, error: (any Error)?, observed: @escaping @Sendable () -> Void) {
+        enqueue { [endObservers] in
+            for observer in endObservers { observer.observeEnd(of: task, error: error) }
             observed()
         }
     }

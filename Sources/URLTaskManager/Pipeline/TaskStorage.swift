@@ -589,8 +589,22 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// Tells the caller, then lets the task go; with observers, only once they were told of
     /// every outcome of the task (``OutcomeObservationStateMachine``).
     private func complete(_ completion: TaskStateMachine.Completion) {
-        if outcomeObservers != nil, case .wait = engine.withLock({ _ in observation.finishRequested(completion) }) { return }
+        if let outcomeObservers {
+            if outcomeObservers.observesEnds { observeEnd(completion, by: outcomeObservers) }
+            if case .wait = engine.withLock({ _ in observation.finishRequested(completion) }) { return }
+        }
         finish(completion)
+    }
+
+    /// Hands the task's end to the observers that want it, as one more outcome the end waits for.
+    private func observeEnd(_ completion: TaskStateMachine.Completion, by outcomeObservers: OutcomeObservers) {
+        let snapshot = engine.withLock { _ in
+            observation.outcomeQueued()
+            return machine.task
+        }
+        var error: (any Error)?
+        if case .fail(let failure) = completion { error = failure }
+        outcomeObservers.observeEnd(of: snapshot, error: error) { [self] in observed() }
     }
 
     /// Hands `outcome` to the manager's observers, on their queue; the task's end waits for it.
@@ -600,17 +614,21 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             observation.outcomeQueued()
             return machine.task
         }
-        outcomeObservers.observe(outcome, of: snapshot) { [self] in
-            let next: (completion: TaskStateMachine.Completion?, step: Step?) = engine.withLock { state in
-                switch observation.outcomeObserved() {
-                case .none: return (nil, nil)
-                case .finish(let completion): return (completion, nil)
-                case .resend(let action): return (nil, passGates(action, &state))
-                }
+        outcomeObservers.observe(outcome, of: snapshot) { [self] in observed() }
+    }
+
+    /// The observers were told of one queued outcome (or end): the task's end or next attempt,
+    /// if it waited for that one, goes on.
+    private func observed() {
+        let next: (completion: TaskStateMachine.Completion?, step: Step?) = engine.withLock { state in
+            switch observation.outcomeObserved() {
+            case .none: return (nil, nil)
+            case .finish(let completion): return (completion, nil)
+            case .resend(let action): return (nil, passGates(action, &state))
             }
-            if let completion = next.completion { finish(completion) }
-            if let step = next.step { proceed(step) }
         }
+        if let completion = next.completion { finish(completion) }
+        if let step = next.step { proceed(step) }
     }
 
     private func finish(_ completion: TaskStateMachine.Completion) {

@@ -6,20 +6,35 @@ import FoundationNetworking
 
 /// Stops sending requests to a host that keeps failing, and tries it again after a cool-down.
 ///
-/// After ``Policy/failureThreshold`` failures (5xx answers and transport errors by default)
-/// within ``Policy/window``, a host's circuit **opens**: every new request to it fails at once,
-/// without touching the network: the caller receives a `URLTaskError` with code
-/// `URLTaskError.Code.circuitOpen` whose `URLTaskError.underlying` is a
-/// ``CircuitOpenError`` (the host, and when the next probe may go). After
-/// ``Policy/coolDown`` one request goes through as a **probe** (half-open); if it succeeds the
-/// circuit closes, if it fails it opens for another cool-down. Each host (scheme, host, port) has
+/// A host's circuit **opens** when, among its tasks that ended within ``Policy/window``, at
+/// least ``Policy/failureThreshold`` failed (a 5xx answer or a transport error by default) and
+/// the failures are at least ``Policy/failureRatio`` of them. Then every new request to it fails
+/// at once, without touching the network: the caller receives a `URLTaskError` with code
+/// `URLTaskError.Code.circuitOpen` whose `URLTaskError.underlying` is a ``CircuitOpenError``
+/// (the host, and when the next probe may go). After ``Policy/coolDown`` one request goes
+/// through as a **probe** (half-open); if it succeeds the circuit closes, if it fails it opens
+/// again for twice as long, up to ``Policy/maximumCoolDown``. Each host (scheme, host, port) has
 /// its own circuit; requests ``Policy/exempts`` names (a token endpoint) are neither stopped nor
 /// counted.
 ///
+/// **It judges a host by what its callers finally get**, so that it agrees with the parts around
+/// it instead of undoing them:
+/// - A task counts once, when it ends, by its last attempt: a `503` a ``RetryReactor`` turns into
+///   a `200`, or a connection refused that an ``OfflineHold`` waits out, is no failure of the host
+///   (before, a flaky endpoint answering each of three requests `503` twice then `200` opened the
+///   circuit for 30 s on the sixth attempt and refused the retries).
+/// - A `503` or `429` with `Retry-After` is the server asking for a pause, not a fault: it is not
+///   counted (the ``RateLimiter`` holds the host's requests and the ``RetryReactor`` waits until
+///   the pause ends).
+/// - When an ``OfflineHold``'s probe reaches a host whose circuit is open, the circuit closes at
+///   once (``HostHealth``): the requests the hold then sends are not refused.
+/// - A probe's own attempt decides at once: the circuit closes on its success, without waiting for
+///   the probe's task to end.
+///
 /// It is an interceptor (it decides before a request is sent) and an outcome observer
-/// (`URLTaskOutcomeObserver`: it counts every attempt's outcome, the 5xx a ``RetryReactor``
-/// retries included, off URLSession's queue); the manager finds the observer in the interceptor,
-/// so it goes in the interceptors only.
+/// (`URLTaskOutcomeObserver`: it is told every attempt's outcome and every task's end, off
+/// URLSession's queue, before the caller hears the end); the manager finds the observer in the
+/// interceptor, so it goes in the interceptors only.
 ///
 /// ```swift
 /// let breaker = CircuitBreaker(policy: .init(exempts: { auth.isTokenRequest($0) }))
@@ -32,17 +47,27 @@ import FoundationNetworking
 public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
     /// When a circuit opens and how long it stays open.
     public struct Policy: Sendable {
-        /// Failures within ``window`` that open the circuit.
+        /// The fewest failed tasks within ``window`` that open the circuit: a host is never judged
+        /// on one or two bad answers.
         public var failureThreshold: Int
-        /// The sliding window failures are counted in.
+        /// The share (0 to 1) of the tasks that ended within ``window`` that must have failed for
+        /// the circuit to open: a busy host with a few failures among many successes stays in use.
+        /// Counted from the host's first recent failure; NaN counts as 0, values outside 0 to 1
+        /// are clamped.
+        public var failureRatio: Double
+        /// The sliding window tasks are counted in.
         public var window: Duration
-        /// How long an open circuit fails requests before it lets a probe through.
+        /// How long an open circuit fails requests before it lets a probe through, the first time.
+        /// Short, because an outage is usually short: each failed probe doubles it.
         public var coolDown: Duration
+        /// The longest cool-down, however many probes failed (at least ``coolDown``).
+        public var maximumCoolDown: Duration
         /// How long a probe may go unanswered (cancelled by its caller) before the next request
         /// probes instead.
         public var probeTimeout: Duration
         /// Whether an outcome counts as a failure. Defaults to 5xx answers and transport errors
-        /// other than cancellation.
+        /// other than cancellation. A `429` or `503` with a `Retry-After` is a pause, never a
+        /// failure, whatever this says.
         public var isFailure: @Sendable (URLTaskOutcome) -> Bool
         /// Requests the breaker neither stops nor counts (a token endpoint's).
         public var exempts: @Sendable (URLRequest) -> Bool
@@ -54,16 +79,20 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
         /// few hundred bytes a host).
         public var maximumHosts: Int
 
-        /// Opens after 5 failures in 30 seconds, for 30 seconds.
+        /// Opens when at least 5 tasks, and at least half of those that ended, failed within 30
+        /// seconds; for 5 seconds, doubled after each failed probe up to 60 seconds.
         public init(
-            failureThreshold: Int = 5, window: Duration = .seconds(30), coolDown: Duration = .seconds(30),
+            failureThreshold: Int = 5, failureRatio: Double = 0.5, window: Duration = .seconds(30),
+            coolDown: Duration = .seconds(5), maximumCoolDown: Duration = .seconds(60),
             probeTimeout: Duration = .seconds(60),
             isFailure: @escaping @Sendable (URLTaskOutcome) -> Bool = CircuitBreaker.isServerOrTransportFailure,
             exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }, maximumHosts: Int = 4_096
         ) {
             self.failureThreshold = failureThreshold
+            self.failureRatio = failureRatio
             self.window = window
             self.coolDown = coolDown
+            self.maximumCoolDown = maximumCoolDown
             self.probeTimeout = probeTimeout
             self.isFailure = isFailure
             self.exempts = exempts
@@ -86,7 +115,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
     }
 
     /// The default ``Policy/isFailure``: a 5xx status, or a transport error other than
-    /// cancellation.
+    /// cancellation (a `503` with `Retry-After` is a pause, see ``Policy/isFailure``).
     public static let isServerOrTransportFailure: @Sendable (URLTaskOutcome) -> Bool = { outcome in
         switch outcome {
         case .response(let response): return response.statusCode >= 500
@@ -96,18 +125,22 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
 
     /// When circuits open and close.
     public let policy: Policy
+    /// Where the breaker learns that a host answered another part's probe.
+    public let health: HostHealth
     private let storage: CircuitBreakerStorage
     private let decisions = DecisionEvents<Event>()
     /// The clock cool-downs and windows are measured on (a test's own, to skip a cool-down).
     private let now: @Sendable () -> ContinuousClock.Instant
 
-    /// A breaker with one circuit per host, as `policy` says.
-    public convenience init(policy: Policy = Policy()) {
-        self.init(policy: policy, now: { .now })
+    /// A breaker with one circuit per host, as `policy` says, sharing `health` with the other
+    /// parts (``HostHealth/shared`` unless you isolate it).
+    public convenience init(policy: Policy = Policy(), health: HostHealth = .shared) {
+        self.init(policy: policy, health: health, now: { .now })
     }
 
-    init(policy: Policy, now: @escaping @Sendable () -> ContinuousClock.Instant) {
+    init(policy: Policy, health: HostHealth = .shared, now: @escaping @Sendable () -> ContinuousClock.Instant) {
         self.policy = policy
+        self.health = health
         self.storage = CircuitBreakerStorage(policy: policy)
         self.now = now
     }
@@ -131,8 +164,12 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
         let host = URLOrigin(task.request.url)?.description ?? ""
-        switch storage.requestArrives(task.id, host: host, now: now()) {
+        switch storage.requestArrives(task.id, host: host, now: now(), mark: health.answerMark(of: host)) {
         case .pass:
+            return .execute
+        case .closedByAnswer:
+            decisions.emit(.closed(host: host))
+            task.annotate("circuit-breaker", "closed the circuit for \(host): it answered a probe")
             return .execute
         case .probe:
             // The probe must hear the server itself: it never listens to another's transfer.
@@ -147,11 +184,40 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
         }
     }
 
-    /// Counts the outcome against its host's circuit.
+    /// Remembers the attempt's verdict for the task's end; a probe's attempt decides at once.
     public func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
         guard !policy.exempts(task.originalRequest) else { return }
         let host = URLOrigin(task.request.url)?.description ?? ""
-        switch storage.outcome(of: task.id, host: host, failed: policy.isFailure(outcome), now: now()) {
+        let transition = storage.attemptEnded(
+            task.id, host: host, verdict: verdict(of: outcome), now: now(), mark: health.answerMark(of: host))
+        report(transition, host: host, task: task)
+    }
+
+    /// `true`: the breaker counts a task when it ends.
+    public var observesEnds: Bool { true }
+
+    /// Counts the task against its host's circuit by its last attempt's verdict; a task cancelled
+    /// by its caller, or refused before any attempt ended, counts for nothing.
+    public func observeEnd(of task: URLTask, error: (any Error)?) {
+        guard !policy.exempts(task.originalRequest) else { return }
+        let cancelled = (error as? URLError)?.code == .cancelled || error is CancellationError
+        let host = URLOrigin(task.request.url)?.description ?? ""
+        let transition = storage.taskEnded(task.id, host: host, cancelled: cancelled, now: now(), mark: health.answerMark(of: host))
+        report(transition, host: host, task: task)
+    }
+
+    /// A failure, a pause (`429`/`503` with `Retry-After`), or a success.
+    private func verdict(of outcome: URLTaskOutcome) -> CircuitBreakerStateMachine.Verdict {
+        if case .response(let response) = outcome, response.statusCode == 429 || response.statusCode == 503,
+            RetryAfter(response: response) != nil
+        {
+            return .pause
+        }
+        return policy.isFailure(outcome) ? .failure : .success
+    }
+
+    private func report(_ transition: CircuitBreakerStateMachine.Transition, host: String, task: URLTask) {
+        switch transition {
         case .none: break
         case .opened(let failures):
             decisions.emit(.opened(host: host, failures: failures, task: task.id))
@@ -159,9 +225,11 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
         case .closed:
             decisions.emit(.closed(host: host))
             task.annotate("circuit-breaker", "closed the circuit for \(host)")
-        case .reopened:
+        case .reopened(let coolDown):
             decisions.emit(.reopened(host: host))
-            task.annotate("circuit-breaker", "reopened the circuit for \(host)")
+            task.annotate(
+                "circuit-breaker",
+                "reopened the circuit for \(host) for \(coolDown.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow)))")
         }
     }
 
@@ -195,10 +263,15 @@ public struct CircuitOpenError: Error, Sendable, CustomStringConvertible, Locali
 }
 
 /// One ``CircuitBreakerStateMachine`` per host, in a ``HostTable`` (idle circuits forgotten, at
-/// most ``CircuitBreaker/Policy/maximumHosts`` kept), behind a lock.
-final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` is guarded by `lock`.
+/// most ``CircuitBreaker/Policy/maximumHosts`` kept), and the last attempt's verdict of each task
+/// in flight (what its end is counted by), behind a lock.
+final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` and `verdicts` are guarded by `lock`.
+    typealias Machine = CircuitBreakerStateMachine
+
     private let lock = NSLock()
-    private var circuits: HostTable<CircuitBreakerStateMachine>
+    private var circuits: HostTable<Machine>
+    /// Each task's last attempt verdict and host, until the task ends.
+    private var verdicts: [URLTask.ID: (host: String, verdict: Machine.Verdict)] = [:]
     private let policy: CircuitBreaker.Policy
 
     init(policy: CircuitBreaker.Policy) {
@@ -206,29 +279,42 @@ final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` is guard
         self.circuits = HostTable(capacity: policy.maximumHosts)
     }
 
-    private func fresh() -> CircuitBreakerStateMachine {
-        CircuitBreakerStateMachine(
-            failureThreshold: policy.failureThreshold, window: policy.window, coolDown: policy.coolDown, probeTimeout: policy.probeTimeout)
+    private func fresh() -> Machine {
+        Machine(
+            failureThreshold: policy.failureThreshold, failureRatio: policy.failureRatio, window: policy.window,
+            coolDown: policy.coolDown, maximumCoolDown: policy.maximumCoolDown, probeTimeout: policy.probeTimeout)
     }
 
-    func requestArrives(_ task: URLTask.ID, host: String, now: ContinuousClock.Instant) -> CircuitBreakerStateMachine.Admission {
+    func requestArrives(_ task: URLTask.ID, host: String, now: ContinuousClock.Instant, mark: UInt64) -> Machine.Admission {
         lock.withLock {
             // A host without a circuit is closed: nothing to record.
             guard circuits[host] != nil else { return .pass }
             return circuits.update(host, now: now, make: fresh) { circuit in
-                let admission = circuit.requestArrives(task, now: now)
+                let admission = circuit.requestArrives(task, now: now, mark: mark)
                 return (!circuit.isIdle(at: now), admission)
             }
         }
     }
 
-    func outcome(of task: URLTask.ID, host: String, failed: Bool, now: ContinuousClock.Instant) -> CircuitBreakerStateMachine.Transition {
+    func attemptEnded(
+        _ task: URLTask.ID, host: String, verdict: Machine.Verdict, now: ContinuousClock.Instant, mark: UInt64
+    ) -> Machine.Transition {
         lock.withLock {
-            // A success for a host without a circuit changes nothing: nothing to record.
-            guard failed || circuits[host] != nil else { return .none }
-            return circuits.update(host, now: now, make: fresh) { circuit in
-                let transition = circuit.outcome(of: task, failed: failed, now: now)
-                // A closed circuit without recent failures is the default: forget it.
+            verdicts[task] = (host, verdict)
+            guard circuits[host] != nil else { return .none }
+            return circuits.updateIfPresent(host) { $0.attemptEnded(task, verdict: verdict, now: now, mark: mark) } ?? .none
+        }
+    }
+
+    func taskEnded(_ task: URLTask.ID, host: String, cancelled: Bool, now: ContinuousClock.Instant, mark: UInt64) -> Machine.Transition {
+        lock.withLock {
+            guard let last = verdicts.removeValue(forKey: task), !cancelled else { return .none }
+            // A success for a host without a circuit changes nothing: nothing to record (the
+            // ratio counts from the host's first recent failure).
+            guard last.verdict == .failure || circuits[last.host] != nil else { return .none }
+            return circuits.update(last.host, now: now, make: fresh) { circuit in
+                let transition = circuit.taskEnded(verdict: last.verdict, now: now, mark: mark)
+                // A closed circuit with nothing recent is the default: forget it.
                 return (!circuit.isIdle(at: now), transition)
             }
         }

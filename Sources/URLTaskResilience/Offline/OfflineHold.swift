@@ -29,10 +29,10 @@ import Network
 /// let manager = URLTaskManager(reactors: [OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()])
 /// ```
 /// It is placed `URLTaskPlacement.late` (the manager checks it): before a ``RetryReactor``, which
-/// would otherwise retry these failures itself, and after the observers (a ``CircuitBreaker``
-/// sees the failure before the hold takes it). So these transport errors also count toward
-/// opening the host's circuit: give the breaker an ``CircuitBreaker/Policy/isFailure`` that
-/// ignores these codes if held requests should not open it.
+/// would otherwise retry these failures itself. A ``CircuitBreaker`` in the same stack counts a
+/// held request by how it ends (a request the hold waits out and sends is no failure of its
+/// host; one that expires is), and a probe of the hold that reaches a host closes that host's
+/// circuit (``HostHealth``), so the requests the hold then sends are not refused.
 public final class OfflineHold: URLTaskReactor {
     /// Which failures are held, and how hosts are probed.
     public struct Policy: Sendable {
@@ -108,17 +108,21 @@ public final class OfflineHold: URLTaskReactor {
 
     /// Which failures are held, and how hosts are probed.
     public let policy: Policy
+    /// Where the hold tells the other parts that a host answered its probe.
+    public let health: HostHealth
     /// Per task, held requests may be held again up to ``Policy/maximumHoldsPerTask`` times.
     public let configuration: URLTaskReactorConfiguration
     private let storage: OfflineHoldStorage
 
-    /// A hold for the failures `policy` names.
-    public init(policy: Policy = Policy()) {
+    /// A hold for the failures `policy` names, telling `health` (``HostHealth/shared`` unless you
+    /// isolate it) when a host answers a probe.
+    public init(policy: Policy = Policy(), health: HostHealth = .shared) {
         self.policy = policy
+        self.health = health
         self.configuration = URLTaskReactorConfiguration(
             mode: .perTask(afterwards: .sendAgain), timeout: nil, maximumReactionsPerTask: max(1, policy.maximumHoldsPerTask),
             exempts: policy.exempts)
-        self.storage = OfflineHoldStorage(policy: policy)
+        self.storage = OfflineHoldStorage(policy: policy, health: health)
     }
 
     /// A stream of the hold's decisions; it ends when the hold is released.
@@ -199,8 +203,12 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     private let monitor = NWPathMonitor()
     #endif
 
-    init(policy: OfflineHold.Policy) {
+    /// Told when a host answers a probe.
+    private let health: HostHealth
+
+    init(policy: OfflineHold.Policy, health: HostHealth) {
         self.policy = policy
+        self.health = health
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = policy.probeTimeoutInterval
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
@@ -302,6 +310,8 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         request.httpMethod = "HEAD"
         let answered = await ProbeRequest.answered(request, session: probeSession)
         if answered {
+            // First, so that a breaker asked about the released requests knows the host is back.
+            health.hostAnswered(host)
             let released: [Held] = lock.withLock {
                 probers[host] = nil
                 targets[host] = nil

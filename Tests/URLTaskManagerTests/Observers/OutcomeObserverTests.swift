@@ -168,16 +168,18 @@ final class OutcomeObserverTests: XCTestCase {
         XCTAssertEqual(recorder.outcomes.count, 4)
     }
 
-    /// The breaker counts the 503s a retry takes (two requests of two attempts: four failures),
-    /// and the request sent after the fourth answer returned is refused: the caller heard the end
-    /// only once the breaker had counted it, even with a slow failure predicate (50 ms a call).
-    /// No wait on the breaker's events.
-    func testABreakerCountsRetriedFailuresAndRefusesTheNextRequestAtOnce() async throws {
+    /// The breaker counts each task once, when it ends (two requests of two attempts, all 503: two
+    /// failures), and the request sent after the second task's end is refused: the caller heard
+    /// the end only once the breaker had counted it (``URLTaskOutcomeObserver/observeEnd(of:error:)``
+    /// runs before the caller hears it), even with a slow failure predicate (50 ms a call). No wait
+    /// on the breaker's events.
+    func testABreakerCountsEachTaskAtItsEndAndRefusesTheNextRequestAtOnce() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route("/down") { _ in .status(503) }
         let breaker = CircuitBreaker(
-            policy: .init(failureThreshold: 4, window: .seconds(60), coolDown: .seconds(60), isFailure: Self.slowFailure))
+            policy: .init(failureThreshold: 2, window: .seconds(60), coolDown: .seconds(60), isFailure: Self.slowFailure),
+            health: HostHealth())
         let retry = RetryReactor(
             policy: .init(maximumAttempts: 2, backoff: .init(base: .milliseconds(1), maximum: .milliseconds(2), jitter: 0)))
         let manager = URLTaskManager(interceptors: [breaker], reactors: [retry])
@@ -202,23 +204,28 @@ extension OutcomeObserverTests {
         return CircuitBreaker.isServerOrTransportFailure(outcome)
     }
 
-    /// A retry's next attempt waits until the outcome that caused it was observed: the breaker,
-    /// opened by the second 503 (its predicate slow, 50 ms a call), refuses the third attempt
-    /// before it is sent, every time.
+    /// A retry's next attempt waits until the outcome that caused it was observed: the half-open
+    /// circuit's probe comes back 503, the breaker (its predicate slow, 50 ms a call) reopens the
+    /// circuit on that attempt, and refuses the retry's next attempt before it is sent, every time.
     func testARetriedAttemptIsDecidedKnowingTheOutcomeThatCausedIt() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route("/down") { _ in .status(503) }
+        let clock = ResilienceTestKit.ManualClock()
         let breaker = CircuitBreaker(
-            policy: .init(failureThreshold: 2, window: .seconds(60), coolDown: .seconds(60), isFailure: Self.slowFailure))
+            policy: .init(failureThreshold: 1, window: .seconds(60), coolDown: .seconds(60), isFailure: Self.slowFailure),
+            health: HostHealth(), now: { clock.now })
         let retry = RetryReactor(policy: .init(maximumAttempts: 3, backoff: .init(base: .zero, maximum: .zero, jitter: 0)))
         let manager = URLTaskManager(interceptors: [breaker], reactors: [retry])
         defer { manager.invalidateAndCancel() }
 
-        let result = await fetched(manager.session, URLRequest(url: server.url("/down")))
+        let opening = await fetched(manager.session, URLRequest(url: server.url("/down")))
+        XCTAssertEqual(opening.status, 503, "three attempts, then the task's end opened the circuit")
+        clock.advance(by: .seconds(60))
+        let probe = await fetched(manager.session, URLRequest(url: server.url("/down")))
 
-        XCTAssertEqual(result.taskError?.code, .circuitOpen, "\(result.label)")
-        XCTAssertEqual(server.requestCount(path: "/down"), 2)
+        XCTAssertEqual(probe.taskError?.code, .circuitOpen, "\(probe.label)")
+        XCTAssertEqual(server.requestCount(path: "/down"), 4, "three attempts, then the probe's one")
     }
 }
 

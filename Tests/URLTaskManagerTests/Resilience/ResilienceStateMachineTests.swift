@@ -11,35 +11,74 @@ final class ResilienceStateMachineTests: XCTestCase {
 
     func testBreakerOpensAfterThresholdWithinWindowOnly() {
         var machine = breaker()
-        XCTAssertEqual(machine.outcome(of: id(1), failed: true, now: t0), .none)
-        XCTAssertEqual(machine.outcome(of: id(2), failed: true, now: t0 + .seconds(11)), .none, "the first fell out of the window")
-        XCTAssertEqual(machine.outcome(of: id(3), failed: false, now: t0 + .seconds(12)), .none)
-        XCTAssertEqual(machine.outcome(of: id(4), failed: true, now: t0 + .seconds(12)), .none)
-        XCTAssertEqual(machine.outcome(of: id(5), failed: true, now: t0 + .seconds(13)), .opened(failures: 3))
-        XCTAssertEqual(machine.requestArrives(id(6), now: t0 + .seconds(14)), .reject(retryAfter: .seconds(4)))
+        XCTAssertEqual(machine.taskEnded(verdict: .failure, now: t0, mark: 0), .none)
+        XCTAssertEqual(machine.taskEnded(verdict: .failure, now: t0 + .seconds(11), mark: 0), .none, "the first fell out of the window")
+        XCTAssertEqual(machine.taskEnded(verdict: .success, now: t0 + .seconds(12), mark: 0), .none)
+        XCTAssertEqual(machine.taskEnded(verdict: .failure, now: t0 + .seconds(12), mark: 0), .none)
+        XCTAssertEqual(machine.taskEnded(verdict: .failure, now: t0 + .seconds(13), mark: 0), .opened(failures: 3))
+        XCTAssertEqual(machine.requestArrives(id(6), now: t0 + .seconds(14), mark: 0), .reject(retryAfter: .seconds(4)))
     }
 
-    func testBreakerHalfOpenLetsOneProbeThroughAndItsOutcomeDecides() {
+    /// Enough failures, but fewer than the ratio of the tasks that ended: a busy host with a few
+    /// failures stays in use; a pause (`Retry-After`) counts for nothing.
+    func testBreakerOpensOnlyAtTheFailureRatioAndIgnoresPauses() {
+        var machine = breaker(ratio: 0.5)
+        for _ in 0..<4 { XCTAssertEqual(machine.taskEnded(verdict: .success, now: t0, mark: 0), .none) }
+        for _ in 0..<3 { XCTAssertEqual(machine.taskEnded(verdict: .failure, now: t0, mark: 0), .none) }
+        XCTAssertEqual(machine.taskEnded(verdict: .pause, now: t0, mark: 0), .none)
+        XCTAssertEqual(machine.taskEnded(verdict: .failure, now: t0, mark: 0), .opened(failures: 4), "4 of 8 ended tasks failed")
+    }
+
+    func testBreakerHalfOpenLetsOneProbeThroughAndItsOutcomeDecidesWithAGrowingCoolDown() {
         var machine = breaker()
-        for n in 1...3 { _ = machine.outcome(of: id(UInt64(n)), failed: true, now: t0) }
+        for _ in 1...3 { _ = machine.taskEnded(verdict: .failure, now: t0, mark: 0) }
         let later = t0 + .seconds(5)
-        XCTAssertEqual(machine.requestArrives(id(10), now: later), .probe)
-        XCTAssertEqual(machine.requestArrives(id(11), now: later), .reject(retryAfter: .seconds(60)), "one probe at a time")
-        XCTAssertEqual(machine.requestArrives(id(10), now: later), .probe, "the probe requeued passes again")
-        XCTAssertEqual(machine.outcome(of: id(11), failed: true, now: later), .none, "only the probe's outcome counts")
-        XCTAssertEqual(machine.outcome(of: id(10), failed: true, now: later), .reopened)
-        XCTAssertEqual(machine.requestArrives(id(12), now: later + .seconds(5)), .probe)
-        XCTAssertEqual(machine.outcome(of: id(12), failed: false, now: later + .seconds(5)), .closed)
-        XCTAssertTrue(machine.isIdle(at: later + .seconds(5)))
-        XCTAssertEqual(machine.requestArrives(id(13), now: later + .seconds(5)), .pass)
+        XCTAssertEqual(machine.requestArrives(id(10), now: later, mark: 0), .probe)
+        XCTAssertEqual(machine.requestArrives(id(11), now: later, mark: 0), .reject(retryAfter: .seconds(60)), "one probe at a time")
+        XCTAssertEqual(machine.requestArrives(id(10), now: later, mark: 0), .probe, "the probe requeued passes again")
+        XCTAssertEqual(machine.attemptEnded(id(11), verdict: .failure, now: later, mark: 0), .none, "only the probe's outcome counts")
+        XCTAssertEqual(machine.attemptEnded(id(10), verdict: .failure, now: later, mark: 0), .reopened(coolDown: .seconds(10)))
+        XCTAssertEqual(machine.requestArrives(id(12), now: later + .seconds(9), mark: 0), .reject(retryAfter: .seconds(1)))
+        XCTAssertEqual(machine.requestArrives(id(12), now: later + .seconds(10), mark: 0), .probe)
+        XCTAssertEqual(
+            machine.attemptEnded(id(12), verdict: .failure, now: later + .seconds(10), mark: 0), .reopened(coolDown: .seconds(20)))
+        XCTAssertEqual(machine.requestArrives(id(13), now: later + .seconds(30), mark: 0), .probe)
+        XCTAssertEqual(
+            machine.attemptEnded(id(13), verdict: .pause, now: later + .seconds(30), mark: 0), .reopened(coolDown: .seconds(20)),
+            "a pause does not grow the cool-down")
+        XCTAssertEqual(machine.requestArrives(id(14), now: later + .seconds(50), mark: 0), .probe)
+        XCTAssertEqual(machine.attemptEnded(id(14), verdict: .success, now: later + .seconds(50), mark: 0), .closed)
+        XCTAssertTrue(machine.isIdle(at: later + .seconds(50)))
+        XCTAssertEqual(machine.requestArrives(id(15), now: later + .seconds(50), mark: 0), .pass)
+    }
+
+    func testBreakerCoolDownStopsGrowingAtItsMaximum() {
+        var machine = CircuitBreakerStateMachine(
+            failureThreshold: 1, failureRatio: 0, window: .seconds(10), coolDown: .seconds(40), maximumCoolDown: .seconds(60),
+            probeTimeout: .seconds(60))
+        XCTAssertEqual(machine.taskEnded(verdict: .failure, now: t0, mark: 0), .opened(failures: 1))
+        XCTAssertEqual(machine.requestArrives(id(1), now: t0 + .seconds(40), mark: 0), .probe)
+        XCTAssertEqual(machine.attemptEnded(id(1), verdict: .failure, now: t0 + .seconds(40), mark: 0), .reopened(coolDown: .seconds(60)))
+    }
+
+    /// An open circuit closes as soon as the host answered another part's probe (its answer mark
+    /// grew since the circuit opened).
+    func testBreakerClosesWhenTheHostAnsweredAnotherPartsProbe() {
+        var machine = breaker()
+        for _ in 1...3 { _ = machine.taskEnded(verdict: .failure, now: t0, mark: 7) }
+        XCTAssertEqual(machine.requestArrives(id(1), now: t0 + .seconds(1), mark: 7), .reject(retryAfter: .seconds(4)))
+        XCTAssertEqual(machine.requestArrives(id(2), now: t0 + .seconds(1), mark: 8), .closedByAnswer)
+        XCTAssertEqual(machine.requestArrives(id(3), now: t0 + .seconds(1), mark: 8), .pass)
     }
 
     func testBreakerUnansweredProbeIsReplacedAfterProbeTimeout() {
         var machine = breaker()
-        for n in 1...3 { _ = machine.outcome(of: id(UInt64(n)), failed: true, now: t0) }
-        XCTAssertEqual(machine.requestArrives(id(10), now: t0 + .seconds(5)), .probe)
-        XCTAssertEqual(machine.requestArrives(id(11), now: t0 + .seconds(65)), .probe)
-        XCTAssertEqual(machine.outcome(of: id(10), failed: false, now: t0 + .seconds(66)), .none, "the abandoned probe no longer decides")
+        for _ in 1...3 { _ = machine.taskEnded(verdict: .failure, now: t0, mark: 0) }
+        XCTAssertEqual(machine.requestArrives(id(10), now: t0 + .seconds(5), mark: 0), .probe)
+        XCTAssertEqual(machine.requestArrives(id(11), now: t0 + .seconds(65), mark: 0), .probe)
+        XCTAssertEqual(
+            machine.attemptEnded(id(10), verdict: .success, now: t0 + .seconds(66), mark: 0), .none, "the abandoned probe no longer decides"
+        )
     }
 
     // MARK: Token bucket
@@ -94,7 +133,9 @@ final class ResilienceStateMachineTests: XCTestCase {
     private func bucketWaiter(_ n: UInt64) -> TokenBucketStateMachine.Waiter { .init(rawValue: n) }
     private func offline(_ n: UInt64) -> OfflineHoldStateMachine.Waiter { .init(rawValue: n) }
     private func id(_ n: UInt64) -> URLTask.ID { URLTask.ID(rawValue: n) }
-    private func breaker() -> CircuitBreakerStateMachine {
-        CircuitBreakerStateMachine(failureThreshold: 3, window: .seconds(10), coolDown: .seconds(5), probeTimeout: .seconds(60))
+    private func breaker(ratio: Double = 0) -> CircuitBreakerStateMachine {
+        CircuitBreakerStateMachine(
+            failureThreshold: 3, failureRatio: ratio, window: .seconds(10), coolDown: .seconds(5), maximumCoolDown: .seconds(60),
+            probeTimeout: .seconds(60))
     }
 }
