@@ -17,6 +17,9 @@ import FoundationNetworking
 /// - **Every outcome, exactly once**: each final response head and each transport failure that
 ///   ends an attempt before its head, every attempt included (the 503 a `RetryReactor`
 ///   retries, the 401 a refresh takes): an observer needs no placement among the reactors.
+/// - **Each task's end, for the observers that ask** (``observesEnds``): told once, after the
+///   task's outcomes, with what its caller receives (``observeEnd(of:error:)``), so a part can
+///   judge a host by what callers finally get rather than by attempts another part took over.
 /// - **Off URLSession's queue, in order**: observers run one outcome at a time, in the order the
 ///   outcomes arrived, on a serial queue of the manager's own, never on the queue corelibs runs
 ///   every session's callbacks on. A slow observer delays the tasks of its own manager only

@@ -66,11 +66,21 @@ final class RecommendedStackTests: XCTestCase {
     }
 
     /// A 2 s outage: three GETs made while the backend is down (timeout 10 s) end 200 within 2.5 s
-    /// of its return, and a GET made 0.5 s after the return ends 200. Before: all three failed at
-    /// once with `circuitOpen` in a new user's app, and the GET after the return too; with the
-    /// circuit closed beforehand, the hold kept them, the breaker counted the hold's failures and
-    /// refused them when the host was back.
+    /// of its return, and a GET made 0.5 s after the return ends 200. (0.3 passed this script,
+    /// the circuit closed beforehand and three failures under its threshold of 5; the issue's
+    /// failure came with more requests: see the next test.)
     func testThreeGETsMadeDuringAShortOutageEndAfterItAsTheyWouldHaveBefore() async throws {
+        try await outage(gets: 3)
+    }
+
+    /// The same outage with six GETs: all end 200 within 2.5 s of the return, and the GET after
+    /// it too. Before: the hold kept them, the breaker counted the hold's six connection failures,
+    /// opened for 30 s, and refused the six held requests and the later GET with the server back.
+    func testSixGETsMadeDuringAShortOutageAreNotRefusedWhenTheHostIsBack() async throws {
+        try await outage(gets: 6)
+    }
+
+    private func outage(gets: Int) async throws {
         let tokens = try OAuthServer(access: "good")
         defer { tokens.shutdown() }
         let first = try LoopbackServer()
@@ -80,7 +90,7 @@ final class RecommendedStackTests: XCTestCase {
         first.route("/up") { _ in .text("up") }
         let warm = await fetched(manager.session, URLRequest(url: first.url("/up")))
         XCTAssertEqual(warm.status, 200)
-        let urls = (1...3).map { first.url("/item/\($0)") }
+        let urls = (1...gets).map { first.url("/item/\($0)") }
         let late = first.url("/item/late")
         first.shutdown()
 
@@ -109,7 +119,7 @@ final class RecommendedStackTests: XCTestCase {
         }
         XCTAssertEqual(after.text, "/item/late", after.label)
         for end in ends { XCTAssertLessThan(end, .milliseconds(2_500), "ended \(end) after the return") }
-        if ParityLog.isVerbose { print("[stack] 2 s outage: held GETs ended \(ends) after the return; the later GET: \(after.label)") }
+        if ParityLog.isVerbose { print("[stack] 2 s outage, \(gets) GETs: held GETs ended \(ends) after the return; the later GET: \(after.label)") }
     }
 
     /// The breaker still protects: alone, with its defaults, facing a host that answers 500 to
