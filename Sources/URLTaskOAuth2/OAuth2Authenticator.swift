@@ -247,15 +247,29 @@ public actor OAuth2Authenticator {
     /// Waits for a refresh in flight rather than return the token it replaces, and renews a
     /// token that expires within ``refreshLeeway`` first (one refresh for all callers).
     /// Throws the refresh's error, or the rejection that ended the session.
+    ///
+    /// A refresh that could not connect to the token endpoint (its host refused the
+    /// connection, could not be resolved, or the device is offline) is not thrown: the
+    /// credential held, stale or about to be, is returned, so the request goes out and meets the
+    /// outage as any request to an unreachable host does. If its own host is down too, it fails
+    /// with that host's `URLError`, which an `OfflineHold` holds until a probe reaches the host
+    /// and then sends again (through the ``BearerInterceptor``, which refreshes then, once for
+    /// every request sent again); if its host is up, the server answers 401 and the
+    /// ``OAuth2RefreshReactor`` tries the refresh again. Such a failure starts no
+    /// ``refreshBackoff``: the first request after the endpoint answers again refreshes.
     public func validCredential() async throws -> (credential: OAuth2Credential, version: Int)? {
         try await ensureLoaded()
-        if let refreshing { _ = try await wait(for: refreshing) }
-        try throwIfRejected()
-        guard let credential else { return nil }
-        let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
-        if credential.isExpired(within: leeway) {
-            try throwIfBackingOff()
-            _ = try await wait(for: startRefresh())
+        do {
+            if let refreshing { _ = try await wait(for: refreshing) }
+            try throwIfRejected()
+            guard let credential else { return nil }
+            let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
+            if credential.isExpired(within: leeway) {
+                try throwIfBackingOff()
+                _ = try await wait(for: startRefresh())
+            }
+        } catch  where RefreshFailureStateMachine.isUnreachable(error) && failures.rejection == nil && credential != nil {
+            // The token endpoint could not be reached: send what is held (see above).
         }
         return self.credential.map { ($0, storedVersion) }
     }
@@ -456,6 +470,7 @@ public actor OAuth2Authenticator {
                 throw error
             }
             let requiresSignIn = (error as? OAuth2Error)?.requiresSignIn == true
+            // A connectivity failure starts no back-off: the state machine tells them apart.
             if case .report(let first) = failures.refreshFailed(error, requiresSignIn: requiresSignIn, at: .now) {
                 reportFailure(first)
             }
