@@ -5,13 +5,15 @@ import URLTaskManager
 /// refresh may start, and when the failure hook is told.
 ///
 /// ```
-///  healthy ─refused─> backingOff(until) ─refused─> backingOff(later)
-///   ^  ^ │                 │   ^   │
-///   │  │ └─could not connect─┐ │   └─failed (requires sign-in)─> rejected
-///   │  │                   v v │
-///   │  │              unreachable ─could not connect─> unreachable
-///   │  └───succeeded (from backingOff or unreachable)
-///   └──────credential replaced (sign-in, sign-out) from any state
+///  healthy ──refused──> backingOff(until) ──refused, after it──> backingOff(later)
+///     │                    │         ^
+///     │          could not connect   refused
+///     │                    v         │
+///     └──could not connect──> unreachable ──could not connect──> unreachable
+///
+///  healthy, backingOff, unreachable ──failed (requires sign-in)──> rejected
+///  backingOff, unreachable ──succeeded──> healthy
+///  any state ──credential replaced (sign-in, sign-out)──> healthy
 /// ```
 /// A failure episode runs from the first failed refresh to the next success or credential
 /// change. A refusal (the endpoint answered, but not with a token: a 5xx, a garbage answer, a
@@ -25,7 +27,7 @@ import URLTaskManager
 /// refused the connection, could not be resolved, or the device is offline) is no refusal:
 /// the endpoint said nothing, and the first refresh after it comes back must go out. It puts
 /// the machine in `unreachable`, which starts no back-off (every task that needs a refresh may
-/// try, each try costing a connection attempt that fails at once) and fails no task: the
+/// try, each try costing a connection attempt that usually fails at once) and fails no task: the
 /// authenticator lets the task go with the credential it holds, to meet the outage as any
 /// request to an unreachable host does (an `OfflineHold` holds it). An unreachable endpoint
 /// ends a back-off that was running: the refusal is no longer the latest news.
@@ -98,13 +100,6 @@ struct RefreshFailureStateMachine {
         case .rejected(let error): return .fail(error)
         case .unreachable: return .start
         }
-    }
-
-    /// Whether the last refresh could not reach the token endpoint (and nothing succeeded,
-    /// was refused or replaced the credential since).
-    var isUnreachable: Bool {
-        if case .unreachable = state { return true }
-        return false
     }
 
     /// The refresh of the current credential failed at `now` with `error`; `requiresSignIn`
