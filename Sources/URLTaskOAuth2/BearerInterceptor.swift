@@ -9,16 +9,25 @@ import URLTaskManager
 /// The token is read from the authenticator on every send, including resends, so a requeued
 /// task carries the token that replaced the one it was refused with. A token that expires
 /// within the authenticator's ``OAuth2Authenticator/refreshLeeway`` is renewed first: the
-/// requests that need it all wait for that one refresh and none is sent with the old token.
+/// requests that need it all wait for that one refresh and none is sent with the old token
+/// (unless the token endpoint cannot be reached at all: see below).
 ///
 /// An existing `Authorization` header on a request for one of the origins is replaced while
 /// signed in, and left alone while signed out.
 ///
-/// When the token cannot be had (the refresh failed, or was rejected earlier), the task fails
+/// When the token cannot be had (the refresh was refused, or rejected earlier), the task fails
 /// exactly as the tasks whose 401 triggered a refresh that failed, naming
 /// ``OAuth2RefreshReactor``, so one `catch` handles both: a `URLTaskError` coded
 /// `URLTaskError.Code.authenticationFailed` carrying the ``OAuth2Error``, or
-/// the `URLError` itself when the token endpoint could not be reached.
+/// the `URLError` itself when the token request timed out.
+///
+/// When the refresh could not connect to the token endpoint at all (refused or lost
+/// connection, unresolvable host, offline), the task is not failed here: it is sent with the
+/// token it has (see ``OAuth2Authenticator/validCredential()``) and meets the outage as any
+/// request: if its host is down too, it fails with that `URLError`, which an `OfflineHold`
+/// holds and sends again through this interceptor (which then refreshes, once for every task
+/// sent again) when a probe reaches the host; if its host is up, a 401 brings the
+/// ``OAuth2RefreshReactor`` in.
 ///
 /// Pair it with an ``OAuth2RefreshReactor`` on the same authenticator; use one pair per
 /// credential (two backends with their own tokens are two pairs in one manager).

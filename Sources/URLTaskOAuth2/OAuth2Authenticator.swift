@@ -50,18 +50,30 @@ import FoundationNetworking
 /// - A refresh that fails because the server rejected the refresh token (`invalid_grant`, see
 ///   ``OAuth2Error/requiresSignIn``) is final: `onRefreshFailure` is called once, and every
 ///   request for these origins then fails at once with the same error, without touching the
-///   network, until ``signIn(_:)``. Other failures (the token endpoint unreachable, a 5xx, a
-///   client configuration error such as `invalid_client`, see
-///   ``OAuth2Error/isConfigurationError``) are tried again by the first request that needs a
-///   token once ``refreshBackoff`` has passed, so a fix on the server's side is picked up
-///   without a relaunch; until then, requests that need a refresh fail at once with the same
-///   error, without a token request (an endpoint failing fast would otherwise be asked once
-///   per arriving request).
+///   network, until ``signIn(_:)``. Other refusals (a 5xx, an answer that is no token, a token
+///   request that timed out waiting for a hung endpoint, a client configuration error such as
+///   `invalid_client`, see ``OAuth2Error/isConfigurationError``) are tried again by the first
+///   request that needs a token once ``refreshBackoff`` has passed, so a fix on the server's
+///   side is picked up without a relaunch; until then, requests that need a refresh fail at
+///   once with the same error, without a token request (an endpoint failing fast would
+///   otherwise be asked once per arriving request).
+/// - A token endpoint that cannot be reached at all (the connection is refused or lost, its
+///   host cannot be resolved, the device is offline: `URLError` `cannotConnectToHost`,
+///   `cannotFindHost`, `dnsLookupFailed`, `notConnectedToInternet`, `networkConnectionLost`) is
+///   an outage, not a refusal: it starts no back-off, and the requests that need the token are
+///   sent with the credential held (see ``validCredential()``), to meet the outage as any
+///   request does. With an `OfflineHold` in the stack they are held while their host is down
+///   and sent again, with a token refreshed once, when it answers; without one they fail with
+///   the `URLError`. The first request after the endpoint is back refreshes: token lifetime
+///   2 s, backend and token endpoint down 2 s from the expiry, the three GETs made meanwhile and
+///   GETs 0.5 s and 1.5 s after the return all end 200 with one refresh (they failed with the
+///   stale `URLError` until the back-off ended).
 /// - `onRefreshFailure` runs on a task of its own and nobody waits for it: the requests
 ///   waiting for the refresh fail as soon as the token endpoint's answer arrives, even while the
 ///   hook is still showing a sign-in screen. It is called once per failure episode: at the
-///   first failed refresh after a success or a sign-in, and again only if a later one in the
-///   same episode requires signing in (see `RefreshFailureStateMachine`).
+///   first failed refresh after a success or a sign-in (an unreachable endpoint included:
+///   once, however many requests try it during the outage), and again only if a later one in
+///   the same episode requires signing in (see `RefreshFailureStateMachine`).
 /// - Signing in or out while a refresh is in flight wins: the refresh's result is dropped.
 /// - Writes to the store happen one at a time, in the order of the changes they record, so the
 ///   store ends up holding what the last change made even when a slow `save` (a Keychain write)
@@ -92,9 +104,15 @@ public actor OAuth2Authenticator {
     /// How long before its expiry a token is renewed instead of sent.
     public nonisolated let refreshLeeway: Duration
 
-    /// How long after a failed refresh (one that does not require signing in) requests that
-    /// need a new token fail at once with that failure's error instead of asking the token
-    /// endpoint again. The first request after it tries again.
+    /// How long after a refused refresh (one that does not require signing in: a 5xx, an answer
+    /// that is no token, a timeout, a configuration error) requests that need a new token fail
+    /// at once with that failure's error instead of asking the token endpoint again. The first
+    /// request after it tries again.
+    ///
+    /// A token endpoint that could not be reached at all (no connection: refused, lost,
+    /// unresolvable host, offline) starts no back-off: that says nothing about what the
+    /// endpoint would answer, and the first request after it is back must reach it. Those
+    /// requests go out with the credential held instead (see ``validCredential()``).
     public nonisolated let refreshBackoff: Duration
 
     /// The ``refreshBackoff`` unless you pass another: long enough that a storm of requests
@@ -158,8 +176,9 @@ public actor OAuth2Authenticator {
     ///     bearer token nor held behind a refresh, even if they go through the manager.
     ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
     ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
-    ///   - refreshBackoff: After a failed refresh, requests that need a new token fail with its
-    ///     error for this long without asking the token endpoint (``defaultRefreshBackoff``).
+    ///   - refreshBackoff: After a refused refresh, requests that need a new token fail with its
+    ///     error for this long without asking the token endpoint (``defaultRefreshBackoff``); an
+    ///     endpoint that could not be reached starts none.
     ///   - onRefreshFailure: Called once per failure episode (and when a refreshed credential
     ///     could not be saved): the place to show a sign-in screen. It runs on a task of its own;
     ///     the requests waiting for the refresh fail without waiting for it, so it may take as
@@ -193,7 +212,9 @@ public actor OAuth2Authenticator {
     ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
     ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
     ///   - refreshBackoff: After a failed refresh, requests that need a new token fail with its
-    ///     error for this long without calling `refresh` (``defaultRefreshBackoff``).
+    ///     error for this long without calling `refresh` (``defaultRefreshBackoff``); a
+    ///     `refresh` that throws a `URLError` saying it could not connect (see
+    ///     ``refreshBackoff``) starts none.
     ///   - isTokenRequest: The requests `refresh` sends, if it sends them through a manager
     ///     that uses this authenticator: they are then neither given the token nor held.
     ///   - onRefreshFailure: Called once per failure episode, on a task of its own, as for
@@ -247,15 +268,30 @@ public actor OAuth2Authenticator {
     /// Waits for a refresh in flight rather than return the token it replaces, and renews a
     /// token that expires within ``refreshLeeway`` first (one refresh for all callers).
     /// Throws the refresh's error, or the rejection that ended the session.
+    ///
+    /// A refresh that could not connect to the token endpoint (its host refused the
+    /// connection, could not be resolved, or the device is offline) is not thrown: the
+    /// credential held, stale or about to be, is returned, so the request goes out and meets the
+    /// outage as any request to an unreachable host does. If its own host is down too, it fails
+    /// with that host's `URLError`, which an `OfflineHold` holds until a probe reaches the host
+    /// and then sends again (through the ``BearerInterceptor``, which refreshes then, once for
+    /// every request sent again); if its host is up, the server answers 401 and the
+    /// ``OAuth2RefreshReactor`` tries the refresh again. Such a failure starts no
+    /// ``refreshBackoff``: the first request after the endpoint answers again refreshes.
     public func validCredential() async throws -> (credential: OAuth2Credential, version: Int)? {
         try await ensureLoaded()
-        if let refreshing { _ = try await wait(for: refreshing) }
-        try throwIfRejected()
-        guard let credential else { return nil }
-        let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
-        if credential.isExpired(within: leeway) {
-            try throwIfBackingOff()
-            _ = try await wait(for: startRefresh())
+        do {
+            if let refreshing { _ = try await wait(for: refreshing) }
+            try throwIfRejected()
+            guard let credential else { return nil }
+            let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
+            if credential.isExpired(within: leeway) {
+                try throwIfBackingOff()
+                _ = try await wait(for: startRefresh())
+            }
+        } catch {
+            // The token endpoint could not be reached: send what is held (see above).
+            guard RefreshFailureStateMachine.isUnreachable(error), failures.rejection == nil, credential != nil else { throw error }
         }
         return self.credential.map { ($0, storedVersion) }
     }
@@ -285,6 +321,10 @@ public actor OAuth2Authenticator {
     /// Renews the credential because a request sent with version `sentVersion` was refused,
     /// unless it has changed since (then the request should simply be sent again) or a refresh
     /// is already in flight (then this waits for it).
+    ///
+    /// Throws the refresh's error, a token endpoint that could not be reached included (the
+    /// refused request cannot be sent again with the token the server just refused); that
+    /// failure starts no ``refreshBackoff``, so the next 401 tries again.
     public func refresh(ifUnchangedSince sentVersion: Int) async throws {
         try await ensureLoaded()
         if let refreshing {
@@ -456,6 +496,7 @@ public actor OAuth2Authenticator {
                 throw error
             }
             let requiresSignIn = (error as? OAuth2Error)?.requiresSignIn == true
+            // A connectivity failure starts no back-off: the state machine tells them apart.
             if case .report(let first) = failures.refreshFailed(error, requiresSignIn: requiresSignIn, at: .now) {
                 reportFailure(first)
             }

@@ -11,6 +11,9 @@ import URLTaskManager
 /// `URLTaskError.Code.reactorFailed`, the authenticator's
 /// `onRefreshFailure` is called once for the failure episode, and 401s that arrive within its
 /// ``OAuth2Authenticator/refreshBackoff`` fail the same way without another token request.
+/// A token endpoint that could not be reached (refused or lost connection, unresolvable host,
+/// offline) fails the waiting requests with its `URLError` but starts no back-off: the next
+/// 401 tries the refresh again, so the first one after the endpoint is back gets a token.
 ///
 /// It only takes 401s to requests the ``BearerInterceptor`` gave this authenticator's token
 /// to: a 401 from another host, or to a request sent while signed out, reaches the caller as
