@@ -55,6 +55,9 @@ final class SharingIdentityTests: XCTestCase {
         storage.setCookie(cookie("alice", for: url))
         let alice = Task { await fetched(manager.session, URLRequest(url: url)) }
         try await events.wait("alice sent") { if case .started = $0 { return true } else { return false } }
+        // Her request reached the server, so her inner task was made with her cookie (a change
+        // before that would have sent bob's, as a plain session would).
+        _ = try await server.waitForRequests(path: "/me", count: 1)
         storage.setCookie(cookie("bob", for: url))
         let bob = Task { await fetched(manager.session, URLRequest(url: url)) }
         try await events.wait("bob sent or joined", count: 2) {
