@@ -255,7 +255,7 @@ enum CorelibsPlatform: PlatformSupport {
     /// (`_HTTPURLProtocol.configureEasyHandle(for:body:)`). Where corelibs would trap (NaN,
     /// infinity) there is no timeout.
     static func idleTimeout(of request: URLRequest, sessionDefault: TimeInterval) -> Duration? {
-        let isSet = Mirror(reflecting: request).children.first { $0.label == "isTimeoutIntervalSet" }?.value as? Bool ?? true
+        let isSet = Reflection.storedBool("isTimeoutIntervalSet", of: request) ?? true
         let seconds = (isSet ? request.timeoutInterval : sessionDefault).rounded(.towardZero)
         guard seconds.isFinite else { return nil }
         return .seconds(Int64(max(0, min(seconds, SharedTransfers.innerTimeout))))
