@@ -103,6 +103,12 @@ extension PerRequestInterceptor: URLTaskOutcomeObserver where Wrapped: URLTaskOu
         guard task.policy?.adds(Wrapped.self) == true else { return }
         wrapped.observeEnd(of: task, error: error)
     }
+
+    /// The wrapped observer's, for a request that adds `Wrapped`.
+    public func observeJoinedTransfer(of task: URLTask) {
+        guard task.policy?.adds(Wrapped.self) == true else { return }
+        wrapped.observeJoinedTransfer(of: task)
+    }
 }
 
 /// A wrapped observer stays one, told the outcomes of the requests that add it, as the reactor
@@ -121,6 +127,12 @@ extension PerRequestReactor: URLTaskOutcomeObserver where Wrapped: URLTaskOutcom
     public func observeEnd(of task: URLTask, error: (any Error)?) {
         guard task.policy?.adds(Wrapped.self) == true else { return }
         wrapped.observeEnd(of: task, error: error)
+    }
+
+    /// The wrapped observer's, for a request that adds `Wrapped`.
+    public func observeJoinedTransfer(of task: URLTask) {
+        guard task.policy?.adds(Wrapped.self) == true else { return }
+        wrapped.observeJoinedTransfer(of: task)
     }
 }
 

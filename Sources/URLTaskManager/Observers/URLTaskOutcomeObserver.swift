@@ -65,6 +65,12 @@ public protocol URLTaskOutcomeObserver: Sendable {
     /// finally get (a circuit breaker) decides here, on the last outcome it was told of for this
     /// task, and ignores the attempts another part took over.
     func observeEnd(of task: URLTask, error: (any Error)?)
+
+    /// Told that `task`'s attempt sends nothing: it joined the transfer of an identical request
+    /// (``TransferSharing``) and will receive that transfer's answer as its outcome. On the same
+    /// queue as the outcomes, before this attempt's outcome. For a part that counts what goes on
+    /// the wire (a rate limiter gives the attempt's token back). Does nothing unless implemented.
+    func observeJoinedTransfer(of task: URLTask)
 }
 
 extension URLTaskOutcomeObserver {
@@ -73,6 +79,9 @@ extension URLTaskOutcomeObserver {
 
     /// Nothing.
     public func observeEnd(of task: URLTask, error: (any Error)?) {}
+
+    /// Does nothing: most observers count outcomes, and a joined attempt has one as any other.
+    public func observeJoinedTransfer(of task: URLTask) {}
 }
 
 /// A manager's observers and the serial queue they run on; `nil` in a pipeline without any, so
@@ -111,6 +120,14 @@ final class OutcomeObservers: Sendable {
 
     /// Tells every observer of `outcome` on the manager's queue, after the outcomes told before,
     /// then calls `observed`.
+    /// Tells every observer, on the manager's queue, that `task`'s attempt joined a shared
+    /// transfer. Nothing waits for it: the attempt's outcome is queued after it.
+    func observeJoinedTransfer(of task: URLTask) {
+        enqueue { [observers] in
+            for observer in observers { observer.observeJoinedTransfer(of: task) }
+        }
+    }
+
     func observe(_ outcome: URLTaskOutcome, of task: URLTask, observed: @escaping @Sendable () -> Void) {
         enqueue { [observers] in
             for observer in observers { observer.observe(outcome, of: task) }

@@ -68,7 +68,9 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         self.additionalHeaders = additionalHeaders
         self.transport = Transport(configuration: transportConfiguration)
         self.sharing = interceptors.lazy.compactMap { ($0 as? any TransferSharingInterceptor)?.transferSharing }.first?
-            .makeSharedTransfers(cookies: CookieJar(transportConfiguration))
+            .makeSharedTransfers(
+                cookies: CookieJar(transportConfiguration), sessionTimeout: transportConfiguration.timeoutIntervalForRequest,
+                runtime: runtime)
     }
 
     deinit {
@@ -128,7 +130,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
             perform(lifecycle.withLock { $0.transferStarted() })
             return started(.success(task))
         }
-        let transfer = sharing.start(share, events: events, starter: self) { events in
+        let transfer = sharing.start(share, events: events, starter: self) { request, events in
             transport.start(request, body: body, events: events)
         }
         perform(lifecycle.withLock { $0.transferStarted() })

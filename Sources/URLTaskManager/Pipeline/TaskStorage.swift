@@ -852,6 +852,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
                 // It uses no connection of its own: the slot goes to the next task.
                 engine.tell(engine.withLock { EngineStorage.admit($0.admission.transferEnded(id), in: &$0) })
                 observer?.joinedSharedTransfer(of: leader, attempt: attempt)
+                // Nor anything on the wire: a part that counts what is sent (a rate limiter) hears it.
+                outcomeObservers?.observeJoinedTransfer(of: task)
             }
         }
     }

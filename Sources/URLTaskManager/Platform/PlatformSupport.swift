@@ -78,6 +78,15 @@ protocol PlatformSupport {
     /// shows it: checked against the prediction when a shared transfer starts.
     static func cookieHeaderSent(by task: URLSessionTask) -> SentCookie
 
+    /// How long `request` may go without progress before the inner session fails it with
+    /// `URLError.timedOut`, in a session whose `timeoutIntervalForRequest` is `sessionDefault`;
+    /// `nil` for never. What a listener of a shared transfer is timed by: the transfer itself is
+    /// sent with no timeout of its own (``SharedTransfers``).
+    static func idleTimeout(of request: URLRequest, sessionDefault: TimeInterval) -> Duration?
+
+    /// The error the inner session fails a request with when its idle timeout passes.
+    static func idleTimeoutError(url: URL?) -> URLError
+
     // MARK: Header fields
 
     /// The spelling `setValue(_:forHTTPHeaderField:)` stores `name` under.

@@ -19,6 +19,14 @@ import FoundationNetworking
 /// retries included, so the retried request waits for the pause too. The manager finds the
 /// observer in the interceptor: it goes in the interceptors only.
 ///
+/// Only what goes on the wire is charged. A request that joins an identical request's transfer
+/// (``CoalescingInterceptor``) sends nothing: whether it does is decided after every interceptor,
+/// at the send, so it takes its token here and the limiter gives it back as it joins
+/// (`URLTaskOutcomeObserver/observeJoinedTransfer(of:)`), releasing the next request in line.
+/// With `rate: 20, burst: 10`, 20 identical concurrent GETs of a 300 ms answer reach the server
+/// once and all end in about 0.3 s (before: 3 server hits, 1 s), and the bucket is as full
+/// afterwards as if one request had gone.
+///
 /// ```swift
 /// let limiter = RateLimiter(policy: .init(rate: 10, burst: 5))
 /// let manager = URLTaskManager(interceptors: [limiter], reactors: [RetryReactor()])
@@ -132,6 +140,8 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
         }
         switch turn {
         case .go(let waited):
+            // Given back if this attempt turns out to send nothing (``observeJoinedTransfer(of:)``).
+            task.attemptValues[TokenTaken.self] = TokenTaken.Value(limiter: ObjectIdentifier(storage), host: host)
             if waited {
                 let waitedFor = started.duration(to: .now)
                 decisions.emit(.released(task: id, host: host, waited: waitedFor))
@@ -159,9 +169,24 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
         task.annotate("rate-limit", "paused \(host) for \(duration) after \(response.statusCode)")
     }
 
+    /// The attempt joined an identical request's transfer and sends nothing: its token goes back.
+    public func observeJoinedTransfer(of task: URLTask) {
+        guard let taken = task.attemptValues[TokenTaken.self], taken.limiter == ObjectIdentifier(storage) else { return }
+        storage.refund(host: taken.host)
+        task.annotate("rate-limit", "token given back: joined an identical request's transfer")
+    }
+
     /// `URLTaskPlacement.last`: a request takes a token once no other interceptor will hold,
     /// answer or refuse it.
     public var interceptorPlacement: URLTaskPlacement { .last }
+}
+
+/// The token an attempt took, and from which limiter and host: given back if it sends nothing.
+private enum TokenTaken: URLTaskValueKey {
+    struct Value: Sendable {
+        let limiter: ObjectIdentifier
+        let host: String
+    }
 }
 
 /// Why a request was failed without being sent: too many requests already wait for its host.
@@ -286,6 +311,19 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
             try? await Task.sleep(until: instant, clock: .continuous)
             self?.tick(host, armedAt: instant)
         }
+    }
+
+    /// A token of `host`'s goes back (``TokenBucketStateMachine/refund(now:)``). A bucket already
+    /// forgotten had refilled: a new one starts full.
+    func refund(host: String) {
+        let now = ContinuousClock.now
+        let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = lock.withLock {
+            guard let action = buckets.updateIfPresent(host, { $0.refund(now: now) }) else { return ([], nil) }
+            let released = action.released.compactMap { waiting.removeValue(forKey: $0) }
+            return (released, action.wakeAt.flatMap { arm(host, at: $0) })
+        }
+        for continuation in released { continuation.resume(returning: .go(waited: true)) }
+        if let wake { schedule(host, at: wake) }
     }
 
     private func tick(_ host: String, armedAt instant: ContinuousClock.Instant) {

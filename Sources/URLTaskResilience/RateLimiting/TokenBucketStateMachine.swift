@@ -101,6 +101,16 @@ struct TokenBucketStateMachine: HostState {
         return TickAction(released: released, wakeAt: nextWake(now))
     }
 
+    /// A request that took a token sent nothing (it joined an identical request's transfer): the
+    /// token goes back (up to `burst`; not during a pause, which spends the burst) and the
+    /// requests whose turn that makes are released, as by ``tick(now:)``.
+    mutating func refund(now: Instant) -> TickAction {
+        refill(now)
+        resumeIfPauseEnded(now)
+        if case .flowing = state { tokens = min(burst, tokens + 1) }
+        return tick(now: now)
+    }
+
     /// The server asked for a pause of `duration`: nothing goes before then (a longer pause
     /// already in force stays). Returns when the waiting requests should be looked at again.
     mutating func pause(for duration: Duration, now: Instant) -> Instant? {

@@ -115,7 +115,7 @@ final class PipelineModelTests: XCTestCase {
         static let noHeaders = AdditionalHeaders.split(URLSessionConfiguration.ephemeral).0
         /// The real sharing of transfers, in a scenario that shares; `X-Model-Task` never tells
         /// requests apart, and a small late-join limit makes some answers stop being replayed.
-        let sharing: SharedTransfers?
+        private(set) var sharing: SharedTransfers?
 
         init(scenario: Scenario, seed: UInt64) {
             self.scenario = scenario
@@ -140,13 +140,13 @@ final class PipelineModelTests: XCTestCase {
                     reactor: ModelReactor(index: index, spec: spec, exempt: exemptions.map { $0[index] }),
                     component: .init(kind: .reactor, index: index, name: "R\(index)"))
             }
+            engineStorage = EngineStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
             sharing =
                 scenario.sharing
                 ? SharedTransfers(
                     configuration: .init(headersThatNeverIdentifyACaller: ["x-model-task"], lateJoinLimit: 8),
-                    cookies: CookieJar(.ephemeral), decisions: DecisionEvents<CoalescingInterceptor.Event>())
+                    cookies: CookieJar(.ephemeral), runtime: self, decisions: DecisionEvents<CoalescingInterceptor.Event>())
                 : nil
-            engineStorage = EngineStorage(reactors: reactors, slotsPerHost: scenario.connectionLimit, runtime: self)
             batchStorages = (0..<scenario.interceptors).map { BatchStorage(interceptorIndex: $0, runtime: self) }
             if scenario.observes {
                 outcomeObservers = OutcomeObservers(parts: [ModelObserver(world: self)]) { [unowned self] work in
@@ -295,7 +295,7 @@ final class PipelineModelTests: XCTestCase {
             if draw(0..<50) == 0 {
                 return schedule("transfer refused (task \(t))") { started(.failure(URLTaskError.managerInvalidated)) }
             }
-            let start = { [self] (events: any TransportEvents) -> any TransferHandle in
+            let start = { [self] (request: URLRequest, events: any TransportEvents) -> any TransferHandle in
                 let transfer = SimulatedTransfer(task: t, request: request, events: events, world: self)
                 transfer.script(persistent: lock.withLock { persistent[t] })
                 transfer.next()
@@ -303,7 +303,7 @@ final class PipelineModelTests: XCTestCase {
             }
             // The real sharing's own start, as the pipeline calls it.
             let transfer =
-                share.flatMap { share in sharing?.start(share, events: events, starter: self, startInner: start) } ?? start(events)
+                share.flatMap { share in sharing?.start(share, events: events, starter: self, startInner: start) } ?? start(request, events)
             schedule("transfer started (task \(t))") { started(.success(transfer)) }
         }
 

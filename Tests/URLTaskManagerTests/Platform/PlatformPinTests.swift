@@ -180,6 +180,29 @@ final class PlatformPinTests: XCTestCase {
 
     // MARK: The library's reflection (Platform/Corelibs) works on this toolchain
 
+    /// A listener of a shared transfer is timed as corelibs times a request
+    /// (`CorelibsPlatform.idleTimeout(of:sessionDefault:)`): the request's own `timeoutInterval`
+    /// only if it was set on the `URLRequest` (its internal `isTimeoutIntervalSet`, read from the
+    /// struct's layout), else the session's; in whole seconds.
+    func testIdleTimeoutReadsWhetherTheRequestSetItsOwn() {
+        let url = URL(string: "http://127.0.0.1/x")!
+        var own = URLRequest(url: url)
+        own.timeoutInterval = 5
+        XCTAssertEqual(Platform.idleTimeout(of: own, sessionDefault: 30), .seconds(5))
+        XCTAssertEqual(Platform.idleTimeout(of: URLRequest(url: url), sessionDefault: 30), .seconds(30), "not set: the session's")
+        XCTAssertEqual(
+            Platform.idleTimeout(of: URLRequest(url: url, timeoutInterval: 5), sessionDefault: 30), .seconds(30),
+            "the initializer's timeout does not count as set in corelibs")
+        var explicitDefault = URLRequest(url: url)
+        explicitDefault.timeoutInterval = 60
+        XCTAssertEqual(Platform.idleTimeout(of: explicitDefault, sessionDefault: 30), .seconds(60), "set, even to the default")
+        var half = URLRequest(url: url)
+        half.timeoutInterval = 1.5
+        XCTAssertEqual(Platform.idleTimeout(of: half, sessionDefault: 30), .seconds(1), "whole seconds")
+        half.timeoutInterval = .infinity
+        XCTAssertNil(Platform.idleTimeout(of: half, sessionDefault: 30))
+    }
+
     func testReflectionFindsDeliveryAndWorkQueue() async throws {
         let session = pinSession()
         let completion = UUID().uuidString

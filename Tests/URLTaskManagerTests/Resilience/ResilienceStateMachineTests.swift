@@ -111,6 +111,25 @@ final class ResilienceStateMachineTests: XCTestCase {
         XCTAssertEqual(bucket.tick(now: t0 + .seconds(2)).released, [bucketWaiter(1)])
     }
 
+    /// A token given back (its request joined a shared transfer) releases the next in line at
+    /// once, never fills the bucket past its burst, and does nothing during a pause.
+    func testBucketRefundReleasesTheNextInLineAndNeverExceedsTheBurst() {
+        var bucket = TokenBucketStateMachine(rate: 10, burst: 2, maximumQueueLength: nil, now: t0)
+        XCTAssertEqual(bucket.arrive(bucketWaiter(1), now: t0), .go)
+        XCTAssertEqual(bucket.arrive(bucketWaiter(2), now: t0), .go)
+        XCTAssertEqual(bucket.arrive(bucketWaiter(3), now: t0), .wait(position: 1, wakeAt: t0 + .milliseconds(100)))
+        XCTAssertEqual(bucket.refund(now: t0 + .milliseconds(1)), .init(released: [bucketWaiter(3)], wakeAt: nil))
+        XCTAssertEqual(bucket.refund(now: t0 + .milliseconds(2)).released, [])
+        XCTAssertEqual(bucket.refund(now: t0 + .milliseconds(3)).released, [])
+        XCTAssertEqual(bucket.arrive(bucketWaiter(4), now: t0 + .milliseconds(3)), .go)
+        XCTAssertEqual(bucket.arrive(bucketWaiter(5), now: t0 + .milliseconds(3)), .go)
+        XCTAssertEqual(
+            bucket.arrive(bucketWaiter(6), now: t0 + .milliseconds(3)), .wait(position: 1, wakeAt: t0 + .milliseconds(103)),
+            "two refunds past a full bucket gave nothing beyond the burst")
+        XCTAssertEqual(bucket.pause(for: .seconds(1), now: t0 + .milliseconds(4)), t0 + .milliseconds(1_004))
+        XCTAssertEqual(bucket.refund(now: t0 + .milliseconds(5)).released, [], "a pause holds everyone")
+    }
+
     // MARK: Offline hold
 
     func testOfflineProbesPerHostAndReleasesEveryoneOnSuccess() {

@@ -66,6 +66,16 @@ enum ApplePlatform: PlatformSupport {
     /// The loader adds cookies below the task, after it is made.
     static func cookieHeaderSent(by task: URLSessionTask) -> SentCookie { .notVisible }
 
+    /// The request's `timeoutInterval`, an idle time, as Apple documents it.
+    static func idleTimeout(of request: URLRequest, sessionDefault: TimeInterval) -> Duration? {
+        let seconds = request.timeoutInterval
+        guard seconds > 0, seconds.isFinite else { return nil }
+        return Duration(clampingSeconds: min(seconds, SharedTransfers.innerTimeout))
+    }
+
+    /// As the loader words it: description and failing URL.
+    static func idleTimeoutError(url: URL?) -> URLError { URLError.timedOut(url: url) }
+
     static func storedSpelling(ofHeader name: String) -> String { name }
 
     static func replaceHeader(_ name: HeaderName, with value: String, in request: inout URLRequest) {

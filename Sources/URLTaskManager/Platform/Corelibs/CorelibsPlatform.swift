@@ -247,6 +247,25 @@ enum CorelibsPlatform: PlatformSupport {
         .sent(task.originalRequest?.value(forHTTPHeaderField: "Cookie"))
     }
 
+    /// corelibs' HTTP protocol arms a timer of `Int(timeoutInterval) * 1000` ms, made again on
+    /// every callback of libcurl (header, data), so a timeout is an idle time in whole seconds
+    /// (below one second it fires at once). The request's own value counts only if it was set on
+    /// the `URLRequest` (its internal `isTimeoutIntervalSet`, which `URLRequest(url:timeoutInterval:)`
+    /// does not set); otherwise the session's `timeoutIntervalForRequest`
+    /// (`_HTTPURLProtocol.configureEasyHandle(for:body:)`). Where corelibs would trap (NaN,
+    /// infinity) there is no timeout.
+    static func idleTimeout(of request: URLRequest, sessionDefault: TimeInterval) -> Duration? {
+        let isSet = Reflection.storedBool("isTimeoutIntervalSet", of: request) ?? true
+        let seconds = (isSet ? request.timeoutInterval : sessionDefault).rounded(.towardZero)
+        guard seconds.isFinite else { return nil }
+        return .seconds(Int64(max(0, min(seconds, SharedTransfers.innerTimeout))))
+    }
+
+    /// corelibs' own timeout error carries no user info at all (`configureEasyHandle`'s handler).
+    static func idleTimeoutError(url: URL?) -> URLError {
+        URLError(_nsError: NSError(domain: NSURLErrorDomain, code: NSURLErrorTimedOut, userInfo: nil))
+    }
+
     /// What an entry of the task registry says: `callDelegate`, the one case without a payload,
     /// streams; the completion-handler cases buffer, and those of the async APIs
     /// (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate the

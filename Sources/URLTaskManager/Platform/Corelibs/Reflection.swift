@@ -19,6 +19,14 @@ enum Reflection {
         return StoredField.cached(label, in: type)?.read(from: object)
     }
 
+    /// The stored `Bool` property `label` of the value `value` (a struct: its layout, not a
+    /// `Mirror`, which a type with a custom reflection such as `URLRequest` hides it from), or
+    /// `nil` when it has no such property of that type.
+    static func storedBool<Value>(_ label: String, of value: Value) -> Bool? {
+        guard let field = StoredField.cached(label, in: Value.self), field.type == Bool.self else { return nil }
+        return withUnsafeBytes(of: value) { $0.load(fromByteOffset: field.offset, as: Bool.self) }
+    }
+
     /// `value` without its `Optional` layers, or `nil` if one of them is empty.
     static func unwrapOptional(_ value: Any?) -> Any? {
         guard let value else { return nil }
@@ -39,11 +47,12 @@ struct StoredField: Sendable {
     /// The field's declared type (`Optional<…>` for an optional).
     let type: Any.Type
 
-    /// Finds `name` among the stored properties of `classType` and its superclasses; `nil` if it
+    /// Finds `name` among the stored properties of `classType` and its superclasses (or of a
+    /// struct type); `nil` if it
     /// has none of that name, the runtime cannot describe the class, or the field is not a strong
     /// reference or a value (a `weak` or `unowned` field holds a reference box, not its declared
     /// type: loading it as that type would crash, so it is refused before any read).
-    init?(named name: String, in classType: AnyClass) {
+    init?(named name: String, in classType: Any.Type) {
         // The runtime's own description of each stored field, as the stdlib's `_forEachField`
         // reads it, plus whether the field is strong, which `_forEachField` does not pass on.
         for index in 0..<runtimeFieldCount(classType) {
@@ -75,7 +84,7 @@ struct StoredField: Sendable {
     }
 
     /// The field `name` of `classType`, looked up once per class and name for the whole process.
-    static func cached(_ name: String, in classType: AnyClass) -> StoredField? {
+    static func cached(_ name: String, in classType: Any.Type) -> StoredField? {
         let key = FieldCache.Key(type: ObjectIdentifier(classType), name: name)
         if let known = FieldCache.shared.field(for: key) { return known }
         let found = StoredField(named: name, in: classType)

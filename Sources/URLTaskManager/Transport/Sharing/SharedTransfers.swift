@@ -48,7 +48,18 @@ final class SharedTransfers: Sendable {
     let rules: SharingRules
     /// The inner session's cookies, which a request's wire headers include (``WireHeaders``).
     let cookies: CookieJar
+    /// The inner session's `timeoutIntervalForRequest`: a request's timeout where it sets none.
+    let sessionTimeout: TimeInterval
+    /// Where the listeners' idle timers run.
+    let runtime: any PipelineRuntime
     let decisions: DecisionEvents<TransferSharing.Event>
+
+    /// The timeout a shared transfer's request is sent with (about 31 years): none, in effect.
+    /// With the sender's own, the transfer would fail for every listener when the sender's time
+    /// ran out, and a caller with a longer `timeoutInterval` could never share it. Each listener,
+    /// the sender included, is timed by its own timeout instead (``TransferSubscription``); the
+    /// last one to leave stops the transfer. Finite: corelibs converts it to whole milliseconds.
+    static let innerTimeout: TimeInterval = 1_000_000_000
 
     /// The machine, and what the storage keeps beside it for each subscriber and transfer.
     private struct State {
@@ -72,10 +83,15 @@ final class SharedTransfers: Sendable {
 
     private let state = LockedState(State())
 
-    init(configuration: TransferSharing.Configuration, cookies: CookieJar, decisions: DecisionEvents<TransferSharing.Event>) {
+    init(
+        configuration: TransferSharing.Configuration, cookies: CookieJar, sessionTimeout: TimeInterval = 60,
+        runtime: any PipelineRuntime, decisions: DecisionEvents<TransferSharing.Event>
+    ) {
         self.configuration = configuration
         self.rules = SharingRules(configuration)
         self.cookies = cookies
+        self.sessionTimeout = sessionTimeout
+        self.runtime = runtime
         self.decisions = decisions
     }
 
@@ -85,13 +101,16 @@ final class SharedTransfers: Sendable {
     /// A task is about to send `share.request`: it leads a new transfer or joins one on its way.
     /// The caller announces the role, then calls ``TransferSubscription/goLive()``.
     private func arrive(_ share: TransferShare, events: any TransportEvents, starter: any SharedTransferStarter) -> Arrival {
+        let idleTimeout = Platform.idleTimeout(of: share.request, sessionDefault: sessionTimeout)
+        let runtime = runtime
         let arrival: Arrival = state.withLock { state in
             state.lastSubscriber += 1
             let subscriber = Machine.Subscriber(rawValue: state.lastSubscriber)
             switch state.machine.arrived(subscriber, key: share.key) {
             case .lead(let transfer):
                 let subscription = TransferSubscription(
-                    subscriber: subscriber, transfer: transfer, share: share, events: events, live: false)
+                    subscriber: subscriber, transfer: transfer, share: share, events: events, live: false,
+                    idleTimeout: idleTimeout, runtime: runtime)
                 state.subscriptions[subscriber] = subscription
                 state.records[transfer] = Record(leader: share.task, sentHeaders: share.wire.fields, method: share.key.method)
                 return .lead(subscription, events: FanOut(transfer: transfer, storage: self, starter: starter))
@@ -113,7 +132,8 @@ final class SharedTransfers: Sendable {
                     replayed += record.chunks.map { .data($0) }
                 }
                 let subscription = TransferSubscription(
-                    subscriber: subscriber, transfer: transfer, share: share, events: events, live: false, queued: replayed)
+                    subscriber: subscriber, transfer: transfer, share: share, events: events, live: false, queued: replayed,
+                    idleTimeout: idleTimeout, runtime: runtime)
                 state.subscriptions[subscriber] = subscription
                 return .join(subscription, leader: record.leader)
             }
@@ -130,26 +150,56 @@ final class SharedTransfers: Sendable {
     }
 
     /// Starts `share`'s transfer: it joins an identical one on its way, or sends, its inner task
-    /// made by `startInner` with the events it must report to. The task's role is announced
-    /// before any of the transfer's events reach it. Returns what the task keeps as its transfer.
+    /// made by `startInner` with the request to send and the events it must report to. The task's
+    /// role is announced before any of the transfer's events reach it. Returns what the task
+    /// keeps as its transfer.
     func start(
         _ share: TransferShare, events: any TransportEvents, starter: any SharedTransferStarter,
-        startInner: (any TransportEvents) -> any TransferHandle
+        startInner: (URLRequest, any TransportEvents) -> any TransferHandle
     ) -> any TransferHandle {
         switch arrive(share, events: events, starter: starter) {
         case .alone:
             share.announce(.sends)
-            return startInner(events)
+            return startInner(share.request, events)
         case .join(let subscription, let leader):
             share.announce(.joins(leader: leader))
+            watchIdleness(of: subscription, starter: starter)
             subscription.goLive()
             return subscription
         case .lead(let subscription, let fanOut):
             share.announce(.sends)
-            let inner = startInner(fanOut)
+            // Without the sender's timeout: each listener keeps its own (``innerTimeout``).
+            var request = share.request
+            request.timeoutInterval = Self.innerTimeout
+            let inner = startInner(request, fanOut)
             if started(subscription.transfer, inner: inner, predicted: share.wire) { starter.stopTransfer(inner) }
+            watchIdleness(of: subscription, starter: starter)
             subscription.goLive()
             return subscription
+        }
+    }
+
+    /// Times `subscription` by its own timeout: when it passes, the task leaves the transfer with
+    /// the error the inner session would have failed its own request with; the transfer goes on
+    /// for the others, and is stopped if nobody else listens.
+    private func watchIdleness(of subscription: TransferSubscription, starter: any SharedTransferStarter) {
+        subscription.watchIdleness { [weak self, weak starter] in
+            guard let self else { return }
+            let (listening, inner, decide): (Bool, (any TransferHandle)?, (@Sendable (URLRequest?) -> Void)?) = state.withLock {
+                state in
+                // Answered, stopped or sent alone meanwhile: its own end reaches it.
+                guard state.subscriptions.removeValue(forKey: subscription.subscriber) != nil else { return (false, nil, nil) }
+                let action = state.machine.left(subscription.subscriber, of: subscription.transfer)
+                let decide = state.redirectAnswered(subscription.transfer, by: subscription.subscriber)
+                var inner: (any TransferHandle)?
+                if action == .cancelTransfer { inner = state.records.removeValue(forKey: subscription.transfer)?.inner }
+                return (true, inner, decide)
+            }
+            guard listening else { return }
+            decide?(nil)
+            decisions.emit(.left(task: subscription.task, sharedCancelled: inner != nil))
+            subscription.deliver(.complete(Platform.idleTimeoutError(url: subscription.request.url)))
+            if let inner { starter?.stopTransfer(inner) }
         }
     }
 

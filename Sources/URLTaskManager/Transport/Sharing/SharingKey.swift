@@ -7,14 +7,14 @@ import FoundationNetworking
 /// apart. The method, the URL (its user and password included), every header as it will be sent
 /// on the wire (names without case, the `Cookie` the inner session adds from its storage
 /// included) except the ones the configuration says never identify a caller, the request's own
-/// policy, and the request settings the inner session acts on (timeout, cache policy, cookie
-/// handling).
+/// policy, and the request settings the inner session acts on in what it sends or answers with
+/// (cache policy, cookie handling). Not the timeout: it says when a caller stops waiting, not
+/// what is sent, so each listener keeps its own (``SharedTransfers``).
 struct SharingKey: Hashable, Sendable {
     let method: String
     let url: String
     let headers: [String: String]
     let policy: URLTaskPolicy?
-    let timeout: TimeInterval
     let cachePolicy: UInt
     let handlesCookies: Bool
 
@@ -27,7 +27,6 @@ struct SharingKey: Hashable, Sendable {
         self.url = url.absoluteString
         self.headers = wire.fields.filter { !rules.ignoresHeader($0.key) }
         self.policy = policy
-        self.timeout = request.timeoutInterval
         self.cachePolicy = request.cachePolicy.rawValue
         self.handlesCookies = request.httpShouldHandleCookies
     }
@@ -38,7 +37,6 @@ struct SharingKey: Hashable, Sendable {
         hasher.combine(url)
         hasher.combine(headers)
         hasher.combine(policy == nil)
-        hasher.combine(timeout)
         hasher.combine(cachePolicy)
         hasher.combine(handlesCookies)
     }

@@ -16,8 +16,9 @@ import Foundation
 /// tell apart differs: the method (one of ``Configuration/methods``; never a request with a
 /// body), the URL (its user and password included), every header as it goes on the wire except
 /// those of ``Configuration/headersThatNeverIdentifyACaller`` (trace context and request ids by
-/// default), the request's own ``URLTaskPolicy``, and its timeout, cache policy and cookie
-/// handling. As it goes on the wire means with what the inner session adds: the cookies its
+/// default), the request's own ``URLTaskPolicy``, and its cache policy and cookie handling. Not
+/// its `timeoutInterval`, which says how long its caller waits, not what is sent (see "Only the
+/// bytes are shared"). As it goes on the wire means with what the inner session adds: the cookies its
 /// configuration's `httpCookieStorage` holds for the URL at the moment of the send (so two users
 /// of one session whose stored cookies differ never share), the configuration's
 /// `httpAdditionalHeaders`, and header names compared without case. So a different API key,
@@ -35,7 +36,13 @@ import Foundation
 /// so far is within ``Configuration/lateJoinLimit`` (a late one is handed that first); after
 /// that, an identical request sends its own. Each caller's task stays an ordinary task to every
 /// other part: its own policy, reactors (a 401 is refreshed for each and each is sent again with
-/// the new token), response validation, events, cancellation and `timeoutInterval`. The answer
+/// the new token), response validation, events, cancellation and `timeoutInterval`: the transfer
+/// is sent without a timeout of its own, and each caller, the sender included, is timed as the
+/// inner session would time its own request; one whose time passes without progress leaves with
+/// the same `URLError.timedOut` and the transfer goes on for the others. A part that counts what
+/// is sent hears that a request joined instead
+/// (``URLTaskOutcomeObserver/observeJoinedTransfer(of:)``: a rate limiter gives its token back).
+/// The answer
 /// streams to every listener as it arrives, whatever its size. A caller that cancels never stops
 /// the transfer while another listens; the last one to leave stops it.
 ///
@@ -100,8 +107,9 @@ public final class TransferSharing: Sendable {
         case notShared(tasks: [URLTask.ID], reason: String)
         /// The transfer failed; each of `tasks` received `error` (and its reactors judged it).
         case failed(tasks: [URLTask.ID], error: any Error)
-        /// `task` stopped listening (cancelled); the transfer goes on if anyone still listens,
-        /// and was stopped if `sharedCancelled`.
+        /// `task` stopped listening (cancelled, or its own `timeoutInterval` passed without
+        /// progress); the transfer goes on if anyone still listens, and was stopped if
+        /// `sharedCancelled`.
         case left(task: URLTask.ID, sharedCancelled: Bool)
     }
 
@@ -127,8 +135,9 @@ public final class TransferSharing: Sendable {
 
     /// The sharing of one manager's transfers, made as the manager is; `cookies` is its inner
     /// session's cookie handling.
-    func makeSharedTransfers(cookies: CookieJar) -> SharedTransfers {
-        let transfers = SharedTransfers(configuration: configuration, cookies: cookies, decisions: decisions)
+    func makeSharedTransfers(cookies: CookieJar, sessionTimeout: TimeInterval, runtime: any PipelineRuntime) -> SharedTransfers {
+        let transfers = SharedTransfers(
+            configuration: configuration, cookies: cookies, sessionTimeout: sessionTimeout, runtime: runtime, decisions: decisions)
         managers.add(transfers)
         return transfers
     }
