@@ -225,6 +225,8 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
         case .closed:
             decisions.emit(.closed(host: host))
             task.annotate("circuit-breaker", "closed the circuit for \(host)")
+            // The probe reached the host: an offline hold holding requests for it sends them now.
+            health.hostAnswered(host)
         case .reopened(let coolDown):
             decisions.emit(.reopened(host: host))
             task.annotate(

@@ -203,8 +203,10 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     private let monitor = NWPathMonitor()
     #endif
 
-    /// Told when a host answers a probe.
+    /// Told when a host answers a probe, and tells of the answers other parts saw.
     private let health: HostHealth
+    /// This storage's listener in `health`, removed as it goes.
+    private var listener: UInt64 = 0
 
     init(policy: OfflineHold.Policy, health: HostHealth) {
         self.policy = policy
@@ -219,9 +221,12 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         }
         monitor.start(queue: DispatchQueue.global())
         #endif
+        let id = health.addListener { [weak self] host in self?.hostIsReachable(host) }
+        lock.withLock { listener = id }
     }
 
     deinit {
+        health.removeListener(listener)
         #if canImport(Network)
         monitor.cancel()
         #endif
@@ -310,24 +315,34 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         request.httpMethod = "HEAD"
         let answered = await ProbeRequest.answered(request, session: probeSession)
         if answered {
-            // First, so that a breaker asked about the released requests knows the host is back.
+            // Told to every part first (so that a breaker asked about the released requests knows
+            // the host is back); this storage hears it too, and releases them.
             health.hostAnswered(host)
-            let released: [Held] = lock.withLock {
-                probers[host] = nil
-                targets[host] = nil
-                return machine.probeSucceeded(host: host).compactMap { held.removeValue(forKey: $0) }
-            }
-            guard !released.isEmpty else { return true }
-            decisions.emit(.reachable(host: host, tasks: released.map(\.task)))
-            for entry in released {
-                entry.deadline?.cancel()
-                entry.continuation.resume(returning: .reachable)
-            }
+            hostIsReachable(host)
             return true
         }
         guard let failures = lock.withLock({ machine.probeFailed(host: host) }) else { return true }
         decisions.emit(.probeFailed(host: host, failures: failures))
         return false
+    }
+
+    /// `host` answered a probe, this hold's or another part's (a breaker's half-open probe, see
+    /// ``HostHealth``): every request held for it is sent again, and its probing stops. Nothing
+    /// when none is held (an answer told twice).
+    private func hostIsReachable(_ host: String) {
+        let (released, prober): ([Held], Task<Void, Never>?) = lock.withLock {
+            guard machine.probedHosts.contains(host) else { return ([], nil) }
+            targets[host] = nil
+            let prober = probers.removeValue(forKey: host)
+            return (machine.probeSucceeded(host: host).compactMap { held.removeValue(forKey: $0) }, prober)
+        }
+        prober?.cancel()
+        guard !released.isEmpty else { return }
+        decisions.emit(.reachable(host: host, tasks: released.map(\.task)))
+        for entry in released {
+            entry.deadline?.cancel()
+            entry.continuation.resume(returning: .reachable)
+        }
     }
 
     /// The network path became usable (Apple platforms): probe every held host now.

@@ -18,7 +18,7 @@ import URLTaskManager
 /// Every part uses ``shared`` unless it is given another: parts of one process that talk to one
 /// host see one host. Give your own instance to parts that must not learn from the rest of the
 /// process (tests that reuse a port).
-public final class HostHealth: @unchecked Sendable {  // `answers` and `counter` are guarded by `lock`.
+public final class HostHealth: @unchecked Sendable {  // `answers`, `counter`, `listeners` and `lastListener` are guarded by `lock`.
     /// The process's view, which every part uses by default.
     public static let shared = HostHealth()
 
@@ -26,6 +26,9 @@ public final class HostHealth: @unchecked Sendable {  // `answers` and `counter`
     /// For each host that answered a probe, the number of that answer in this view's sequence.
     private var answers: [String: UInt64] = [:]
     private var counter: UInt64 = 0
+    /// Told of each answer (an ``OfflineHold`` sends the requests it holds for that host).
+    private var listeners: [UInt64: @Sendable (String) -> Void] = [:]
+    private var lastListener: UInt64 = 0
     /// The most hosts remembered; past it the older half is forgotten (a forgotten host reads as
     /// never answered, which closes nothing early).
     private let capacity: Int
@@ -40,15 +43,32 @@ public final class HostHealth: @unchecked Sendable {  // `answers` and `counter`
     }
 
     /// `host` (`scheme://host:port`, as `URLOrigin` spells it) answered a probe: it is reachable.
+    /// Every part learns it: a breaker closes the circuit that host's outage opened, a hold sends
+    /// the requests it holds for it without waiting for its own next probe.
     public func hostAnswered(_ host: String) {
-        lock.withLock {
+        let listeners = lock.withLock {
             counter += 1
             answers[host] = counter
             if answers.count > capacity {
                 let keep = answers.sorted { $0.value > $1.value }.prefix(capacity / 2)
                 answers = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
             }
+            return Array(self.listeners.values)
         }
+        for listener in listeners { listener(host) }
+    }
+
+    /// Calls `listener` with each host that answers from now on, until ``removeListener(_:)``.
+    func addListener(_ listener: @escaping @Sendable (String) -> Void) -> UInt64 {
+        lock.withLock {
+            lastListener += 1
+            listeners[lastListener] = listener
+            return lastListener
+        }
+    }
+
+    func removeListener(_ id: UInt64) {
+        lock.withLock { _ = listeners.removeValue(forKey: id) }
     }
 
     /// A mark of the last answer of `host`: compared with a mark taken earlier, it says whether

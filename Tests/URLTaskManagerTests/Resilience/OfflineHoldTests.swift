@@ -35,6 +35,34 @@ final class OfflineHoldTests: XCTestCase {
         XCTAssertEqual(server.requests.filter { $0.method == "HEAD" }.map(\.path), ["/"], "one successful probe, of the host's root")
     }
 
+    /// An answer another part saw (``HostHealth/hostAnswered(_:)``: a breaker's half-open probe
+    /// that reached the host) sends the held requests at once, without waiting for the hold's own
+    /// next probe (30 s away here).
+    func testAnAnswerAnotherPartSawSendsTheHeldRequestsAtOnce() async throws {
+        let first = try LoopbackServer()
+        let port = first.port
+        let origin = "http://127.0.0.1:\(port)"
+        first.shutdown()
+        let health = HostHealth()
+        let hold = OfflineHold(policy: .init(probeInterval: .seconds(30)), health: health)
+        let events = Kit.Events(hold.events())
+        let manager = URLTaskManager(reactors: [hold])
+        defer { manager.invalidateAndCancel() }
+        let calls = (0..<2).map { index in Task { await fetched(manager.session, URLRequest(url: first.url("/item\(index)"))) } }
+        try await events.wait("2 held", count: 2) { if case .held = $0 { return true } else { return false } }
+
+        let server = try LoopbackServer(configuration: .init(port: port))
+        defer { server.shutdown() }
+        server.route(prefix: "/item") { request in .text("back \(request.path)") }
+        let told = ContinuousClock.now
+        health.hostAnswered(origin)
+        var texts: [String?] = []
+        for call in calls { texts.append(await call.value.text) }
+        XCTAssertEqual(texts, ["back /item0", "back /item1"])
+        XCTAssertLessThan(told.duration(to: .now), .seconds(5), "sent on the answer, not at the hold's next probe")
+        XCTAssertEqual(server.requests.filter { $0.method == "HEAD" }.count, 0, "the hold did not probe")
+    }
+
     /// A request still held when its timeout is about to pass fails with its original error, the
     /// `URLError` itself (as a plain session's would, at once) naming the hold; a cancelled one
     /// leaves at once.

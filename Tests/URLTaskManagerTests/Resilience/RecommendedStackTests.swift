@@ -45,7 +45,9 @@ final class RecommendedStackTests: XCTestCase {
         defer { api.shutdown() }
         let answers = LockedBox<[String: Int]>([:])
         api.server.route(prefix: "/flaky/") { request in
-            let count = answers.withLock { $0[request.path, default: 0] += 1; return $0[request.path]! }
+            let count = answers.withLock {
+                $0[request.path, default: 0] += 1; return $0[request.path]!
+            }
             return count <= 2 ? ServerResponse(status: 503, headers: ["Retry-After": "1"]) : .text("ok")
         }
         let manager = recommendedManager(auth: authenticator(api))
@@ -58,7 +60,9 @@ final class RecommendedStackTests: XCTestCase {
         let took = Self.elapsed(since: started)
 
         XCTAssertEqual(results.map(\.label), ["200", "200", "200"])
-        XCTAssertEqual(api.server.requestCount(path: "/flaky/1") + api.server.requestCount(path: "/flaky/2") + api.server.requestCount(path: "/flaky/3"), 9)
+        XCTAssertEqual(
+            api.server.requestCount(path: "/flaky/1") + api.server.requestCount(path: "/flaky/2")
+                + api.server.requestCount(path: "/flaky/3"), 9)
         XCTAssertLessThan(took, .seconds(6), "two one-second pauses each, not a 30 s circuit")
         let after = await fetched(manager.session, URLRequest(url: api.server.url("/flaky/1")))
         XCTAssertEqual(after.status, 200, "the host stays open")
@@ -119,7 +123,9 @@ final class RecommendedStackTests: XCTestCase {
         }
         XCTAssertEqual(after.text, "/item/late", after.label)
         for end in ends { XCTAssertLessThan(end, .milliseconds(2_500), "ended \(end) after the return") }
-        if ParityLog.isVerbose { print("[stack] 2 s outage, \(gets) GETs: held GETs ended \(ends) after the return; the later GET: \(after.label)") }
+        if ParityLog.isVerbose {
+            print("[stack] 2 s outage, \(gets) GETs: held GETs ended \(ends) after the return; the later GET: \(after.label)")
+        }
     }
 
     /// The breaker still protects: alone, with its defaults, facing a host that answers 500 to
