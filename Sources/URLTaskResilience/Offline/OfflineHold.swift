@@ -144,9 +144,8 @@ public final class OfflineHold: URLTaskReactor {
         let host = URLOrigin(url)?.description ?? ""
         let limit = policy.maximumHold ?? Self.holdLimit(timeoutInterval: task.request.timeoutInterval)
         let code = (error as? URLError)?.code ?? .unknown
-        storage.decisions.emit(.held(task: task.id, host: host, code: code))
         task.annotate("offline-hold", "held: \(host) cannot be reached (\(code.rawValue))")
-        switch await storage.hold(task.id, host: host, url: url, limit: limit) {
+        switch await storage.hold(task.id, host: host, url: url, limit: limit, code: code) {
         case .reachable:
             task.annotate("offline-hold", "\(host) answered a probe: sending again")
             return
@@ -233,7 +232,10 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         probeSession.finishTasksAndInvalidate()
     }
 
-    func hold(_ task: URLTask.ID, host: String, url: URL, limit: Duration?) async -> Resolution {
+    /// Holds `task` until `host` answers a probe (or `limit` passes, or it is cancelled); its
+    /// ``OfflineHold/Event/held(task:host:code:)`` is told once it is held, so an answer from then
+    /// on releases it.
+    func hold(_ task: URLTask.ID, host: String, url: URL, limit: Duration?, code: URLError.Code) async -> Resolution {
         let waiter: OfflineHoldStateMachine.Waiter = lock.withLock {
             lastWaiter += 1
             return OfflineHoldStateMachine.Waiter(rawValue: lastWaiter)
@@ -247,6 +249,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
                     return machine.held(waiter, host: host) == .startProbing
                 }
                 guard let start else { return continuation.resume(returning: .cancelled) }
+                decisions.emit(.held(task: task, host: host, code: code))
                 if let limit {
                     let deadline = Task { [weak self] in
                         try? await Task.sleep(for: limit.clampedWait)
