@@ -273,6 +273,8 @@ struct SimEnd: CustomStringConvertible {
     var arrival: Duration
     /// How many of its attempts reached the wire (refused connections included).
     var sends: Int
+    /// When its last attempt went out (`nil` if none did).
+    var lastSend: Duration? = nil
     var description: String { "\(result) at \(at.simSeconds) s (arrived \(arrival.simSeconds) s, \(sends) send(s))" }
 }
 
@@ -280,6 +282,8 @@ struct SimRun {
     var ends: [SimEnd]
     /// Requests the host answered (not the refused connections).
     var serverHits: Int
+    /// When each request the host answered was sent.
+    var hitTimes: [Duration] = []
     /// When the circuit went from closed to open, and how many tasks had ended failed by then.
     var openings: [(at: Duration, failedEnds: Int)]
     /// When it went back to closed.
@@ -381,6 +385,7 @@ final class StackSimulation {
         var task: URLTask
         var arrival: Duration
         var sends = 0
+        var lastSend: Duration?
         var stretch = 0
         var inTransfer = false
         var limiterWaiter: TokenBucketStateMachine.Waiter?
@@ -410,6 +415,7 @@ final class StackSimulation {
     private var probeLoop = 0
     private var sendsByPath: [String: Int] = [:]
     private var serverHits = 0
+    private var hitTimes: [Duration] = []
     private var wasOpen = false
     private var openings: [(at: Duration, failedEnds: Int)] = []
     private var closings: [Duration] = []
@@ -485,7 +491,7 @@ final class StackSimulation {
         }
         return SimRun(
             ends: callers.map { $0.end ?? SimEnd(result: .other("never ended"), at: clock.now, arrival: $0.arrival, sends: $0.sends) },
-            serverHits: serverHits, openings: openings, closings: closings, timeline: timeline.joined(separator: "\n"))
+            serverHits: serverHits, hitTimes: hitTimes, openings: openings, closings: closings, timeline: timeline.joined(separator: "\n"))
     }
 
     // 1. The interceptors: the breaker, then the limiter.
@@ -522,6 +528,7 @@ final class StackSimulation {
     private func send(_ index: Int) {
         callers[index].stretch += 1
         callers[index].sends += 1
+        callers[index].lastSend = clock.now
         callers[index].inTransfer = true
         let request = callers[index].task.request
         let path = request.url!.path
@@ -530,6 +537,7 @@ final class StackSimulation {
             return schedule(.answered(index, .failure(URLError(.cannotConnectToHost))), at: clock.now)
         }
         serverHits += 1
+        hitTimes.append(clock.now)
         sendsByPath[path, default: 0] += 1
         let answer = script.host.answer(path, sendsByPath[path]!, clock.now)
         let timeout = Duration.seconds(request.timeoutInterval)
@@ -615,7 +623,8 @@ final class StackSimulation {
     private func end(_ index: Int, result: SimResult, error: (any Error)?) {
         callers[index].stretch += 1
         breaker.observeEnd(of: callers[index].task, error: error)
-        callers[index].end = SimEnd(result: result, at: clock.now, arrival: callers[index].arrival, sends: callers[index].sends)
+        callers[index].end = SimEnd(
+            result: result, at: clock.now, arrival: callers[index].arrival, sends: callers[index].sends, lastSend: callers[index].lastSend)
         log(index, "ends \(result)")
         noteBreaker()
     }
@@ -702,7 +711,7 @@ private func holdLimit(_ timeout: TimeInterval) -> Duration { .seconds(timeout -
 private func coolDown(afterFailedProbes failedProbes: Int) -> Duration { min(.seconds(5 * (1 << min(failedProbes, 8))), .seconds(60)) }
 
 enum SimFamily: CaseIterable {
-    case outage, staysDown, closedByProbe, flaky, pause, tooManyRequests, fiveHundreds, slow, burst
+    case outage, staysDown, closedByProbe, outageAnyLoad, flaky, pause, tooManyRequests, fiveHundreds, concurrentFiveHundreds, slow, burst
 
     /// What some script of the family must make a caller see ("opened", "closed": the circuit).
     var reaches: Set<String> {
@@ -710,6 +719,8 @@ enum SimFamily: CaseIterable {
         case .outage: return ["200", "URLError(-1004)"]
         case .staysDown: return ["URLError(-1004)", "circuitOpen", "opened"]
         case .closedByProbe: return ["200", "circuitOpen", "URLError(-1004)", "opened", "closed"]
+        case .outageAnyLoad: return ["200", "circuitOpen", "URLError(-1004)", "opened", "closed"]
+        case .concurrentFiveHundreds: return ["500", "circuitOpen", "opened"]
         case .flaky, .tooManyRequests, .burst: return ["200"]
         case .pause: return ["200", "429", "503"]
         case .fiveHundreds: return ["200", "500", "circuitOpen", "opened", "closed"]
@@ -724,6 +735,8 @@ enum SimFamily: CaseIterable {
         case .outage: return Self.outage(&random)
         case .staysDown: return Self.staysDown(&random)
         case .closedByProbe: return Self.closedByProbe(&random)
+        case .outageAnyLoad: return Self.outageAnyLoad(&random)
+        case .concurrentFiveHundreds: return Self.concurrentFiveHundreds(&random)
         case .flaky: return Self.flaky(&random)
         case .pause: return Self.pause(&random)
         case .tooManyRequests: return Self.tooManyRequests(&random)
@@ -913,6 +926,85 @@ enum SimFamily: CaseIterable {
                     problems.append("expected the circuit to close at the probe's answer \(release.simSeconds) s: \(run.closings)")
                 }
                 if run.ends[7].result != .status(200) { problems.append("the GET after the probe: expected 200, got \(run.ends[7])") }
+            }
+        )
+    }
+
+    /// Up, down for 0.5 to 30 s, up again; 5 to 15 GETs at any time up to 10 s after the return
+    /// (timeouts 1 to 15 s), so that expiries may open the circuit while other GETs are held and
+    /// the breaker's own probes meet the outage. No exact oracle: what must hold whatever the
+    /// interleaving.
+    /// - A caller ends 200, `cannotConnectToHost` or `circuitOpen`; `circuitOpen` only unsent:
+    ///   a held request is never refused when the hold sends it (the probe that released it told
+    ///   the breaker the host is back).
+    /// - `cannotConnectToHost` comes exactly at the hold's limit after its last attempt, and only
+    ///   for a hold that ended before the host had been back 10 s (the longest probe interval):
+    ///   a held request whose hold outlasts that ends 200, after the return.
+    /// - The circuit opens on 5 failed ends at the least.
+    static func outageAnyLoad(_ random: inout SplitMix64) -> (SimScript, SimOracle) {
+        let start = random.seconds(0, 2)
+        let back = start + random.seconds(0.5, 30)
+        let latency = random.seconds(0.005, 0.3)
+        let requests = (0..<random.int(5...15)).map {
+            SimRequest(path: "/\($0)", at: random.seconds(0, (back + .seconds(10)).simSeconds), timeout: random.uniform(1, 15))
+        }
+        let script = SimScript(host: SimHost(down: [start..<back], latency: latency), requests: requests)
+        return (
+            script,
+            { run, problems in
+                for (index, end) in run.ends.enumerated() {
+                    let timeout = requests[index].timeout
+                    switch end.result {
+                    case .status(200):
+                        if let sent = end.lastSend, sent >= start, sent < back {
+                            problems.append("#\(index) ended 200 from a send during the outage: \(end)")
+                        }
+                    case .urlError(.cannotConnectToHost):
+                        guard let sent = end.lastSend, near(end.at, sent + holdLimit(timeout)) else {
+                            problems.append("#\(index): cannotConnectToHost not at the hold's limit: \(end)")
+                            break
+                        }
+                        if end.at > back + .seconds(10) + latency * 2 {
+                            problems.append("#\(index): held past the host's return and the next probe, yet failed: \(end)")
+                        }
+                    case .circuitOpen:
+                        if end.sends != 0 { problems.append("#\(index): refused by the breaker after being sent (held?): \(end)") }
+                    default:
+                        problems.append("#\(index): unexpected \(end)")
+                    }
+                }
+                if let opening = run.openings.first, opening.failedEnds < 5 {
+                    problems.append("opened after \(opening.failedEnds) failed ends")
+                }
+            }
+        )
+    }
+
+    /// 6 to 20 GETs at random times in 4 s to a host answering 500, 502 or 503 (no Retry-After)
+    /// to everything, many in flight at once: the circuit opens at the fifth failed end exactly;
+    /// then nothing reaches the host for the 5 s cool-down (retries under way are refused too);
+    /// every caller ends with the 5xx or `circuitOpen`.
+    static func concurrentFiveHundreds(_ random: inout SplitMix64) -> (SimScript, SimOracle) {
+        let status = [500, 502, 503][random.int(0...2)]
+        let latency = random.seconds(0.005, 0.3)
+        let requests = (0..<random.int(6...20)).map { SimRequest(path: "/\($0)", at: random.seconds(0, 4)) }
+        let script = SimScript(host: SimHost(latency: latency, answer: { _, _, _ in SimAnswer(status: status) }), requests: requests)
+        return (
+            script,
+            { run, problems in
+                for (index, end) in run.ends.enumerated() where end.result != .status(status) && end.result != .circuitOpen {
+                    problems.append("#\(index): \(end)")
+                }
+                let fifth = run.ends.filter { $0.result == .status(status) }.map(\.at).sorted().dropFirst(4).first
+                guard let fifth else { return }
+                guard let opening = run.openings.first, near(opening.at, fifth), opening.failedEnds == 5 else {
+                    return problems.append("expected the circuit to open at the fifth failed end, \(fifth.simSeconds) s: \(run.openings)")
+                }
+                let during = run.hitTimes.filter { $0 > opening.at && $0 < opening.at + .seconds(5) }
+                if !during.isEmpty { problems.append("\(during.count) request(s) reached the host while the circuit was open") }
+                for (index, end) in run.ends.enumerated() where end.arrival > opening.at && end.arrival < opening.at + .seconds(5) {
+                    if end.result != .circuitOpen || end.sends != 0 { problems.append("#\(index) arrived while open: \(end)") }
+                }
             }
         )
     }
