@@ -136,7 +136,7 @@ final class StackSimulationTests: XCTestCase {
         let pauseEnds = NamedScripts.latency + .seconds(5)
         for (index, at) in run.ends.map(\.at).sorted().enumerated() {
             let expected = pauseEnds + .milliseconds(50 * index) + NamedScripts.latency
-            XCTAssertTrue(near(at, expected), "GET \(index) ended at \(at.simSeconds) s, the limiter documents \(expected.simSeconds) s")
+            XCTAssertTrue(simNear(at, expected), "GET \(index) ended at \(at.simSeconds) s, the limiter documents \(expected.simSeconds) s")
         }
     }
 
@@ -200,6 +200,33 @@ final class StackSimulationTests: XCTestCase {
                 XCTFail("row `\(row.key)` says \"\(row.outcome)\", the simulation: \(problem)\n\(run.timeline)")
             }
         }
+    }
+}
+
+extension StackSimulationTests {
+    /// The table's checker is not vacuous: a wrong count, threshold or code, and a phrase it
+    /// cannot read, disagree.
+    func testTheTableCheckRejectsWrongOutcomes() async {
+        let flaky = await StackSimulation(script: NamedScripts.flaky).run()
+        XCTAssertNil(ArticleTable.disagreement(of: "3 × 200", with: flaky, script: NamedScripts.flaky))
+        XCTAssertNotNil(ArticleTable.disagreement(of: "2 × 200", with: flaky, script: NamedScripts.flaky))
+        XCTAssertNotNil(ArticleTable.disagreement(of: "3 × 200 quickly", with: flaky, script: NamedScripts.flaky))
+        let fiveHundreds = NamedScripts.fiveHundreds(requests: 7)
+        let opened = await StackSimulation(script: fiveHundreds).run()
+        XCTAssertNil(ArticleTable.disagreement(of: "circuitOpen after 5 failures", with: opened, script: fiveHundreds))
+        XCTAssertNotNil(ArticleTable.disagreement(of: "circuitOpen after 4 failures", with: opened, script: fiveHundreds))
+        let down = await StackSimulation(script: NamedScripts.staysDown).run()
+        XCTAssertNil(
+            ArticleTable.disagreement(
+                of: "URLError cannotConnectToHost 0.25 s before the timeout", with: down, script: NamedScripts.staysDown))
+        XCTAssertNotNil(
+            ArticleTable.disagreement(of: "URLError timedOut 0.25 s before the timeout", with: down, script: NamedScripts.staysDown))
+        XCTAssertNotNil(
+            ArticleTable.disagreement(of: "URLError cannotConnectToHost 1 s before the timeout", with: down, script: NamedScripts.staysDown)
+        )
+        let outage = await StackSimulation(script: NamedScripts.outage).run()
+        XCTAssertNil(ArticleTable.disagreement(of: "200 within 2.5 s of the return", with: outage, script: NamedScripts.outage))
+        XCTAssertNotNil(ArticleTable.disagreement(of: "200 within 1 s of the return", with: outage, script: NamedScripts.outage))
     }
 }
 
@@ -401,7 +428,7 @@ final class StackSimulation {
     private let limiterPolicy = RateLimiter.Policy(rate: 20, burst: 10)
 
     private let script: SimScript
-    private let clock = VirtualClock()
+    private let clock = SimClock()
     private let health = HostHealth()
     private let breaker: CircuitBreaker
     private var bucket: TokenBucketStateMachine
@@ -669,7 +696,7 @@ final class StackSimulation {
 }
 
 /// The virtual time the parts read: `base + now`.
-final class VirtualClock: @unchecked Sendable {  // read and moved by one simulation, on one task
+final class SimClock: @unchecked Sendable {  // read and moved by one simulation, on one task
     let base = ContinuousClock.now
     var now: Duration = .zero
     var instant: ContinuousClock.Instant { base + now }
@@ -686,11 +713,13 @@ extension Duration {
 }
 
 extension SplitMix64 {
-    mutating func uniform(_ low: Double, _ high: Double) -> Double { Double.random(in: low..<high, using: &self) }
+    fileprivate mutating func uniform(_ low: Double, _ high: Double) -> Double { Double.random(in: low..<high, using: &self) }
     /// A duration in `low..<high` seconds, to the microsecond (events of a script rarely tie).
-    mutating func seconds(_ low: Double, _ high: Double) -> Duration { .microseconds(Int64((uniform(low, high) * 1e6).rounded())) }
-    mutating func int(_ range: ClosedRange<Int>) -> Int { Int.random(in: range, using: &self) }
-    mutating func chance(_ probability: Double) -> Bool { uniform(0, 1) < probability }
+    fileprivate mutating func seconds(_ low: Double, _ high: Double) -> Duration {
+        .microseconds(Int64((uniform(low, high) * 1e6).rounded()))
+    }
+    fileprivate mutating func int(_ range: ClosedRange<Int>) -> Int { Int.random(in: range, using: &self) }
+    fileprivate mutating func chance(_ probability: Double) -> Bool { uniform(0, 1) < probability }
 }
 
 // MARK: - Seeded families and their oracles
@@ -700,7 +729,7 @@ typealias SimOracle = (SimRun, inout [String]) -> Void
 
 /// Outcomes compared to a millisecond (the virtual clock is exact; the oracles add durations
 /// converted from `Double` seconds).
-func near(_ left: Duration, _ right: Duration) -> Bool { abs((left - right).simSeconds) < 0.001 }
+func simNear(_ left: Duration, _ right: Duration) -> Bool { abs((left - right).simSeconds) < 0.001 }
 
 /// The hold's limit for a `timeoutInterval`, as its documentation says: just before it (a tenth
 /// of it before, at most 0.25 s).
@@ -808,14 +837,14 @@ enum SimFamily: CaseIterable {
                 for (index, end) in run.ends.enumerated() {
                     if index < heldCount {
                         if let release = releases[index] {
-                            if end.result != .status(200) || !near(end.at, release + latency) {
+                            if end.result != .status(200) || !simNear(end.at, release + latency) {
                                 problems.append(
                                     "#\(index): expected 200 at \((release + latency).simSeconds) s (released by the probe), got \(end)")
                             }
-                        } else if end.result != .urlError(.cannotConnectToHost) || !near(end.at, held[index].e) {
+                        } else if end.result != .urlError(.cannotConnectToHost) || !simNear(end.at, held[index].e) {
                             problems.append("#\(index): expected cannotConnectToHost at \(held[index].e.simSeconds) s, got \(end)")
                         }
-                    } else if end.result != .status(200) || !near(end.at, end.arrival + latency) {
+                    } else if end.result != .status(200) || !simNear(end.at, end.arrival + latency) {
                         problems.append("#\(index) (host up): expected 200 after the latency, got \(end)")
                     }
                 }
@@ -871,12 +900,12 @@ enum SimFamily: CaseIterable {
             { run, problems in
                 for (index, end) in run.ends.enumerated() {
                     guard let want = expected[index] else { continue }
-                    if end.result != want.result || !near(end.at, want.at) || end.sends != want.sends {
+                    if end.result != want.result || !simNear(end.at, want.at) || end.sends != want.sends {
                         problems.append(
                             "#\(index): expected \(want.result) at \(want.at.simSeconds) s after \(want.sends) send(s), got \(end)")
                     }
                 }
-                if run.openings.first.map({ near($0.at, firstOpening ?? .zero) }) != (firstOpening != nil ? true : nil) {
+                if run.openings.first.map({ simNear($0.at, firstOpening ?? .zero) }) != (firstOpening != nil ? true : nil) {
                     problems.append("expected the circuit to open at \(firstOpening?.simSeconds ?? -1) s, openings: \(run.openings)")
                 }
                 if let opening = run.openings.first, opening.failedEnds != 5 {
@@ -909,20 +938,20 @@ enum SimFamily: CaseIterable {
                     let end = run.ends[index]
                     let want: (SimResult, Duration) =
                         releases[index].map { (.status(200), $0 + latency) } ?? (.urlError(.cannotConnectToHost), held[index].e)
-                    if end.result != want.0 || !near(end.at, want.1) { problems.append("#\(index): expected \(want), got \(end)") }
+                    if end.result != want.0 || !simNear(end.at, want.1) { problems.append("#\(index): expected \(want), got \(end)") }
                 }
                 let shortFailures = releases.prefix(5).filter { $0 == nil }.count
                 guard shortFailures == 5, releases[5] != nil else { return }  // the script did not open the circuit
-                if run.openings.first.map({ near($0.at, opened) && $0.failedEnds == 5 }) != true {
+                if run.openings.first.map({ simNear($0.at, opened) && $0.failedEnds == 5 }) != true {
                     problems.append("expected the circuit to open at \(opened.simSeconds) s after 5 failed tasks: \(run.openings)")
                 }
-                if run.ends[5].result != .status(200) || !near(run.ends[5].at, release + latency) {
+                if run.ends[5].result != .status(200) || !simNear(run.ends[5].at, release + latency) {
                     problems.append("the long GET: expected 200 at \((release + latency).simSeconds) s, got \(run.ends[5])")
                 }
                 if refusedAt < release, run.ends[6].result != .circuitOpen || run.ends[6].sends != 0 {
                     problems.append("the GET during the cool-down: expected circuitOpen unsent, got \(run.ends[6])")
                 }
-                if run.closings.first.map({ near($0, release) }) != true {
+                if run.closings.first.map({ simNear($0, release) }) != true {
                     problems.append("expected the circuit to close at the probe's answer \(release.simSeconds) s: \(run.closings)")
                 }
                 if run.ends[7].result != .status(200) { problems.append("the GET after the probe: expected 200, got \(run.ends[7])") }
@@ -960,7 +989,7 @@ enum SimFamily: CaseIterable {
                             problems.append("#\(index) ended 200 from a send during the outage: \(end)")
                         }
                     case .urlError(.cannotConnectToHost):
-                        guard let sent = end.lastSend, near(end.at, sent + holdLimit(timeout)) else {
+                        guard let sent = end.lastSend, simNear(end.at, sent + holdLimit(timeout)) else {
                             problems.append("#\(index): cannotConnectToHost not at the hold's limit: \(end)")
                             break
                         }
@@ -997,7 +1026,7 @@ enum SimFamily: CaseIterable {
                 }
                 let fifth = run.ends.filter { $0.result == .status(status) }.map(\.at).sorted().dropFirst(4).first
                 guard let fifth else { return }
-                guard let opening = run.openings.first, near(opening.at, fifth), opening.failedEnds == 5 else {
+                guard let opening = run.openings.first, simNear(opening.at, fifth), opening.failedEnds == 5 else {
                     return problems.append("expected the circuit to open at the fifth failed end, \(fifth.simSeconds) s: \(run.openings)")
                 }
                 let during = run.hitTimes.filter { $0 > opening.at && $0 < opening.at + .seconds(5) }
@@ -1080,7 +1109,7 @@ enum SimFamily: CaseIterable {
                     want = (.status(status), attempt + latency)
                     if number < 3 { attempt += latency + .seconds(retryAfter) }
                 }
-                if end.result != want.0 || !near(end.at, want.1) { problems.append("alone: expected \(want), got \(end)") }
+                if end.result != want.0 || !simNear(end.at, want.1) { problems.append("alone: expected \(want), got \(end)") }
             }
         )
     }
@@ -1179,7 +1208,7 @@ enum SimFamily: CaseIterable {
                 }
                 let opening = run.openings.first
                 if (opening == nil) != (firstOpening == nil)
-                    || opening.map({ !near($0.at, firstOpening!.at) || $0.failedEnds != firstOpening!.failedEnds }) == true
+                    || opening.map({ !simNear($0.at, firstOpening!.at) || $0.failedEnds != firstOpening!.failedEnds }) == true
                 {
                     problems.append(
                         "expected the circuit to open at \(String(describing: firstOpening)), it opened at \(String(describing: opening))")
@@ -1202,7 +1231,7 @@ enum SimFamily: CaseIterable {
                 for (index, end) in run.ends.enumerated() {
                     let timeout = Duration.seconds(requests[index].timeout)
                     if latency < timeout {
-                        if end.result != .status(200) || !near(end.at, end.arrival + latency) {
+                        if end.result != .status(200) || !simNear(end.at, end.arrival + latency) {
                             problems.append("#\(index): expected 200 after \(latency.simSeconds) s, got \(end)")
                         }
                     } else {
@@ -1231,7 +1260,7 @@ enum SimFamily: CaseIterable {
             { run, problems in
                 for (index, end) in run.ends.enumerated() {
                     let want = at + .milliseconds(50 * max(0, index - 9)) + latency
-                    if end.result != .status(200) || !near(end.at, want) {
+                    if end.result != .status(200) || !simNear(end.at, want) {
                         problems.append("#\(index): expected 200 at \(want.simSeconds) s, got \(end)")
                     }
                 }
@@ -1302,7 +1331,7 @@ enum ArticleTable {
             guard let code = codes[w[1]], let early = number(w[2]) else { return "unreadable" }
             for (index, end) in run.ends.enumerated() {
                 let want = end.arrival + .seconds(script.requests[index].timeout - early)
-                if end.result != .urlError(code) || !near(end.at, want) { return "#\(index): \(end), expected at \(want.simSeconds) s" }
+                if end.result != .urlError(code) || !simNear(end.at, want) { return "#\(index): \(end), expected at \(want.simSeconds) s" }
             }
             return nil
         case let w where w.count == 4 && w[0] == "circuitOpen" && w[1] == "after" && w[3] == "failures":
@@ -1320,7 +1349,7 @@ enum ArticleTable {
             return all200 && inTime ? nil : "\(run.ends)"
         case let w where w.count == 4 && w[0] == "200" && w[1] == "after" && w[3] == "s":
             guard let wait = number(w[2]) else { return "unreadable" }
-            return all200 && run.ends.allSatisfy { near($0.at - $0.arrival, .seconds(wait)) } ? nil : "\(run.ends)"
+            return all200 && run.ends.allSatisfy { simNear($0.at - $0.arrival, .seconds(wait)) } ? nil : "\(run.ends)"
         case let w where w.count == 5 && w[0] == "URLError" && w[2] == "after" && w[4] == "attempts":
             guard let code = codes[w[1]], let attempts = Int(w[3]) else { return "unreadable" }
             return run.ends.allSatisfy { $0.result == .urlError(code) && $0.sends == attempts } ? nil : "\(run.ends)"
