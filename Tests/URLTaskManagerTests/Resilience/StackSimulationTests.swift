@@ -395,7 +395,9 @@ enum NamedScripts {
 ///
 /// A wait inside the pipeline (the limiter, a reaction) fails the task with `timedOut` when it
 /// outlasts the request's `timeoutInterval`, counted from the stretch's start, as the manager's
-/// wait timer does. Events at one instant run in the order they were scheduled.
+/// wait timer does. Events at one instant run in the order they were scheduled. Not modelled:
+/// the hold's limit of 10 holds per task (the scripts have one outage, so a task is held once at
+/// most) and the breaker's probe timeout (every probe here is answered or refused).
 final class StackSimulation {
     private enum Step {
         case arrive(Int)
