@@ -153,8 +153,9 @@ struct CircuitBreakerStateMachine: HostState {
 
 /// Failures and ends in a sliding window, in ten buckets of a tenth of the window each: memory
 /// that does not grow with the request rate (the window of a host answering 1,000 requests a
-/// second holds ten pairs of counts, not 30,000 instants). A count leaves the window a tenth of
-/// it late at most.
+/// second holds ten pairs of counts, not 30,000 instants). A bucket leaves the window once its
+/// last possible count is a window old, so a count stays a tenth of the window too long at most,
+/// never too short.
 struct WindowCounts {
     private struct Bucket {
         var start: ContinuousClock.Instant
@@ -172,7 +173,7 @@ struct WindowCounts {
     }
 
     mutating func record(failed: Bool, at now: ContinuousClock.Instant) {
-        buckets.removeAll { now - $0.start >= window }
+        buckets.removeAll { now - $0.start >= window + width }
         if let last = buckets.indices.last, now - buckets[last].start < width {
             buckets[last].total += 1
             if failed { buckets[last].failures += 1 }
@@ -184,7 +185,7 @@ struct WindowCounts {
     func totals(at now: ContinuousClock.Instant) -> (failures: Int, total: Int) {
         var failures = 0
         var total = 0
-        for bucket in buckets where now - bucket.start < window {
+        for bucket in buckets where now - bucket.start < window + width {
             failures += bucket.failures
             total += bucket.total
         }
@@ -192,6 +193,6 @@ struct WindowCounts {
     }
 
     func isEmpty(at now: ContinuousClock.Instant) -> Bool {
-        buckets.allSatisfy { now - $0.start >= window }
+        buckets.allSatisfy { now - $0.start >= window + width }
     }
 }

@@ -119,7 +119,10 @@ struct TokenBucketStateMachine: HostState {
         case .paused(let current) where current >= until: break
         default: state = .paused(until: until)
         }
-        // The pause spends the burst: after it, requests go at the rate, not all at once.
+        // The pause spends what is left of the burst now; the bucket refills over the pause as
+        // over any idle time, so when it ends up to `burst` waiting requests go at once (a server
+        // that asked for the pause asked for nothing for that long, not for a slower rate after
+        // it), the rest at the rate.
         refill(now)
         tokens = min(tokens, 1)
         return nextWake(now)

@@ -20,7 +20,7 @@ import URLTaskManager
 /// fresh signature) and replays the body (see `URLTaskManager.Options.maximumReplayableBodySize`).
 /// It is placed `URLTaskPlacement.last` (the manager checks it): the fallback, after the
 /// reactors that handle a failure better (``OfflineHold`` waits for an unreachable host) and after
-/// the observers (a ``CircuitBreaker`` counts each attempt). Where it stands next to an
+/// the observers (a ``CircuitBreaker`` counts the task by its last attempt, when it ends). Where it stands next to an
 /// authentication reactor does not matter: a 401 is not retryable.
 public struct RetryReactor: URLTaskReactor {
     /// What is retried, how often and how late.
