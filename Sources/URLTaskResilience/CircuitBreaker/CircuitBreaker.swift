@@ -66,7 +66,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
         /// probes instead.
         public var probeTimeout: Duration
         /// Whether an outcome counts as a failure. Defaults to 5xx answers and transport errors
-        /// other than cancellation. A `429` or `503` with a `Retry-After` is a pause, never a
+        /// other than cancellation. A `429` or `503` with a `Retry-After` beyond 0 s is a pause, never a
         /// failure, whatever this says.
         public var isFailure: @Sendable (URLTaskOutcome) -> Bool
         /// Requests the breaker neither stops nor counts (a token endpoint's).
@@ -115,7 +115,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
     }
 
     /// The default ``Policy/isFailure``: a 5xx status, or a transport error other than
-    /// cancellation (a `503` with `Retry-After` is a pause, see ``Policy/isFailure``).
+    /// cancellation (a `503` with a `Retry-After` of more than 0 s is a pause, see ``Policy/isFailure``).
     public static let isServerOrTransportFailure: @Sendable (URLTaskOutcome) -> Bool = { outcome in
         switch outcome {
         case .response(let response): return response.statusCode >= 500
@@ -209,7 +209,7 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
     /// A failure, a pause (`429`/`503` with `Retry-After`), or a success.
     private func verdict(of outcome: URLTaskOutcome) -> CircuitBreakerStateMachine.Verdict {
         if case .response(let response) = outcome, response.statusCode == 429 || response.statusCode == 503,
-            RetryAfter(response: response) != nil
+            let retryAfter = RetryAfter(response: response), retryAfter.delay > .zero
         {
             return .pause
         }
