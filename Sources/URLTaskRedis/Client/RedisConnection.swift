@@ -5,7 +5,7 @@ import Foundation
 /// of its own, which also enforces the reply timeout. A connection is used once: when it fails
 /// (closed, timed out, bytes that are not RESP) every command in flight fails with it and the
 /// client makes a new one; no command is ever sent twice.
-final class RedisConnection: @unchecked Sendable {  // Mutable state is in `state` (locked); `fd` closes in deinit, when no thread can use it.
+final class RedisConnection: Sendable {
     private struct Pending {
         let command: String
         let expected: Int
@@ -222,7 +222,8 @@ enum RedisHandshake {
     }
 
     /// Sends `commands` and reads one reply to each, within `timeout` of the last progress.
-    static func exchange(_ fd: Int32, _ commands: [[String]], parser: inout RESPParser, timeout: Duration) throws(RedisError) -> [RESPValue] {
+    static func exchange(_ fd: Int32, _ commands: [[String]], parser: inout RESPParser, timeout: Duration) throws(RedisError) -> [RESPValue]
+    {
         var bytes: [UInt8] = []
         for command in commands { RESPEncoder.append(command, to: &bytes) }
         RedisSocket.setSendTimeout(fd, timeout)

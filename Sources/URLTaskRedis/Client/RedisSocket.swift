@@ -34,13 +34,16 @@ enum RedisSocket {
             let length = socklen_t(MemoryLayout<sockaddr_un>.size)
             return try withUnsafePointer(to: &address) { (pointer) throws(RedisError) -> Int32 in
                 try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { (address) throws(RedisError) -> Int32 in
-                    try connectOne(family: AF_UNIX, address: address, length: length, deadline: deadline, timeout: timeout, name: "the Unix socket")
+                    try connectOne(
+                        family: AF_UNIX, address: address, length: length, deadline: deadline, timeout: timeout, name: "the Unix socket")
                 }
             }
         }
     }
 
-    private static func connectTCP(host: String, port: Int, deadline: ContinuousClock.Instant, timeout: Duration) throws(RedisError) -> Int32 {
+    private static func connectTCP(
+        host: String, port: Int, deadline: ContinuousClock.Instant, timeout: Duration
+    ) throws(RedisError) -> Int32 {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         #if canImport(Glibc)

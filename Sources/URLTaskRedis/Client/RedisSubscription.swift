@@ -5,7 +5,7 @@ import Foundation
 /// and subscribes again until stopped (the iterating task cancelled, or the client closed).
 /// Messages published while it is reconnecting are lost (Redis pub/sub keeps none): a consumer
 /// re-reads what it waits for after each `onSubscribed`.
-final class RedisSubscription: @unchecked Sendable {  // `state` is locked; the wake pair is immutable and closed in deinit.
+final class RedisSubscription: Sendable {
     private struct State {
         var stopped = false
         var fd: Int32?
@@ -79,7 +79,8 @@ final class RedisSubscription: @unchecked Sendable {  // `state` is locked; the 
             // Back off only after a failed attempt; a session that ran (server restarted) is
             // followed by an immediate attempt.
             if failures > 0 {
-                let until = ContinuousClock.now
+                let until =
+                    ContinuousClock.now
                     + ConnectionLifecycle<RedisSubscription, Never>.delay(
                         afterFailures: failures, first: configuration.reconnectDelay, maximum: configuration.maximumReconnectDelay)
                 while !isStopped {

@@ -47,7 +47,10 @@ enum SHA1 {
         }
         var out: [UInt8] = []
         for word in [h.0, h.1, h.2, h.3, h.4] {
-            out += [UInt8(word >> 24), UInt8(truncatingIfNeeded: word >> 16), UInt8(truncatingIfNeeded: word >> 8), UInt8(truncatingIfNeeded: word)]
+            out += [
+                UInt8(word >> 24), UInt8(truncatingIfNeeded: word >> 16), UInt8(truncatingIfNeeded: word >> 8),
+                UInt8(truncatingIfNeeded: word),
+            ]
         }
         return out
     }
