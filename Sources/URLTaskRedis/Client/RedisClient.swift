@@ -44,7 +44,9 @@ public final class RedisClient: Sendable {
         /// The server's address: TCP for a shared Redis, a Unix socket for one on the same host
         /// (no TCP stack, file permissions as access control).
         public enum Endpoint: Sendable, Equatable {
+            /// A host name or address and a port (every address the name resolves to is tried).
             case tcp(host: String, port: Int)
+            /// The path of the server's `unixsocket`.
             case unixSocket(path: String)
         }
 
@@ -129,7 +131,7 @@ public final class RedisClient: Sendable {
         let name = RedisError.commandName(String(decoding: first.prefix(32), as: UTF8.self))
         var bytes: [UInt8] = []
         RESPEncoder.append(arguments, to: &bytes)
-        let replies = try await connection().request(bytes, expected: 1, command: name)
+        let replies = try await request(bytes, expected: 1, command: name)
         if case .error(let text) = replies[0] { throw RedisError.reply(text, command: name) }
         return replies[0]
     }
@@ -146,7 +148,7 @@ public final class RedisClient: Sendable {
             RESPEncoder.append(command, to: &bytes)
         }
         let name = "a pipeline of \(commands.count) commands beginning with \(RedisError.commandName(commands[0].first))"
-        return try await connection().request(bytes, expected: commands.count, command: name)
+        return try await request(bytes, expected: commands.count, command: name)
     }
 
     /// Runs `script` with `EVALSHA`, loading it once with `SCRIPT LOAD` when the server answers
@@ -216,6 +218,20 @@ public final class RedisClient: Sendable {
         case .tcp(let host, let port): return "\(host):\(port)"
         case .unixSocket(let path): return path
         }
+    }
+
+    /// Sends on the command connection; when the connection turns out closed before the bytes
+    /// were written (it died a moment ago), once more on a new one: nothing had been sent.
+    private func request(_ bytes: [UInt8], expected: Int, command: String) async throws -> [RESPValue] {
+        for _ in 0..<2 {
+            let connection = try await connection()
+            do {
+                return try await connection.request(bytes, expected: expected, command: command)
+            } catch is RedisConnection.NotSent {
+                state.withLock { $0.lifecycle.lost(connection) }
+            }
+        }
+        throw RedisError.closed("the connection closed before \(command) could be sent")
     }
 
     /// The open command connection, made (or waited for) if there is none.
