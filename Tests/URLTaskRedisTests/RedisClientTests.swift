@@ -345,9 +345,14 @@ final class RedisClientTests: XCTestCase {
             guard ContinuousClock.now < deadline else { return XCTFail("the BLPOP never reached the server") }
             await Task.yield()
         }
+        // Commands queued behind it on the same connection, all in flight when the server dies.
+        let queued = (0..<20).map { index in Task { try await redis.send(["ECHO", "queued \(index)"]) } }
         let killedAt = ContinuousClock.now
         server.killNow()
         _ = await assertRedisError([.connectionClosed]) { try await blocked.value }
+        for task in queued {
+            _ = await assertRedisError([.connectionClosed]) { try await task.value }
+        }
         XCTAssertLessThan(killedAt.duration(to: .now), .seconds(2))
 
         // While it is down: refused at once, then no attempt during the back-off.
