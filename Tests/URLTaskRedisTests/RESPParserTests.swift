@@ -130,3 +130,26 @@ final class RESPParserTests: XCTestCase {
         guard case .failClosed = lifecycle.acquire(7, now: start) else { return XCTFail("closed") }
     }
 }
+
+/// The Redis URL a fleet's processes share.
+final class RedisConfigurationURLTests: XCTestCase {
+    func testRedisURLs() throws {
+        let full = try XCTUnwrap(RedisClient.Configuration(url: URL(string: "redis://fleet:p%40ss@127.0.0.1:6390/3")!))
+        XCTAssertEqual(full.endpoint, .tcp(host: "127.0.0.1", port: 6390))
+        XCTAssertEqual(full.username, "fleet")
+        XCTAssertEqual(full.password, "p@ss")
+        XCTAssertEqual(full.database, 3)
+        let passwordOnly = try XCTUnwrap(RedisClient.Configuration(url: URL(string: "redis://:secret@redis.internal")!))
+        XCTAssertEqual(passwordOnly.endpoint, .tcp(host: "redis.internal", port: 6379))
+        XCTAssertNil(passwordOnly.username)
+        XCTAssertEqual(passwordOnly.password, "secret")
+        XCTAssertEqual(passwordOnly.database, 0)
+        let unix = try XCTUnwrap(RedisClient.Configuration(url: URL(string: "unix:///tmp/redis.sock?db=2")!))
+        XCTAssertEqual(unix.endpoint, .unixSocket(path: "/tmp/redis.sock"))
+        XCTAssertEqual(unix.database, 2)
+        XCTAssertEqual(RedisClient.Configuration(url: URL(string: "redis://[::1]:7000")!)?.endpoint, .tcp(host: "::1", port: 7000))
+        XCTAssertNil(RedisClient.Configuration(url: URL(string: "rediss://host")!))
+        XCTAssertNil(RedisClient.Configuration(url: URL(string: "redis://host/x")!))
+        XCTAssertNil(RedisClient.Configuration(url: URL(string: "http://host")!))
+    }
+}
