@@ -87,6 +87,34 @@ final class RESPParserTests: XCTestCase {
         XCTAssertThrowsError(try parser.next())
     }
 
+    /// Random bytes and mangled replies, in random pieces: the parser returns values or throws,
+    /// and never traps or loops.
+    func testGarbageNeverCrashes() {
+        var generator = SplitMix(seed: 39)
+        let valid = Array(samples.map(\.bytes).joined().utf8)
+        for round in 0..<2000 {
+            var bytes: [UInt8]
+            if round % 2 == 0 {
+                bytes = (0..<Int(generator.next() % 64)).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
+            } else {
+                bytes = valid
+                for _ in 0..<3 { bytes[Int(generator.next() % UInt64(bytes.count))] = UInt8(truncatingIfNeeded: generator.next()) }
+            }
+            var parser = RESPParser()
+            var offset = 0
+            parsing: while offset < bytes.count {
+                let size = min(bytes.count - offset, 1 + Int(generator.next() % 8))
+                parser.append(bytes[offset..<(offset + size)])
+                offset += size
+                do {
+                    while try parser.next() != nil {}
+                } catch {
+                    break parsing
+                }
+            }
+        }
+    }
+
     func testEncoderWritesArraysOfBulkStrings() {
         var bytes: [UInt8] = []
         RESPEncoder.append(["SET", "k", "v\r\n"], to: &bytes)
@@ -151,5 +179,18 @@ final class RedisConfigurationURLTests: XCTestCase {
         XCTAssertNil(RedisClient.Configuration(url: URL(string: "rediss://host")!))
         XCTAssertNil(RedisClient.Configuration(url: URL(string: "redis://host/x")!))
         XCTAssertNil(RedisClient.Configuration(url: URL(string: "http://host")!))
+    }
+}
+
+/// A small deterministic generator for the fuzz test (SplitMix64).
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
