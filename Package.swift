@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "URLTaskManager", targets: ["URLTaskManager"]),
         .library(name: "URLTaskResilience", targets: ["URLTaskResilience"]),
         .library(name: "URLTaskOAuth2", targets: ["URLTaskOAuth2"]),
+        .library(name: "URLTaskRedis", targets: ["URLTaskRedis"]),
         .library(name: "LoopbackServer", targets: ["LoopbackServer"]),
         .executable(name: "Examples", targets: ["Examples"]),
     ],
@@ -18,6 +19,9 @@ let package = Package(
         // Built on URLTaskManager's public API alone, as an app's own parts would be.
         .target(name: "URLTaskResilience", dependencies: ["URLTaskManager"]),
         .target(name: "URLTaskOAuth2", dependencies: ["URLTaskManager", "URLTaskCrypto"]),
+        // One refresh and one rate limit per fleet of processes, on Redis: a Redis client of its
+        // own over the platform's sockets, built on the public API of the three libraries above.
+        .target(name: "URLTaskRedis", dependencies: ["URLTaskManager", "URLTaskOAuth2", "URLTaskResilience"]),
         // SHA-256 and secure random bytes (PKCE, trace ids): no dependency, not a product.
         .target(name: "URLTaskCrypto"),
         .target(name: "LoopbackServer"),
@@ -29,6 +33,11 @@ let package = Package(
             name: "URLTaskManagerTests", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskCrypto", "LoopbackServer"]
         ),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
+        // Against a real `redis-server` each test starts on a free port (skipped, with how to
+        // install it, where it is absent), fleets of processes included.
+        .testTarget(
+            name: "URLTaskRedisTests", dependencies: ["URLTaskRedis", "URLTaskManager", "URLTaskOAuth2", "URLTaskResilience", "LoopbackServer"]
+        ),
         // Parts a third party writes (a circuit breaker, metrics), on the public API alone: no file
         // of this target imports anything @testable.
         .testTarget(name: "ContractTests", dependencies: ["URLTaskManager", "URLTaskResilience", "LoopbackServer"]),
