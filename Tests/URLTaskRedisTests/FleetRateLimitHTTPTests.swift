@@ -92,6 +92,47 @@ final class FleetRateLimitHTTPTests: XCTestCase {
             }, 1, "and said why")
     }
 
+    /// A wait counts toward the request's `timeoutInterval` (`URLError.timedOut` at its timeout,
+    /// not at its turn), and a caller that cancels while waiting leaves at once.
+    func testAWaitTimesOutAtTimeoutIntervalAndCancellationIsImmediate() async throws {
+        let redisServer = try await FleetRedisServer()
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let first = FleetFlag()
+        server.route("/w") { _ in
+            first.takeFirst() ? ServerResponse(status: 503, headers: ["Retry-After": "30"]) : .text("ok")
+        }
+        let policy = FleetRateLimiter.Policy(rate: 100, burst: 10, processCount: 2, keyPrefix: "fleet-timeout")
+        let seer = Member(redisServer, policy: policy)
+        let other = Member(redisServer, policy: policy)
+        defer {
+            seer.redis.close()
+            other.redis.close()
+        }
+        let refused = await FleetFetched.fetch(seer.manager.session, URLRequest(url: server.url("/w")))
+        XCTAssertEqual(refused.status, 503)
+        try await seer.events.wait("the pause shared") { event in
+            if case .paused(_, .seconds(30), 503, shared: true) = event { return true } else { return false }
+        }
+        var impatient = URLRequest(url: server.url("/w"))
+        impatient.timeoutInterval = 0.3
+        let started = ContinuousClock.now
+        let timedOut = await FleetFetched.fetch(other.manager.session, impatient)
+        XCTAssertEqual((timedOut.error as? URLError)?.code, .timedOut, "\(String(describing: timedOut.error))")
+        XCTAssertLessThan(started.duration(to: .now), .seconds(3), "failed at its timeout, not at the pause's end")
+
+        let cancelled = Task { await FleetFetched.fetch(other.manager.session, URLRequest(url: server.url("/w"))) }
+        try await other.events.wait("in line", count: 2) { event in
+            if case .delayed(_, _, _, paused: true) = event { return true } else { return false }
+        }
+        let cancelledAt = ContinuousClock.now
+        cancelled.cancel()
+        let result = await cancelled.value
+        XCTAssertEqual((result.error as? URLError)?.code, .cancelled, "\(String(describing: result.error))")
+        XCTAssertLessThan(cancelledAt.duration(to: .now), .seconds(1), "cancellation while waiting is immediate")
+        XCTAssertEqual(server.requests(path: "/w").count, 1, "nothing reached the paused host")
+    }
+
     /// Redis stopped: every request still succeeds, each manager limits itself to rate / N (an
     /// event says so); Redis started again: the next request after the back-off finds it, and
     /// the shared bucket is back.

@@ -68,11 +68,12 @@ final class FleetRedisServer: @unchecked Sendable {  // `process` is touched by 
         }
     }
 
-    /// Stops it (SIGTERM) and returns once it exited.
+    /// Stops it (`SIGKILL`: a server started from a dispatch thread inherits that thread's
+    /// signal mask, which blocks `SIGTERM`) and returns once it exited.
     func stop() {
         guard let process else { return }
         self.process = nil
-        if process.isRunning { process.terminate() }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
     }
 
