@@ -18,8 +18,8 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         let manager: URLTaskManager
         let events: FleetEvents<FleetRateLimiter.Event>
 
-        init(_ server: FleetRedisServer, policy: FleetRateLimiter.Policy) {
-            redis = RedisClient(configuration: server.configuration)
+        init(_ server: RedisServerProcess, policy: FleetRateLimiter.Policy) {
+            redis = RedisClient(configuration: server.fleetConfiguration)
             limiter = FleetRateLimiter(redis: redis, policy: policy)
             events = FleetEvents(limiter.events())
             manager = URLTaskManager(interceptors: [limiter])
@@ -29,7 +29,9 @@ final class FleetRateLimitHTTPTests: XCTestCase {
     /// 4 managers × 50 concurrent requests to one host, a fleet limit of 50 a second in bursts of
     /// 10: every request succeeds and no one-second window at the server holds more than 60.
     func testFourManagersShareOneLimit() async throws {
-        let redisServer = try await FleetRedisServer()
+        let redisServer = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { redisServer.stop() }
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route("/r") { _ in .text("ok") }
@@ -62,7 +64,9 @@ final class FleetRateLimitHTTPTests: XCTestCase {
     /// A `429` with `Retry-After: 1` seen by one manager pauses another manager's requests to
     /// that host (through Redis).
     func testARetryAfterSeenByOneManagerPausesTheOthers() async throws {
-        let redisServer = try await FleetRedisServer()
+        let redisServer = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { redisServer.stop() }
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let first = FleetFlag()
@@ -95,7 +99,9 @@ final class FleetRateLimitHTTPTests: XCTestCase {
     /// A wait counts toward the request's `timeoutInterval` (`URLError.timedOut` at its timeout,
     /// not at its turn), and a caller that cancels while waiting leaves at once.
     func testAWaitTimesOutAtTimeoutIntervalAndCancellationIsImmediate() async throws {
-        let redisServer = try await FleetRedisServer()
+        let redisServer = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { redisServer.stop() }
         let server = try LoopbackServer()
         defer { server.shutdown() }
         let first = FleetFlag()
@@ -137,7 +143,9 @@ final class FleetRateLimitHTTPTests: XCTestCase {
     /// event says so); Redis started again: the next request after the back-off finds it, and
     /// the shared bucket is back.
     func testRedisStoppedFallsBackAtTheShareAndRejoinsWhenItReturns() async throws {
-        let redisServer = try await FleetRedisServer()
+        let redisServer = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { redisServer.stop() }
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route("/f") { _ in .text("ok") }
@@ -178,7 +186,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         // Each at 10 a second, bursts of 1: at most 11 each in a second.
         XCTAssertLessThanOrEqual(busiestLocal, 22)
 
-        try await redisServer.start()
+        try redisServer.start()
         // One request after another until one finds Redis again (the probe after the back-off).
         var sent = 0
         while !members[0].limiter.isShared, sent < 100 {

@@ -11,8 +11,10 @@ final class FleetRateLimitScriptTests: XCTestCase {
 
     /// `burst` turns at once, then one per interval (200 ms at 5 a second), timed by the server.
     func testBurstThenRate() async throws {
-        let server = try await FleetRedisServer()
-        let redis = RedisClient(configuration: server.configuration)
+        let server = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { server.stop() }
+        let redis = RedisClient(configuration: server.fleetConfiguration)
         defer { redis.close() }
         let limiter = limiter(redis, rate: 5, burst: 3)
         for turn in 1...3 {
@@ -45,9 +47,11 @@ final class FleetRateLimitScriptTests: XCTestCase {
 
     /// Two clients (two processes) with one prefix share one bucket; another prefix is another.
     func testTwoClientsShareOneBucket() async throws {
-        let server = try await FleetRedisServer()
-        let first = RedisClient(configuration: server.configuration)
-        let second = RedisClient(configuration: server.configuration)
+        let server = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { server.stop() }
+        let first = RedisClient(configuration: server.fleetConfiguration)
+        let second = RedisClient(configuration: server.fleetConfiguration)
         defer {
             first.close()
             second.close()
@@ -75,8 +79,10 @@ final class FleetRateLimitScriptTests: XCTestCase {
     /// A pause answers first, with its remaining time; a shorter pause does not shorten it; it
     /// spends the burst, which refills over the pause.
     func testThePauseAnswersFirstAndKeepsTheLongerOne() async throws {
-        let server = try await FleetRedisServer()
-        let redis = RedisClient(configuration: server.configuration)
+        let server = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { server.stop() }
+        let redis = RedisClient(configuration: server.fleetConfiguration)
         defer { redis.close() }
         let limiter = limiter(redis, rate: 10, burst: 5)
         let pauseKeys = [limiter.key("pause", "h"), limiter.key("tat", "h")]
