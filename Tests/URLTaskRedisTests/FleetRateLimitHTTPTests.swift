@@ -200,6 +200,74 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         }
         print("rejoined Redis after \(sent) requests")
     }
+
+    /// Redis killed (`SIGKILL`) while requests wait for their turns: none fails because of it;
+    /// those in flight fall back to the local bucket.
+    func testRedisKilledMidBurstFailsNoRequest() async throws {
+        let redisServer = try RedisServerProcess()
+        defer { redisServer.stop() }
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/k") { _ in .text("ok") }
+        let policy = FleetRateLimiter.Policy(rate: 20, burst: 2, processCount: 2, keyPrefix: "fleet-kill")
+        let members = (0..<2).map { _ in Member(redisServer, policy: policy) }
+        defer { for member in members { member.redis.close() } }
+        let all = Task {
+            await withTaskGroup(of: FleetFetched.self) { group in
+                for (index, member) in members.enumerated() {
+                    for request in 0..<20 {
+                        var urlRequest = URLRequest(url: server.url("/k?m=\(index)&i=\(request)"))
+                        urlRequest.timeoutInterval = 30
+                        group.addTask { await FleetFetched.fetch(member.manager.session, urlRequest) }
+                    }
+                }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+        }
+        _ = try await server.waitForRequests(path: "/k", count: 6)
+        redisServer.killNow()
+        let results = await all.value
+        XCTAssertEqual(results.filter { $0.status == 200 }.count, 40, "\(results.compactMap(\.error).prefix(3))")
+        for member in members {
+            try await member.events.wait("the fall back") { event in
+                if case .fellBack = event { return true } else { return false }
+            }
+        }
+    }
+
+    /// Redis never reachable (nothing listens on its port): requests go at the local share
+    /// (`rate / processCount`), an event says so, and no event or error shows the password.
+    func testUnreachableRedisFallsBackFromTheStartWithoutShowingTheSecret() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/u") { _ in .text("ok") }
+        let password = "fleet-secret-password-7f3a"
+        let redis = RedisClient(
+            configuration: .init(
+                endpoint: .tcp(host: "127.0.0.1", port: try TestSockets.freePort()), username: "fleet", password: password,
+                connectTimeout: .milliseconds(300), replyTimeout: .milliseconds(300)))
+        defer { redis.close() }
+        let limiter = FleetRateLimiter(
+            redis: redis, policy: .init(rate: 10, burst: 2, processCount: 2, keyPrefix: "fleet-unreachable", probeDelay: .seconds(60)))
+        let events = FleetEvents(limiter.events())
+        let manager = URLTaskManager(interceptors: [limiter])
+        for _ in 0..<3 {
+            let result = await FleetFetched.fetch(manager.session, URLRequest(url: server.url("/u")))
+            XCTAssertEqual(result.status, 200, "\(String(describing: result.error))")
+        }
+        try await events.wait("the fall back") { event in
+            if case .fellBack(_, 5, .seconds(60)) = event { return true } else { return false }
+        }
+        XCTAssertFalse(limiter.isShared)
+        // 5 a second, bursts of 1: 200 ms between sends.
+        let arrivals = server.requests(path: "/u").map(\.arrivedAt)
+        for (earlier, later) in zip(arrivals, arrivals.dropFirst()) {
+            XCTAssertGreaterThan(earlier.duration(to: later), .milliseconds(180))
+        }
+        let told = events.all.map { String(describing: $0) }.joined(separator: "\n")
+        XCTAssertFalse(told.contains(password), told)
+        XCTAssertTrue(told.contains("fellBack"), told)
+    }
 }
 
 /// True once, then false.
