@@ -59,6 +59,21 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         // 200 turns at 50 a second after a burst of 10: at least 3.8 s.
         XCTAssertGreaterThanOrEqual(elapsed, .milliseconds(3_700))
         for member in members { XCTAssertTrue(member.limiter.isShared, "Redis answered throughout") }
+        // Round trips: one script run per request that goes at once; while the bucket is empty,
+        // the head of each process's line asks once per turn (the process whose ask lands first
+        // takes it, the others are told to wait one more interval), so about one run per process
+        // per turn: the price of asking again rather than reserving a turn ahead, which a pause
+        // set meanwhile could not take back.
+        let info = try await members[0].redis.send(["INFO", "commandstats"])
+        guard case .bulkString(let data?) = info else { return XCTFail("INFO: \(info)") }
+        let stats = String(decoding: data, as: UTF8.self)
+        let calls = stats.split(whereSeparator: \.isNewline).first { $0.hasPrefix("cmdstat_evalsha:") }
+            .flatMap { $0.split(separator: "=").dropFirst().first?.split(separator: ",").first }
+            .flatMap { Int($0) }
+        let scriptRuns = try XCTUnwrap(calls, stats)
+        print("fleet 4 × 50: \(scriptRuns) script runs for 200 requests (\(Double(scriptRuns) / 200) a request)")
+        XCTAssertGreaterThanOrEqual(scriptRuns, 200)
+        XCTAssertLessThanOrEqual(scriptRuns, 200 * (members.count + 2), "the line keeps a process's waiting requests from asking together")
     }
 
     /// A `429` with `Retry-After: 1` seen by one manager pauses another manager's requests to
