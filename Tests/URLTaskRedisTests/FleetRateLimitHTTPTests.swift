@@ -283,6 +283,34 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         XCTAssertFalse(told.contains(password), told)
         XCTAssertTrue(told.contains("fellBack"), told)
     }
+
+    /// An infinite rate limits nothing and asks Redis nothing; a rate that is not positive lets
+    /// no request through, which then fails at its `timeoutInterval`, as with `RateLimiter`.
+    func testAnInfiniteRateAsksNothingAndAZeroRateWaitsForTheTimeout() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/z") { _ in .text("ok") }
+        let redis = RedisClient(configuration: .init(endpoint: .tcp(host: "127.0.0.1", port: try TestSockets.freePort())))
+        defer { redis.close() }
+        let unlimited = FleetRateLimiter(redis: redis, policy: .init(rate: .infinity, processCount: 2))
+        let unlimitedEvents = FleetEvents(unlimited.events())
+        let free = URLTaskManager(interceptors: [unlimited])
+        for _ in 0..<3 {
+            let result = await FleetFetched.fetch(free.session, URLRequest(url: server.url("/z")))
+            XCTAssertEqual(result.status, 200)
+        }
+        XCTAssertTrue(unlimited.isShared, "Redis (absent here) was never asked, so never missed")
+        XCTAssertEqual(unlimitedEvents.all.count, 0)
+
+        let closed = URLTaskManager(interceptors: [FleetRateLimiter(redis: redis, policy: .init(rate: 0, processCount: 2))])
+        var request = URLRequest(url: server.url("/z"))
+        request.timeoutInterval = 0.3
+        let started = ContinuousClock.now
+        let result = await FleetFetched.fetch(closed.session, request)
+        XCTAssertEqual((result.error as? URLError)?.code, .timedOut, "\(String(describing: result.error))")
+        XCTAssertLessThan(started.duration(to: .now), .seconds(3))
+        XCTAssertEqual(server.requests(path: "/z").count, 3)
+    }
 }
 
 /// True once, then false.
