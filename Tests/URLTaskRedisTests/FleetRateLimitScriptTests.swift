@@ -99,4 +99,28 @@ final class FleetRateLimitScriptTests: XCTestCase {
         while try await limiter.take(host: "h") == .go { went += 1 }
         XCTAssertEqual(went, 5, "a burst goes when the pause ends, as the local limiter does")
     }
+
+    /// A turn given back (a request that joined an identical transfer sent nothing) is there for
+    /// the next request; a bucket already full keeps nothing.
+    func testARefundGivesOneTurnBack() async throws {
+        let server = try RedisServerProcess()
+        defer { server.stop() }
+        let redis = RedisClient(configuration: server.fleetConfiguration)
+        defer { redis.close() }
+        let limiter = limiter(redis, rate: 1, burst: 2)
+        let first = try await limiter.take(host: "h")
+        let second = try await limiter.take(host: "h")
+        XCTAssertEqual([first, second], [.go, .go])
+        guard case .wait = try await limiter.take(host: "h") else { return XCTFail("the burst is spent") }
+        let refunded = try await redis.run(FleetRateLimitScripts.refund, keys: [limiter.key("tat", "h")], arguments: ["1000000"])
+        XCTAssertEqual(refunded, .integer(1))
+        let afterRefund = try await limiter.take(host: "h")
+        XCTAssertEqual(afterRefund, .go)
+        _ = try await redis.run(FleetRateLimitScripts.refund, keys: [limiter.key("tat", "h")], arguments: ["1000000"])
+        _ = try await redis.run(FleetRateLimitScripts.refund, keys: [limiter.key("tat", "h")], arguments: ["1000000"])
+        let exists = try await redis.send(["EXISTS", limiter.key("tat", "h")])
+        XCTAssertEqual(exists, .integer(0), "refunded down to a full bucket: the key is gone")
+        let nothing = try await redis.run(FleetRateLimitScripts.refund, keys: [limiter.key("tat", "h")], arguments: ["1000000"])
+        XCTAssertEqual(nothing, .integer(0))
+    }
 }
