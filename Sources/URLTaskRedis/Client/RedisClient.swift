@@ -24,15 +24,20 @@ public struct RedisScript: Sendable, Hashable {
 /// with `.connectionClosed` (none is ever sent again on its own: the caller knows whether its
 /// command may be repeated) and the next command reconnects. A failed attempt starts a back-off
 /// (``Configuration/reconnectDelay``, doubled to ``Configuration/maximumReconnectDelay``) during
-/// which commands fail at once with `.connectionClosed`, so a caller falls back without waiting
-/// on an unreachable server. A reply that does not come within
+/// which commands fail at once with the failed attempt's error (`.connectionClosed` for a refused
+/// connection, `.timeout`, or the `AUTH` reply such as `WRONGPASS`), so a caller falls back
+/// without waiting on an unreachable server. A reply that does not come within
 /// ``Configuration/replyTimeout`` fails its command with `.timeout` and closes the connection
 /// (the replies after it could no longer be matched to their commands).
 ///
 /// Subscriptions (``subscribe(to:)``) each have a connection of their own. Blocking commands
 /// (`BLPOP` ...) longer than the reply timeout, `SUBSCRIBE` and `MONITOR` are not for ``send(_:)``.
-/// I/O runs on threads of the client's own (one reader per connection, one per connection
-/// attempt, one per subscription), never blocking the concurrency pool's threads.
+/// Reads and connection attempts run on threads of the client's own (one reader per connection,
+/// one per connection attempt, one per subscription), never blocking the concurrency pool's
+/// threads; a command is written by its caller (a blocked write gives up after the reply
+/// timeout). Cancelling a caller's task does not withdraw a command already written: the reply
+/// timeout bounds the wait. RESP3 push messages (`CLIENT TRACKING`) are not supported on the
+/// command connection.
 public final class RedisClient: Sendable {
     /// Where Redis is and how to talk to it: one value per client, fixed at creation.
     public struct Configuration: Sendable {
@@ -60,6 +65,10 @@ public final class RedisClient: Sendable {
         public var reconnectDelay: Duration
         /// The longest wait between attempts while Redis is unreachable.
         public var maximumReconnectDelay: Duration
+        /// How long a subscription's connection may stay silent before it sends `PING`; no
+        /// answer within `replyTimeout` and it reconnects (a server gone without closing the
+        /// connection, a network partition, is otherwise never noticed by a subscriber).
+        public var subscriptionHealthCheckInterval: Duration = .seconds(15)
 
         /// Every setting but the endpoint has a default fit for a Redis on the same network.
         public init(
@@ -84,6 +93,9 @@ public final class RedisClient: Sendable {
         var lifecycle: ConnectionLifecycle<RedisConnection, Waiter>
         var subscriptions: [ObjectIdentifier: RedisSubscription] = [:]
         var closed = false
+        /// Why the last connection attempt failed: what a command refused during the back-off
+        /// is told (a wrong password stays a `WRONGPASS`, not a vague "unreachable").
+        var lastConnectError: RedisError?
     }
 
     /// The settings this client was made with.
@@ -209,7 +221,7 @@ public final class RedisClient: Sendable {
     /// The open command connection, made (or waited for) if there is none.
     private func connection() async throws -> RedisConnection {
         try await withCheckedThrowingContinuation { (waiter: Waiter) in
-            let action = state.withLock { $0.lifecycle.acquire(waiter, now: .now) }
+            let (action, lastError) = state.withLock { ($0.lifecycle.acquire(waiter, now: .now), $0.lastConnectError) }
             switch action {
             case .use(let connection):
                 waiter.resume(returning: connection)
@@ -219,9 +231,10 @@ public final class RedisClient: Sendable {
                 waiter.resume(throwing: RedisError.closed("the client was closed"))
             case .failBackingOff(let remaining):
                 let milliseconds = remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000
+                let why = lastError?.message ?? "Redis at \(endpointName) could not be reached"
                 waiter.resume(
-                    throwing: RedisError.closed(
-                        "Redis at \(endpointName) could not be reached; the next attempt is in \(milliseconds) ms"))
+                    throwing: RedisError(
+                        kind: lastError?.kind ?? .connectionClosed, message: "\(why); the next attempt is in \(milliseconds) ms"))
             case .connect:
                 let configuration = self.configuration
                 Thread.detachNewThread { [self] in
@@ -238,7 +251,7 @@ public final class RedisClient: Sendable {
     }
 
     private func finishConnecting(_ result: Result<Int32, RedisError>) {
-        var outcome = result.flatMap { fd -> Result<RedisConnection, RedisError> in
+        let outcome = result.flatMap { fd -> Result<RedisConnection, RedisError> in
             do throws(RedisError) {
                 return .success(
                     try RedisConnection(fd: fd, replyTimeout: configuration.replyTimeout) { [weak self] connection in
@@ -251,9 +264,12 @@ public final class RedisClient: Sendable {
         }
         switch outcome {
         case .success(let connection):
-            guard let waiters = state.withLock({ $0.lifecycle.connected(connection) }) else {
+            let waiters = state.withLock { state in
+                state.lastConnectError = nil
+                return state.lifecycle.connected(connection)
+            }
+            guard let waiters else {
                 connection.close()
-                outcome = .failure(.closed("the client was closed"))
                 return
             }
             // The connection may have closed before it was registered: its `onClose` found
@@ -261,7 +277,10 @@ public final class RedisClient: Sendable {
             if !connection.isOpen { state.withLock { $0.lifecycle.lost(connection) } }
             for waiter in waiters { waiter.resume(returning: connection) }
         case .failure(let error):
-            let waiters = state.withLock { $0.lifecycle.connectFailed(now: .now) }
+            let waiters = state.withLock { state in
+                state.lastConnectError = error
+                return state.lifecycle.connectFailed(now: .now)
+            }
             for waiter in waiters { waiter.resume(throwing: error) }
         }
     }
