@@ -234,6 +234,11 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
                     arguments: [Self.integer(interval), Self.integer(tolerance)])
                 answer = try FleetRateLimitScripts.answer(from: reply)
             } catch let error as RedisError {
+                // A caller that cancelled may see its command fail: that says nothing of Redis.
+                if Task.isCancelled {
+                    if route == .probe { state.probeAbandoned(now: .now) }
+                    throw CancellationError()
+                }
                 if case .fellBack(let probeIn) = state.redisFailed(now: .now) {
                     decisions.emit(.fellBack(reason: error, localRate: fallback.policy.rate, probeIn: probeIn))
                     task.annotate("fleet-rate-limit", "Redis did not answer (\(error)): the local bucket decides")
