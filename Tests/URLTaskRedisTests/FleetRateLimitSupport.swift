@@ -1,0 +1,111 @@
+import Foundation
+import XCTest
+@testable import URLTaskRedis
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+extension RedisServerProcess {
+    /// A client configuration for this server with short timeouts and reconnect delays, so a
+    /// stopped server is noticed in half a second and a restarted one found at once.
+    var fleetConfiguration: RedisClient.Configuration {
+        .init(
+            endpoint: .tcp(host: "127.0.0.1", port: port), connectTimeout: .milliseconds(500), replyTimeout: .milliseconds(500),
+            reconnectDelay: .milliseconds(20), maximumReconnectDelay: .milliseconds(100))
+    }
+}
+
+/// Collects a stream's events and lets a test wait for a count of those that match (no sleeps).
+final class FleetEvents<Event: Sendable>: @unchecked Sendable {  // `events` and `waiters` are guarded by `lock`.
+    private struct Waiter {
+        let matches: @Sendable (Event) -> Bool
+        let count: Int
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private let lock = NSLock()
+    private var events: [Event] = []
+    private var waiters: [Int: Waiter] = [:]
+    private var nextWaiter = 0
+    private var reader: Task<Void, Never>?
+
+    init(_ stream: AsyncStream<Event>) {
+        reader = Task { [weak self] in
+            for await event in stream { self?.append(event) }
+        }
+    }
+
+    deinit { reader?.cancel() }
+
+    var all: [Event] { lock.withLock { events } }
+
+    func count(where matches: (Event) -> Bool) -> Int { lock.withLock { events.filter(matches).count } }
+
+    private func append(_ event: Event) {
+        let due: [Waiter] = lock.withLock {
+            events.append(event)
+            let ready = waiters.filter { _, waiter in events.filter(waiter.matches).count >= waiter.count }
+            for key in ready.keys { waiters[key] = nil }
+            return Array(ready.values)
+        }
+        for waiter in due { waiter.continuation.resume() }
+    }
+
+    /// Returns once `count` events match, failing after `timeout` (a bound, not a wait).
+    func wait(
+        _ what: String, count: Int = 1, timeout: Duration = .seconds(10), where matches: @escaping @Sendable (Event) -> Bool
+    ) async throws {
+        let key: Int = lock.withLock {
+            nextWaiter += 1
+            return nextWaiter
+        }
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            guard let self else { return }
+            let waiter = self.lock.withLock { self.waiters.removeValue(forKey: key) }
+            waiter?.continuation.resume(throwing: FleetTestFailure("no \(what) within \(timeout)"))
+        }
+        defer { timer.cancel() }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let ready: Bool = lock.withLock {
+                if events.filter(matches).count >= count { return true }
+                waiters[key] = Waiter(matches: matches, count: count, continuation: continuation)
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+}
+
+struct FleetTestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// What a request ended with: a status and body, or an error.
+struct FleetFetched: Sendable {
+    var status: Int?
+    var text: String?
+    var error: (any Error)?
+
+    static func fetch(_ session: URLSession, _ request: URLRequest) async -> FleetFetched {
+        do {
+            let (data, response) = try await session.data(for: request)
+            return FleetFetched(status: (response as? HTTPURLResponse)?.statusCode, text: String(decoding: data, as: UTF8.self))
+        } catch {
+            return FleetFetched(error: error)
+        }
+    }
+}
+
+/// The most arrivals in any window of `window` (each window starting at an arrival).
+func fleetBusiestWindow(_ arrivals: [ContinuousClock.Instant], window: Duration = .seconds(1)) -> Int {
+    let sorted = arrivals.sorted()
+    var best = 0
+    var end = 0
+    for start in sorted.indices {
+        while end < sorted.count, sorted[end] < sorted[start] + window { end += 1 }
+        best = max(best, end - start)
+    }
+    return best
+}
