@@ -136,8 +136,12 @@ final class RedisServerProcess: @unchecked Sendable {  // Used from one test at 
         let deadline = Date().addingTimeInterval(seconds)
         condition.lock()
         defer { condition.unlock() }
-        while !exited, Date() < deadline { _ = condition.wait(until: deadline) }
-        return exited
+        // The handler cannot reach this object once it is being released (`deinit` stops the
+        // server): the process's own state is read too, every 20 ms, until the deadline.
+        while !exited, process?.isRunning ?? false, Date() < deadline {
+            _ = condition.wait(until: min(deadline, Date().addingTimeInterval(0.02)))
+        }
+        return exited || !(process?.isRunning ?? false)
     }
 
     /// One PING on a raw socket (not the client under test).
