@@ -1,7 +1,7 @@
 import Foundation
 
 /// A value guarded by a lock, held only for the closure's length.
-final class Mutex<Value>: @unchecked Sendable {  // `value` is read and written only under `lock`.
+final class FleetLock<Value>: @unchecked Sendable {  // `value` is read and written only under `lock`.
     private let lock = NSLock()
     private var value: Value
 
@@ -33,7 +33,7 @@ final class FleetAnnouncements: Sendable {
         var readyWaiters: [UUID: CheckedContinuation<Bool, Never>] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = FleetLock(State())
 
     /// Whether the subscription heard its own test message and has not been lost since.
     var isReady: Bool { state.withLock { $0.ready } }

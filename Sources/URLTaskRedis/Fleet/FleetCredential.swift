@@ -116,8 +116,8 @@ public final class FleetCredential: Sendable {
 
     private let refresher: OAuth2Authenticator.Refresh
     private let keys: FleetCredentialKeys
-    private let state = Mutex(FleetCredentialStateMachine())
-    private let tasks = Mutex(Tasks())
+    private let state = FleetLock(FleetCredentialStateMachine())
+    private let tasks = FleetLock(Tasks())
     private let announcements = FleetAnnouncements()
     private let decisions = DecisionEvents<Event>()
 
@@ -237,12 +237,24 @@ public final class FleetCredential: Sendable {
 
     private func runRefresh(_ presented: OAuth2Credential) async throws -> OAuth2Credential {
         var lease: (token: String, fence: Int64)?
-        var endpointError: (any Error)?
         defer {
             transition { $0.refreshEnded() }
             tasks.withLock { $0.refresh = nil }
             scheduleWriteBackIfOwed()
         }
+        do {
+            return try await refreshLoop(presented, lease: &lease)
+        } catch {
+            // A Redis reply error (an ACL refusal, say) or a stored value that is no credential.
+            if let lease { await release(lease.token) }
+            throw error
+        }
+    }
+
+    private func refreshLoop(
+        _ presented: OAuth2Credential, lease: inout (token: String, fence: Int64)?
+    ) async throws -> OAuth2Credential {
+        var endpointError: (any Error)?
         var action = transition { $0.refreshRequested(presented, now: Date()) }
         while true {
             switch action {
@@ -302,10 +314,16 @@ public final class FleetCredential: Sendable {
                     action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
                 }
             case .finish(let credential):
-                if let lease { await release(lease.token) }
+                if let held = lease {
+                    lease = nil
+                    await release(held.token)
+                }
                 return credential
             case .fail(let failure):
-                if let lease { await release(lease.token) }
+                if let held = lease {
+                    lease = nil
+                    await release(held.token)
+                }
                 switch failure {
                 case .signedOut: throw OAuth2Error.notSignedIn
                 case .endpointError: throw endpointError ?? OAuth2Error.notSignedIn
@@ -381,10 +399,13 @@ public final class FleetCredential: Sendable {
     /// message: an announcement published before the subscription was active would be missed.
     private func ensureSubscribed() async {
         guard !announcements.isReady else { return }
+        let reachable = state.withLock { $0.reachable }
         tasks.withLock { tasks in
             guard !tasks.closed, tasks.subscription == nil else { return }
             tasks.subscription = Task { [weak self] in await self?.subscriptionLoop() }
         }
+        // While Redis is away the lease script fails at once anyway: no wait for it.
+        guard reachable else { return }
         _ = await announcements.waitUntilReady(within: configuration.subscriptionReadyTimeout)
     }
 
