@@ -142,7 +142,8 @@ final class FleetCredentialStateMachineTests: XCTestCase {
         XCTAssertNil(machine.saveRequested(credential(1)), "the authenticator's save of it is no new write")
         // Redis is back: the next refresh writes it back first, then takes the lease.
         XCTAssertEqual(machine.refreshRequested(credential(1), now: now.addingTimeInterval(4000)), .writeBack(owed))
-        XCTAssertEqual(machine.writeBackAccepted(id: owed.id, fence: 5), .acquireLease)
+        machine.writeBackAccepted(id: owed.id, fence: 5)
+        XCTAssertEqual(machine.continueAfterWriteBack(), .acquireLease)
         XCTAssertEqual(machine.newest, Record(fence: 5, credential: credential(1)))
         XCTAssertNil(machine.pending)
         XCTAssertEqual(machine.takeNotes(), [.redisReachable, .wroteBack])
@@ -184,7 +185,7 @@ final class FleetCredentialStateMachineTests: XCTestCase {
         _ = machine.endpointAnswered(credential(1))
         machine.refreshEnded()
         guard let owed = machine.pending else { return XCTFail("owed") }
-        XCTAssertNil(machine.writeBackRefused(id: owed.id, stored: Record(fence: 4, credential: credential(2))))
+        machine.writeBackRefused(id: owed.id, stored: Record(fence: 4, credential: credential(2)))
         XCTAssertNil(machine.pending)
         XCTAssertEqual(machine.newest, Record(fence: 4, credential: credential(2)))
     }
@@ -206,7 +207,7 @@ final class FleetCredentialStateMachineTests: XCTestCase {
         _ = machine.loaded(Record(fence: 4, credential: credential(1)))
         XCTAssertEqual(machine.pending, write)
         XCTAssertEqual(machine.newest?.credential, credential(9))
-        XCTAssertNil(machine.writeBackAccepted(id: write.id, fence: 5))
+        machine.writeBackAccepted(id: write.id, fence: 5)
         XCTAssertEqual(machine.newest, Record(fence: 5, credential: credential(9)))
     }
 
@@ -214,5 +215,31 @@ final class FleetCredentialStateMachineTests: XCTestCase {
         var machine = loadedMachine()
         _ = machine.refreshRequested(credential(0), now: now)
         XCTAssertEqual(machine.leaseWon(fence: 3, stored: Record(fence: 2, credential: nil), now: now), .fail(.signedOut))
+    }
+
+    func testTheBackgroundWriteBackLandingFirstDoesNotMoveTheRefresh() {
+        var machine = loadedMachine()
+        _ = machine.refreshRequested(credential(0), now: now)
+        _ = machine.redisUnreachable()
+        _ = machine.endpointAnswered(credential(1))
+        machine.refreshEnded()
+        guard let owed = machine.pending else { return XCTFail("owed") }
+        XCTAssertEqual(machine.refreshRequested(credential(1), now: now.addingTimeInterval(4000)), .writeBack(owed))
+        // The background loop's write of the same record lands first; the refresh's own is then refused.
+        machine.writeBackAccepted(id: owed.id, fence: 2)
+        machine.writeBackRefused(id: owed.id, stored: Record(fence: 2, credential: credential(1)))
+        XCTAssertEqual(machine.continueAfterWriteBack(), .acquireLease)
+        XCTAssertEqual(machine.newest, Record(fence: 2, credential: credential(1)))
+    }
+
+    func testASignInMadeWhileTheHolderCommitsStaysTheNewest() {
+        var machine = loadedMachine()
+        _ = machine.refreshRequested(credential(0), now: now)
+        _ = machine.leaseWon(fence: 2, stored: Record(fence: 1, credential: credential(0)), now: now)
+        _ = machine.endpointAnswered(credential(1))
+        let signIn = machine.saveRequested(credential(9))
+        XCTAssertEqual(machine.committed(fence: 2), .finish(credential(1)))
+        XCTAssertEqual(machine.pending, signIn, "the sign-in is still written, after the refresh's write")
+        XCTAssertEqual(machine.newest?.credential, credential(9))
     }
 }

@@ -219,7 +219,7 @@ public final class FleetCredential: Sendable {
 
     func save(_ credential: OAuth2Credential?) async {
         guard let write = transition({ $0.saveRequested(credential) }) else { return }
-        _ = await perform(write)
+        await perform(write)
         scheduleWriteBackIfOwed()
     }
 
@@ -259,7 +259,11 @@ public final class FleetCredential: Sendable {
         while true {
             switch action {
             case .writeBack(let pending):
-                action = await perform(pending) ?? .fail(.noProgress)
+                if await perform(pending) {
+                    action = transition { $0.continueAfterWriteBack() }
+                } else {
+                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                }
             case .acquireLease:
                 await ensureSubscribed()
                 let token = UUID().uuidString
@@ -345,8 +349,10 @@ public final class FleetCredential: Sendable {
 
     // MARK: Writes owed
 
-    /// Runs `pending`'s write and reports it; returns the refresh's next action, if one is in flight.
-    private func perform(_ pending: FleetCredentialStateMachine.Pending) async -> FleetCredentialStateMachine.Action? {
+    /// Runs `pending`'s write and reports its outcome to the state machine (never moving the
+    /// refresh in flight); `false` when Redis could not be reached.
+    @discardableResult
+    private func perform(_ pending: FleetCredentialStateMachine.Pending) async -> Bool {
         do {
             let reply = try FleetCredentialScripts.elements(
                 await client.run(
@@ -354,15 +360,18 @@ public final class FleetCredential: Sendable {
                     arguments: try FleetCredentialScripts.writeArguments(pending, channel: keys.channel)))
             if FleetCredentialScripts.integer(reply.first) == 1 {
                 let fence = FleetCredentialScripts.integer(reply[safe: 1]) ?? 0
-                return transition { $0.writeBackAccepted(id: pending.id, fence: fence) }
+                transition { $0.writeBackAccepted(id: pending.id, fence: fence) }
+            } else {
+                let stored = try? FleetCredentialScripts.record(fence: reply[safe: 1], json: reply[safe: 2])
+                transition { $0.writeBackRefused(id: pending.id, stored: stored) }
             }
-            let stored = try? FleetCredentialScripts.record(fence: reply[safe: 1], json: reply[safe: 2])
-            return transition { $0.writeBackRefused(id: pending.id, stored: stored) }
+            return true
         } catch let error as RedisError where Self.isUnreachable(error) {
-            return transition { $0.redisUnreachable() }
+            transition { $0.writeBackUnreachable() }
+            return false
         } catch {
             // A reply error (an ACL that forbids the key, say): kept, tried again later.
-            return nil
+            return true
         }
     }
 
@@ -379,11 +388,9 @@ public final class FleetCredential: Sendable {
         var delay = configuration.writeBackDelay
         while !Task.isCancelled {
             guard let pending = state.withLock({ $0.pending }) else { break }
-            let before = state.withLock { $0.reachable }
-            _ = await perform(pending)
+            await perform(pending)
             let written = state.withLock { $0.pending?.id != pending.id }
             if written { continue }
-            if before != state.withLock({ $0.reachable }) { delay = configuration.writeBackDelay }
             try? await Task.sleep(for: delay)
             delay = min(delay * 2, configuration.maximumWriteBackDelay)
         }
@@ -402,20 +409,22 @@ public final class FleetCredential: Sendable {
         let reachable = state.withLock { $0.reachable }
         tasks.withLock { tasks in
             guard !tasks.closed, tasks.subscription == nil else { return }
-            tasks.subscription = Task { [weak self] in await self?.subscriptionLoop() }
+            let (client, channel, announcements, pause) = (client, keys.channel, announcements, configuration.writeBackDelay)
+            tasks.subscription = Task {
+                await Self.subscriptionLoop(client: client, channel: channel, announcements: announcements, pause: pause)
+            }
         }
         // While Redis is away the lease script fails at once anyway: no wait for it.
         guard reachable else { return }
         _ = await announcements.waitUntilReady(within: configuration.subscriptionReadyTimeout)
     }
 
-    private func subscriptionLoop() async {
-        let channel = keys.channel
+    /// Listens on `channel` until cancelled (by ``shutdown()`` or the fleet credential's end);
+    /// holds no reference to the fleet credential, so dropping it ends the loop.
+    private static func subscriptionLoop(client: RedisClient, channel: String, announcements: FleetAnnouncements, pause: Duration) async {
         while !Task.isCancelled {
             let nonce = "ready:" + UUID().uuidString
             let messages = client.subscribe(to: channel)
-            let client = client
-            let announcements = announcements
             let greeter = Task {
                 // Published until heard: the first may precede the subscription.
                 var attempts = 0
@@ -438,7 +447,7 @@ public final class FleetCredential: Sendable {
             greeter.cancel()
             announcements.markLost()
             if Task.isCancelled { break }
-            try? await Task.sleep(for: configuration.writeBackDelay)
+            try? await Task.sleep(for: pause)
         }
     }
 

@@ -167,30 +167,32 @@ struct FleetCredentialStateMachine: Sendable {
 
     // MARK: Write-backs
 
-    /// Redis wrote `id`'s record with `fence`.
-    mutating func writeBackAccepted(id: Int, fence: Int64) -> Action? {
+    /// Redis wrote `id`'s record with `fence` (the refresh's own write-back, or the background
+    /// one: neither moves the refresh in flight, see ``continueAfterWriteBack()``).
+    mutating func writeBackAccepted(id: Int, fence: Int64) {
         markReachable()
-        if let pending, pending.id == id {
-            self.pending = nil
-            newest = Record(fence: fence, credential: pending.credential)
-            notes.append(.wroteBack)
-        } else if let newest, fence > newest.fence, pending == nil {
-            // A newer write of ours replaced it meanwhile and landed first: keep its credential.
-            self.newest?.fence = fence
-        }
-        return continueAfterWriteBack()
+        guard let pending, pending.id == id else { return }
+        self.pending = nil
+        newest = Record(fence: fence, credential: pending.credential)
+        notes.append(.wroteBack)
     }
 
     /// Redis refused `id`'s write: `stored` is newer.
-    mutating func writeBackRefused(id: Int, stored: Record?) -> Action? {
+    mutating func writeBackRefused(id: Int, stored: Record?) {
         markReachable()
         if let pending, pending.id == id { self.pending = nil }
         observe(stored)
-        return continueAfterWriteBack()
     }
 
-    private mutating func continueAfterWriteBack() -> Action? {
-        guard case .writingBack(let presented) = phase else { return nil }
+    /// A write-back outside the refresh (the background one, a save) found Redis unreachable:
+    /// the write stays owed.
+    mutating func writeBackUnreachable() {
+        markUnreachable()
+    }
+
+    /// The refresh's own write-back ended (written, refused or failed): on to the lease.
+    mutating func continueAfterWriteBack() -> Action {
+        guard case .writingBack(let presented) = phase else { return unexpected() }
         phase = .acquiring(presented: presented)
         return .acquireLease
     }
@@ -296,8 +298,12 @@ struct FleetCredentialStateMachine: Sendable {
     mutating func committed(fence: Int64) -> Action {
         markReachable()
         guard case .committing(_, let credential, _) = phase else { return unexpected() }
-        newest = Record(fence: fence, credential: credential)
-        if let pending, pending.isSuperseded(byFence: fence) { self.pending = nil }
+        if let pending, !pending.isSuperseded(byFence: fence) {
+            // A sign-in or sign-out made meanwhile is still owed, and wins once written.
+        } else {
+            pending = nil
+            newest = Record(fence: fence, credential: credential)
+        }
         notes.append(.refreshed)
         return finish(credential)
     }
