@@ -76,7 +76,9 @@ public final class FleetCredential: Sendable {
     /// given them on its command line).
     public struct Configuration: Sendable {
         /// Prefixes every key and the channel: one credential per prefix, such as
-        /// `urltask:cred:<name>`. Processes sharing a credential use the same prefix.
+        /// `urltask:cred:<name>`. Processes sharing a credential use the same prefix. In a
+        /// Redis Cluster, put the name in braces (`urltask:cred:{api}`): the scripts touch
+        /// several keys, which must then share a slot.
         public var keyPrefix: String
         /// How long a refresh lease lives: longer than the token endpoint takes to answer (its
         /// `timeout`), or a slow holder's lease expires and another process refreshes too. It is
