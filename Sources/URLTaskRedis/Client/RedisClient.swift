@@ -1,80 +1,67 @@
-// SKELETON (branch i39-base): the API the fleet parts are written against. The client branch
-// replaces every body; nothing here is meant to run.
-
 import Foundation
-
-/// A value in Redis's serialization protocol (RESP2, and the RESP3 types a server may answer
-/// with after `HELLO 3`).
-public enum RESPValue: Sendable, Equatable {
-    case simpleString(String)
-    /// A `-ERR ...` reply as a value (inside a pipeline's or a transaction's answers).
-    case error(String)
-    case integer(Int64)
-    /// `nil` is RESP2's null bulk string.
-    case bulkString(Data?)
-    /// `nil` is RESP2's null array.
-    case array([RESPValue]?)
-    case null
-    case boolean(Bool)
-    case double(Double)
-}
-
-/// What went wrong talking to Redis. Never carries a password, a key's value or a credential.
-public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
-    public enum Kind: Sendable, Equatable {
-        /// The server answered with an error reply (`ERR`, `NOSCRIPT`, `WRONGPASS`, ...): its
-        /// first word.
-        case reply(code: String)
-        /// No reply (or no connection) within the configured time.
-        case timeout
-        /// The connection closed, or could not be made.
-        case connectionClosed
-        /// The server's bytes were not RESP.
-        case protocolViolation
-    }
-
-    public let kind: Kind
-    /// What happened, without a secret.
-    public let message: String
-
-    public init(kind: Kind, message: String) {
-        self.kind = kind
-        self.message = message
-    }
-
-    public var description: String { message }
-}
 
 /// A script run with `EVALSHA`, loaded with `SCRIPT LOAD` the first time the server does not
 /// know it (`NOSCRIPT`).
 public struct RedisScript: Sendable, Hashable {
+    /// The Lua source, sent only when the server does not have the script (`SCRIPT LOAD`).
     public let source: String
+    /// The SHA-1 of `source` in lower-case hex: the name `EVALSHA` runs it by, so a call sends the
+    /// 40-character digest rather than the whole script.
     public let sha1: String
 
+    /// Computes the script's SHA-1 once, here, so every run costs no hashing.
     public init(_ source: String) {
         self.source = source
-        self.sha1 = ""
+        self.sha1 = SHA1.hex(Array(source.utf8))
     }
 }
 
 /// A small Redis client over the platform's sockets.
+///
+/// Commands share one connection and are answered in order (FIFO), so concurrent callers
+/// pipeline naturally. The connection is made on the first command, authenticated (`AUTH`) and
+/// switched to the configured database (`SELECT`). When it closes, the commands in flight fail
+/// with `.connectionClosed` (none is ever sent again on its own: the caller knows whether its
+/// command may be repeated) and the next command reconnects. A failed attempt starts a back-off
+/// (``Configuration/reconnectDelay``, doubled to ``Configuration/maximumReconnectDelay``) during
+/// which commands fail at once with `.connectionClosed`, so a caller falls back without waiting
+/// on an unreachable server. A reply that does not come within
+/// ``Configuration/replyTimeout`` fails its command with `.timeout` and closes the connection
+/// (the replies after it could no longer be matched to their commands).
+///
+/// Subscriptions (``subscribe(to:)``) each have a connection of their own. Blocking commands
+/// (`BLPOP` ...) longer than the reply timeout, `SUBSCRIBE` and `MONITOR` are not for ``send(_:)``.
+/// I/O runs on threads of the client's own (one reader per connection, one per connection
+/// attempt, one per subscription), never blocking the concurrency pool's threads.
 public final class RedisClient: Sendable {
+    /// Where Redis is and how to talk to it: one value per client, fixed at creation.
     public struct Configuration: Sendable {
+        /// The server's address: TCP for a shared Redis, a Unix socket for one on the same host
+        /// (no TCP stack, file permissions as access control).
         public enum Endpoint: Sendable, Equatable {
             case tcp(host: String, port: Int)
             case unixSocket(path: String)
         }
 
+        /// Where to connect.
         public var endpoint: Endpoint
+        /// The ACL user (`AUTH username password`); `nil` with a password is `AUTH password`
+        /// (the `default` user, or `requirepass`).
         public var username: String?
+        /// Sent once per connection, never logged nor put in an error.
         public var password: String?
+        /// The database `SELECT`ed on every new connection (0: no `SELECT`).
         public var database: Int
+        /// How long a connection attempt may take (TCP's own timeout is minutes).
         public var connectTimeout: Duration
+        /// How long each reply may take after its command was sent (or the reply before it came).
         public var replyTimeout: Duration
         /// The first wait before a reconnect, doubled up to `maximumReconnectDelay`.
         public var reconnectDelay: Duration
+        /// The longest wait between attempts while Redis is unreachable.
         public var maximumReconnectDelay: Duration
 
+        /// Every setting but the endpoint has a default fit for a Redis on the same network.
         public init(
             endpoint: Endpoint, username: String? = nil, password: String? = nil, database: Int = 0,
             connectTimeout: Duration = .seconds(2), replyTimeout: Duration = .seconds(2),
@@ -91,41 +78,191 @@ public final class RedisClient: Sendable {
         }
     }
 
-    public let configuration: Configuration
+    private typealias Waiter = CheckedContinuation<RedisConnection, any Error>
 
+    private struct State {
+        var lifecycle: ConnectionLifecycle<RedisConnection, Waiter>
+        var subscriptions: [ObjectIdentifier: RedisSubscription] = [:]
+        var closed = false
+    }
+
+    /// The settings this client was made with.
+    public let configuration: Configuration
+    private let state: RedisLocked<State>
+
+    /// Makes a client; nothing connects until the first command (or subscription).
     public init(configuration: Configuration) {
         self.configuration = configuration
+        self.state = RedisLocked(
+            State(
+                lifecycle: ConnectionLifecycle(
+                    reconnectDelay: configuration.reconnectDelay, maximumReconnectDelay: configuration.maximumReconnectDelay)))
+    }
+
+    deinit {
+        close()
     }
 
     /// Sends one command (`["SET", "k", "v", "PX", "100"]`) and returns its reply; an error
     /// reply throws ``RedisError`` with kind `.reply`.
     public func send(_ arguments: [String]) async throws -> RESPValue {
-        preconditionFailure("skeleton")
+        try await send(data: arguments.map { Data($0.utf8) })
     }
 
     /// The same, with binary arguments.
     public func send(data arguments: [Data]) async throws -> RESPValue {
-        preconditionFailure("skeleton")
+        guard let first = arguments.first else {
+            throw RedisError(kind: .reply(code: "ERR"), message: "an empty command was not sent")
+        }
+        let name = RedisError.commandName(String(decoding: first.prefix(32), as: UTF8.self))
+        var bytes: [UInt8] = []
+        RESPEncoder.append(arguments, to: &bytes)
+        let replies = try await connection().request(bytes, expected: 1, command: name)
+        if case .error(let text) = replies[0] { throw RedisError.reply(text, command: name) }
+        return replies[0]
     }
 
     /// Sends every command at once and reads the replies in order (an error reply is a
     /// `.error` value in its place, not a throw).
     public func pipeline(_ commands: [[String]]) async throws -> [RESPValue] {
-        preconditionFailure("skeleton")
+        guard !commands.isEmpty else { return [] }
+        var bytes: [UInt8] = []
+        for command in commands {
+            guard !command.isEmpty else {
+                throw RedisError(kind: .reply(code: "ERR"), message: "a pipeline with an empty command was not sent")
+            }
+            RESPEncoder.append(command, to: &bytes)
+        }
+        let name = "a pipeline of \(commands.count) commands beginning with \(RedisError.commandName(commands[0].first))"
+        return try await connection().request(bytes, expected: commands.count, command: name)
     }
 
     /// Runs `script` with `EVALSHA`, loading it once with `SCRIPT LOAD` when the server answers
     /// `NOSCRIPT` (after a restart, a `SCRIPT FLUSH`).
     public func run(_ script: RedisScript, keys: [String], arguments: [String]) async throws -> RESPValue {
-        preconditionFailure("skeleton")
+        let evalsha = ["EVALSHA", script.sha1, String(keys.count)] + keys + arguments
+        do {
+            return try await send(evalsha)
+        } catch let error as RedisError where error.kind == .reply(code: "NOSCRIPT") {
+            // One round trip: the load and the second run are pipelined.
+            let replies = try await pipeline([["SCRIPT", "LOAD", script.source], evalsha])
+            if case .error(let text) = replies[0] { throw RedisError.reply(text, command: "SCRIPT") }
+            if case .error(let text) = replies[1] { throw RedisError.reply(text, command: "EVALSHA") }
+            return replies[1]
+        }
     }
 
     /// Messages published on `channel`, on a connection of their own (resubscribed after a
     /// reconnect); the stream ends when the task iterating it is cancelled or the client closes.
     public func subscribe(to channel: String) -> AsyncThrowingStream<Data, any Error> {
-        preconditionFailure("skeleton")
+        subscribe(to: channel, onSubscribed: {})
+    }
+
+    /// The same, calling `onSubscribed` each time the server confirms the subscription: first,
+    /// and again after every reconnect. Messages published before it (or during a reconnect) are
+    /// not delivered, so a waiter re-reads the state it waits on after each call. The stream
+    /// throws (and ends) when the server refuses the subscription (`NOPERM`, `WRONGPASS`);
+    /// an unreachable server is retried with back-off, without ending the stream.
+    public func subscribe(to channel: String, onSubscribed: @escaping @Sendable () -> Void) -> AsyncThrowingStream<Data, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<Data, any Error>.makeStream()
+        let subscription = RedisSubscription(
+            channel: channel, configuration: configuration, continuation: continuation, onSubscribed: onSubscribed,
+            onEnd: { [weak self] id in
+                self?.state.withLock { _ = $0.subscriptions.removeValue(forKey: id) }
+            })
+        let accepted = state.withLock { state in
+            guard !state.closed else { return false }
+            state.subscriptions[ObjectIdentifier(subscription)] = subscription
+            return true
+        }
+        guard accepted else {
+            continuation.finish(throwing: RedisError.closed("the client was closed"))
+            return stream
+        }
+        continuation.onTermination = { _ in subscription.stop() }
+        subscription.start()
+        return stream
     }
 
     /// Closes every connection; later calls throw `.connectionClosed`.
-    public func close() {}
+    public func close() {
+        let (closing, subscriptions) = state.withLock { state in
+            state.closed = true
+            let subscriptions = Array(state.subscriptions.values)
+            state.subscriptions = [:]
+            return (state.lifecycle.close(), subscriptions)
+        }
+        closing.connection?.close()
+        for waiter in closing.waiters { waiter.resume(throwing: RedisError.closed("the client was closed")) }
+        for subscription in subscriptions { subscription.stop() }
+    }
+
+    // MARK: - The command connection
+
+    private var endpointName: String {
+        switch configuration.endpoint {
+        case .tcp(let host, let port): return "\(host):\(port)"
+        case .unixSocket(let path): return path
+        }
+    }
+
+    /// The open command connection, made (or waited for) if there is none.
+    private func connection() async throws -> RedisConnection {
+        try await withCheckedThrowingContinuation { (waiter: Waiter) in
+            let action = state.withLock { $0.lifecycle.acquire(waiter, now: .now) }
+            switch action {
+            case .use(let connection):
+                waiter.resume(returning: connection)
+            case .wait:
+                break
+            case .failClosed:
+                waiter.resume(throwing: RedisError.closed("the client was closed"))
+            case .failBackingOff(let remaining):
+                let milliseconds = remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000
+                waiter.resume(
+                    throwing: RedisError.closed(
+                        "Redis at \(endpointName) could not be reached; the next attempt is in \(milliseconds) ms"))
+            case .connect:
+                let configuration = self.configuration
+                Thread.detachNewThread { [self] in
+                    let result: Result<Int32, RedisError>
+                    do throws(RedisError) {
+                        result = .success(try RedisHandshake.open(configuration))
+                    } catch {
+                        result = .failure(error)
+                    }
+                    finishConnecting(result)
+                }
+            }
+        }
+    }
+
+    private func finishConnecting(_ result: Result<Int32, RedisError>) {
+        var outcome = result.flatMap { fd -> Result<RedisConnection, RedisError> in
+            do throws(RedisError) {
+                return .success(
+                    try RedisConnection(fd: fd, replyTimeout: configuration.replyTimeout) { [weak self] connection in
+                        self?.state.withLock { $0.lifecycle.lost(connection) }
+                    })
+            } catch {
+                RedisSocket.closeDescriptor(fd)
+                return .failure(error)
+            }
+        }
+        switch outcome {
+        case .success(let connection):
+            guard let waiters = state.withLock({ $0.lifecycle.connected(connection) }) else {
+                connection.close()
+                outcome = .failure(.closed("the client was closed"))
+                return
+            }
+            // The connection may have closed before it was registered: its `onClose` found
+            // nothing to clear.
+            if !connection.isOpen { state.withLock { $0.lifecycle.lost(connection) } }
+            for waiter in waiters { waiter.resume(returning: connection) }
+        case .failure(let error):
+            let waiters = state.withLock { $0.lifecycle.connectFailed(now: .now) }
+            for waiter in waiters { waiter.resume(throwing: error) }
+        }
+    }
 }
