@@ -118,7 +118,7 @@ public final class FleetCredential: Sendable {
 
     private let refresher: OAuth2Authenticator.Refresh
     private let keys: FleetCredentialKeys
-    private let state = FleetLock(FleetCredentialStateMachine())
+    private let state: FleetLock<FleetCredentialStateMachine>
     private let tasks = FleetLock(Tasks())
     private let announcements = FleetAnnouncements()
     private let decisions = DecisionEvents<Event>()
@@ -142,6 +142,7 @@ public final class FleetCredential: Sendable {
         self.isTokenRequest = isTokenRequest
         self.refresher = refresh
         self.keys = FleetCredentialKeys(prefix: configuration.keyPrefix)
+        self.state = FleetLock(FleetCredentialStateMachine(refusalWait: configuration.leaseTimeToLive))
     }
 
     /// A fleet credential renewed with the refresh-token grant at `tokenEndpoint`.
