@@ -269,6 +269,42 @@ final class FleetCredentialRedisTests: XCTestCase {
             XCTAssertFalse(String(reflecting: error).contains("secret"))
         }
     }
+
+    func testACancelledCallerStopsWaitingButTheRefreshRunsOnAndIsKept() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let client = RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1)))
+        defer { client.close() }
+        let start = OAuth2Credential(accessToken: "access-0", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        let rotated = OAuth2Credential(accessToken: "access-1", refreshToken: "refresh-1", expiresAt: Date(timeIntervalSinceNow: 3600))
+        let started = AsyncLatch()
+        let answer = AsyncLatch()
+        let calls = FleetLock(0)
+        let fleet = FleetCredential(
+            client: client, configuration: .init(keyPrefix: prefix()),
+            refresh: { _ in
+                calls.withLock { $0 += 1 }
+                await started.open()
+                await answer.wait()
+                return rotated
+            })
+        defer { fleet.shutdown() }
+        let events = FleetEventLog(fleet)
+        try await fleet.store.save(start)
+
+        let caller = Task { try await fleet.refresh(start) }
+        await started.wait()
+        caller.cancel()
+        let outcome = await caller.result
+        XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        await answer.open()
+        try await events.wait(for: .refreshed, within: .seconds(5))
+        let inRedis = try await stored(redis, prefix: fleet.configuration.keyPrefix)
+        XCTAssertEqual(inRedis?.refreshToken, "refresh-1", "the rotated refresh token is stored")
+        let again = try await fleet.refresh(start)
+        XCTAssertEqual(again, rotated)
+        XCTAssertEqual(calls.withLock { $0 }, 1, "taken without a second token request")
+    }
 }
 
 /// The events a fleet credential emitted, collected as they come.
