@@ -126,6 +126,17 @@ final class FleetCredentialRedisTests: XCTestCase {
         XCTAssertEqual(members.filter { $0.events.contains(.refreshed) }.count, 1, "one process refreshed for the fleet")
         XCTAssertEqual(members.filter { $0.events.contains(.adopted) }.count, 3, "the others took its credential")
 
+        // The server revokes the token: every process gets 401s, and still one refresh for all.
+        server.revokeAccess()
+        let revoked = await storm(members, server.apiURL(), count: 20)
+        XCTAssertEqual(revoked.ok, 80, "\(revoked.failures.prefix(5))")
+        XCTAssertEqual(server.tokenRequestCount, 2, "one more refresh for the fleet")
+        XCTAssertEqual(server.refreshTokensReceived, ["refresh-0", "f-refresh-1"])
+        for member in members {
+            let credential = try await member.authenticator.currentCredential()
+            XCTAssertEqual(credential?.accessToken, server.currentAccess)
+        }
+
         // While the token is fresh, a request costs no Redis round trip.
         let before = try await commandsProcessed(redis)
         let again = await storm(members, server.apiURL(), count: 10)
