@@ -161,6 +161,10 @@ final class RedisClientTests: XCTestCase {
         XCTAssertEqual(error?.description.contains(wrong), false)
         XCTAssertEqual(error?.description.contains(password), false)
         XCTAssertEqual("\(String(describing: error))".contains(wrong), false)
+        // During the back-off that follows, a command fails at once with the same reason.
+        let again = await assertRedisError([.reply(code: "WRONGPASS")]) { try await intruder.send(["PING"]) }
+        XCTAssertEqual(again?.message.contains("next attempt"), true)
+        XCTAssertEqual(again?.message.contains(wrong), false)
     }
 
     func testAuthWithAPasswordOnly() async throws {
@@ -246,6 +250,36 @@ final class RedisClientTests: XCTestCase {
         } catch let error as RedisError where error.kind == .connectionClosed {
             return try await publisher.send(["PUBLISH", channel, message]).integer
         }
+    }
+
+    func testASilentSubscriptionIsNoticedByItsHealthCheckAndResubscribed() async throws {
+        let proxy = try BlackHoleProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        var configuration = RedisClient.Configuration(
+            endpoint: .tcp(host: "127.0.0.1", port: proxy.port), replyTimeout: .milliseconds(300))
+        configuration.subscriptionHealthCheckInterval = .milliseconds(200)
+        let redis = RedisClient(configuration: configuration)
+        clients.append(redis)
+        let publisher = client()
+        let (subscribed, confirm) = AsyncStream<Void>.makeStream()
+        var messages = redis.subscribe(to: "quiet", onSubscribed: { confirm.yield() }).makeAsyncIterator()
+        var confirmations = subscribed.makeAsyncIterator()
+        _ = await confirmations.next()
+        let value1 = try await publisher.send(["PUBLISH", "quiet", "one"])
+        XCTAssertEqual(value1, .integer(1))
+        let one = try await messages.next()
+        XCTAssertEqual(one, Data("one".utf8))
+
+        proxy.freezeExisting()
+        let frozenAt = ContinuousClock.now
+        _ = await confirmations.next()  // a new connection, subscribed again
+        XCTAssertLessThan(frozenAt.duration(to: .now), .seconds(3))
+        XCTAssertEqual(proxy.acceptedCount, 2)
+        // The new connection receives (the silent one, closed by the client, may not be gone yet).
+        let value2 = try await publisher.send(["PUBLISH", "quiet", "two"])
+        XCTAssertGreaterThanOrEqual(value2.integer ?? 0, 1)
+        let two = try await messages.next()
+        XCTAssertEqual(two, Data("two".utf8))
     }
 
     func testCancellingTheIteratingTaskEndsTheSubscription() async throws {
