@@ -35,6 +35,12 @@ import FoundationNetworking
 /// that announcement (not polling), at most as long as the lease lives; if it expired without a
 /// new credential (its holder died), one of them takes it over.
 ///
+/// **A refused refresh token** (`invalid_grant`) is not taken as final at once by the holder: a
+/// process whose lease expired while its token request was under way, or one that refreshed
+/// while Redis was away and has not written back yet, may hold the rotated one. The holder reads
+/// the record, and if nothing newer is there waits one lease's life for an announcement, before
+/// the refusal stands (and the authenticator asks the user to sign in).
+///
 /// **A caller that gives up** (its task is cancelled, as the ``OAuth2RefreshReactor`` does when
 /// its run times out) stops waiting at once, but the refresh runs on to its end: a refresh token
 /// the endpoint rotated is still written to Redis and kept here, and the next refresh of this
