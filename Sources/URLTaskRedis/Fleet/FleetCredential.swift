@@ -1,0 +1,514 @@
+import Foundation
+import URLTaskManager
+import URLTaskOAuth2
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// One OAuth 2.0 credential for a fleet of processes, kept in Redis, renewed once for the
+/// whole fleet.
+///
+/// Each process's ``OAuth2Authenticator`` already refreshes once for all of that process's
+/// requests. Across processes that is not enough: with rotating refresh tokens (RFC 6749 §6,
+/// RFC 9700) every process that refreshes on its own invalidates the others' refresh token, and
+/// all but one get `invalid_grant`. A fleet credential gives the authenticators of every process
+/// one ``store`` (Redis) and one ``refresh`` that runs once per fleet:
+///
+/// ```swift
+/// let fleet = FleetCredential(
+///     client: RedisClient(configuration: .init(endpoint: .tcp(host: "redis", port: 6379), username: "api", password: secret)),
+///     configuration: .init(keyPrefix: "urltask:cred:api"),
+///     tokenEndpoint: endpoint)
+/// let auth = fleet.makeAuthenticator(origins: [URL(string: "https://api.example.com")!])
+/// ```
+///
+/// **One refresh.** The process that needs a new token takes a lease in Redis (`SET NX PX`,
+/// expiring after ``Configuration/leaseTimeToLive``) and with it a fencing number, in one Lua
+/// script that also returns the stored credential. If another process renewed it already, that
+/// credential is used and the token endpoint is not asked (the script then takes no lease: one
+/// round trip for every process but the one that refreshes, which makes two, the lease and the
+/// write; measured: 4 processes, 5 scripts, 1 lease); otherwise the holder asks, writes the
+/// answer with a compare-and-set that refuses a fence older than the stored one (a holder whose
+/// lease expired while it waited can never overwrite a newer credential), announces it on a
+/// pub/sub channel and releases the lease if it still holds it. The other processes wait for
+/// that announcement (not polling), at most as long as the lease lives; if it expired without a
+/// new credential (its holder died), one of them takes it over.
+///
+/// **A refused refresh token** (`invalid_grant`) is not taken as final at once by the holder: a
+/// process whose lease expired while its token request was under way, or one that refreshed
+/// while Redis was away and has not written back yet, may hold the rotated one. The holder reads
+/// the record, and if nothing newer is there waits one lease's life for an announcement, before
+/// the refusal stands (and the authenticator asks the user to sign in).
+///
+/// **A caller that gives up** (its task is cancelled, as the ``OAuth2RefreshReactor`` does when
+/// its run times out) stops waiting at once, but the refresh runs on to its end: a refresh token
+/// the endpoint rotated is still written to Redis and kept here, and the next refresh of this
+/// process takes it without a token request.
+///
+/// **No round trip while the token is fresh.** The authenticator keeps the credential in
+/// memory; this store is read at the authenticator's first load and by refreshes only.
+///
+/// **When Redis is unreachable** (``RedisError`` `.connectionClosed` or `.timeout`), each
+/// process refreshes on its own (``Event/redisUnreachable``, then ``Event/refreshedAlone``),
+/// from the newest credential it has seen, never an older one. A credential the token endpoint
+/// issued, a sign-in or a sign-out that could not be written is kept and written back when
+/// Redis answers again (``Event/wroteBack``), also after Redis lost its data. With rotating
+/// refresh tokens, two processes that both refresh during an outage can still invalidate each
+/// other: the fleet can only coordinate through Redis.
+///
+/// **Signing in and out.** A sign-in (the authenticator's ``OAuth2Authenticator/signIn(_:)``)
+/// is written with a new fence whatever Redis holds; a sign-out leaves a record with no
+/// credential. Other processes see either at their next refresh (their authenticators keep the
+/// credential they hold until then). A process that starts while Redis is unreachable, having
+/// seen nothing, cannot load a credential: the authenticator's load fails and is tried again by
+/// the next request.
+///
+/// **Secrets.** The credential is stored as JSON in the hash `<prefix>:credential`; the
+/// channel `<prefix>:updated` carries fences, never tokens; nothing is logged, and no error
+/// carries a token. Protect Redis as a store of refresh tokens: an ACL user limited to the
+/// prefix's keys and channel (`~urltask:cred:* &urltask:cred:*`), TLS in front of it.
+public final class FleetCredential: Sendable {
+    /// What a fleet credential did, for logs, metrics and tests (``events(bufferingNewest:)``).
+    /// Never carries a token.
+    public enum Event: Sendable, Equatable {
+        /// Redis could not be reached: this process refreshes on its own until it can.
+        case redisUnreachable
+        /// Redis answered again.
+        case redisReachable
+        /// This process held the lease and renewed the fleet's credential.
+        case refreshed
+        /// Another process (or an earlier refresh) had renewed it: taken without a token request.
+        case adopted
+        /// Renewed without Redis; owed to it (see ``wroteBack``).
+        case refreshedAlone
+        /// A credential owed to Redis (refreshed alone, signed in or out, or lost by Redis) was
+        /// written, or found superseded.
+        case wroteBack
+        /// This process's write was refused: Redis holds a newer fence (a later lease holder's,
+        /// or a sign-in's), which wins.
+        case staleWriteRefused
+        /// A lease lived out without a new credential (its holder died or failed): taken over.
+        case leaseExpired
+    }
+
+    /// Everything a fleet credential is configured with, as plain values (a child process can be
+    /// given them on its command line).
+    public struct Configuration: Sendable {
+        /// Prefixes every key and the channel: one credential per prefix, such as
+        /// `urltask:cred:<name>`. Processes sharing a credential use the same prefix. In a
+        /// Redis Cluster, put the name in braces (`urltask:cred:{api}`): the scripts touch
+        /// several keys, which must then share a slot.
+        public var keyPrefix: String
+        /// How long a refresh lease lives: longer than the token endpoint takes to answer (its
+        /// `timeout`), or a slow holder's lease expires and another process refreshes too. It is
+        /// also how long a process waits for another's refresh before taking over.
+        public var leaseTimeToLive: Duration
+        /// The first wait before writing back a credential owed to Redis, doubled up to
+        /// ``maximumWriteBackDelay``.
+        public var writeBackDelay: Duration
+        /// The longest wait between two write-back attempts.
+        public var maximumWriteBackDelay: Duration
+        /// How long a refresh waits for this process's subscription to the update channel to be
+        /// confirmed before taking the lease (once per subscription): an announcement sent before
+        /// the subscription is active would be missed and cost a lease's life.
+        public var subscriptionReadyTimeout: Duration
+
+        /// A configuration with a lease of 30 s (three times the token endpoint's default
+        /// timeout) and write-backs from 100 ms to 5 s apart.
+        public init(
+            keyPrefix: String, leaseTimeToLive: Duration = .seconds(30), writeBackDelay: Duration = .milliseconds(100),
+            maximumWriteBackDelay: Duration = .seconds(5), subscriptionReadyTimeout: Duration = .seconds(1)
+        ) {
+            self.keyPrefix = keyPrefix
+            self.leaseTimeToLive = leaseTimeToLive
+            self.writeBackDelay = writeBackDelay
+            self.maximumWriteBackDelay = maximumWriteBackDelay
+            self.subscriptionReadyTimeout = subscriptionReadyTimeout
+        }
+    }
+
+    /// The client every Redis call goes through (its own connection for the subscription).
+    public let client: RedisClient
+    /// What this fleet credential was made with.
+    public let configuration: Configuration
+    /// Tells the authenticator which requests are its token requests (they get no bearer token
+    /// and are never held), when made with a token endpoint.
+    public let isTokenRequest: @Sendable (URLRequest) -> Bool
+
+    private let refresher: OAuth2Authenticator.Refresh
+    private let keys: FleetCredentialKeys
+    private let state: FleetLock<FleetCredentialStateMachine>
+    private let tasks = FleetLock(Tasks())
+    private let announcements = FleetAnnouncements()
+    private let decisions = DecisionEvents<Event>()
+
+    private struct Tasks {
+        var refresh: Task<OAuth2Credential, any Error>?
+        var writeBack: Task<Void, Never>?
+        var subscription: Task<Void, Never>?
+        var closed = false
+    }
+
+    /// A fleet credential renewed by `refresh` (another grant, or a test's own): the fleet runs
+    /// it once per refresh, in the process that holds the lease.
+    public init(
+        client: RedisClient, configuration: Configuration,
+        isTokenRequest: @escaping @Sendable (URLRequest) -> Bool = { _ in false },
+        refresh: @escaping OAuth2Authenticator.Refresh
+    ) {
+        self.client = client
+        self.configuration = configuration
+        self.isTokenRequest = isTokenRequest
+        self.refresher = refresh
+        self.keys = FleetCredentialKeys(prefix: configuration.keyPrefix)
+        self.state = FleetLock(FleetCredentialStateMachine(refusalWait: configuration.leaseTimeToLive))
+    }
+
+    /// A fleet credential renewed with the refresh-token grant at `tokenEndpoint`.
+    public convenience init(client: RedisClient, configuration: Configuration, tokenEndpoint: OAuth2TokenEndpoint) {
+        self.init(
+            client: client, configuration: configuration, isTokenRequest: { tokenEndpoint.matches($0) },
+            refresh: { try await tokenEndpoint.refresh($0) })
+    }
+
+    deinit {
+        tasks.withLock { tasks in
+            tasks.subscription?.cancel()
+            tasks.writeBack?.cancel()
+        }
+        decisions.finish()
+    }
+
+    /// The store to give the authenticator: it reads Redis at the authenticator's load, writes
+    /// sign-ins and sign-outs to it (kept and written back later while Redis is away), and
+    /// ignores the authenticator's save of a credential this fleet credential just produced.
+    public var store: any CredentialStore { FleetCredentialStore(fleet: self) }
+
+    /// The refresh to give the authenticator: once per fleet (see the type's documentation).
+    public var refresh: OAuth2Authenticator.Refresh {
+        { [self] credential in try await self.refreshOnce(credential) }
+    }
+
+    /// An authenticator wired to this fleet credential: its ``store``, ``refresh`` and
+    /// ``isTokenRequest``.
+    public func makeAuthenticator(
+        origins: [URL], refreshLeeway: Duration = .seconds(60),
+        refreshBackoff: Duration = OAuth2Authenticator.defaultRefreshBackoff,
+        onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil
+    ) -> OAuth2Authenticator {
+        OAuth2Authenticator(
+            origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff,
+            isTokenRequest: isTokenRequest, onRefreshFailure: onRefreshFailure, refresh: refresh)
+    }
+
+    /// What this fleet credential does from now on, for one reader (see ``Event``).
+    public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
+        decisions.subscribe(bufferingNewest: limit)
+    }
+
+    /// Whether a credential is owed to Redis (refreshed, signed in or out while it was away):
+    /// for tests and health checks.
+    public var owesRedis: Bool { state.withLock { $0.pending != nil } }
+
+    /// Stops the subscription and the write-backs (a credential still owed is not written);
+    /// the client is the caller's to close.
+    public func shutdown() {
+        let running = tasks.withLock { tasks in
+            tasks.closed = true
+            defer {
+                tasks.subscription = nil
+                tasks.writeBack = nil
+            }
+            return [tasks.subscription, tasks.writeBack]
+        }
+        for task in running { task?.cancel() }
+        announcements.wakeAll()
+    }
+
+    // MARK: The store's side
+
+    func load() async throws -> OAuth2Credential? {
+        do {
+            let stored = try await readRecord()
+            let credential = transition { $0.loaded(stored) }
+            scheduleWriteBackIfOwed()
+            return credential
+        } catch let error as RedisError where Self.isUnreachable(error) {
+            guard let known = transition({ $0.loadFailed() }) else { throw error }
+            return known
+        }
+    }
+
+    func save(_ credential: OAuth2Credential?) async {
+        guard let write = transition({ $0.saveRequested(credential) }) else { return }
+        await perform(write)
+        scheduleWriteBackIfOwed()
+    }
+
+    // MARK: The refresh
+
+    private func refreshOnce(_ presented: OAuth2Credential) async throws -> OAuth2Credential {
+        let task = tasks.withLock { tasks in
+            if let running = tasks.refresh { return running }
+            let task = Task { try await self.runRefresh(presented) }
+            tasks.refresh = task
+            return task
+        }
+        return try await FleetAnnouncements.value(of: task)
+    }
+
+    private func runRefresh(_ presented: OAuth2Credential) async throws -> OAuth2Credential {
+        var lease: (token: String, fence: Int64)?
+        defer {
+            transition { $0.refreshEnded() }
+            tasks.withLock { $0.refresh = nil }
+            scheduleWriteBackIfOwed()
+        }
+        do {
+            return try await refreshLoop(presented, lease: &lease)
+        } catch {
+            // A Redis reply error (an ACL refusal, say) or a stored value that is no credential.
+            if let lease { await release(lease.token) }
+            throw error
+        }
+    }
+
+    private func refreshLoop(
+        _ presented: OAuth2Credential, lease: inout (token: String, fence: Int64)?
+    ) async throws -> OAuth2Credential {
+        var endpointError: (any Error)?
+        var action = transition { $0.refreshRequested(presented, now: Date()) }
+        while true {
+            switch action {
+            case .writeBack(let pending):
+                if await perform(pending) {
+                    action = transition { $0.continueAfterWriteBack() }
+                } else {
+                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                }
+            case .acquireLease:
+                await ensureSubscribed()
+                let token = UUID().uuidString
+                let known = state.withLock { $0.newest?.fence ?? 0 }
+                do {
+                    let reply = try FleetCredentialScripts.elements(
+                        await client.run(
+                            FleetCredentialScripts.acquire, keys: [keys.lease, keys.fence, keys.record],
+                            arguments: [token, String(Self.milliseconds(configuration.leaseTimeToLive)), String(known)]))
+                    let stored = try FleetCredentialScripts.record(fence: reply[safe: 2], json: reply[safe: 3])
+                    let number = FleetCredentialScripts.integer(reply[safe: 1]) ?? 0
+                    switch FleetCredentialScripts.integer(reply.first) {
+                    case 1:
+                        lease = (token, number)
+                        action = transition { $0.leaseWon(fence: number, stored: stored, now: Date()) }
+                    case 2:
+                        action = transition { $0.leaseNotTaken(stored: stored, now: Date()) }
+                    default:
+                        action = transition { $0.leaseLost(stored: stored, remaining: .milliseconds(number), now: Date()) }
+                    }
+                } catch let error as RedisError where Self.isUnreachable(error) {
+                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                }
+            case .callEndpoint(let credential):
+                do {
+                    let renewed = try await refresher(credential)
+                    action = transition { $0.endpointAnswered(renewed) }
+                } catch {
+                    endpointError = error
+                    action = transition { $0.endpointFailed(requiresSignIn: (error as? OAuth2Error)?.requiresSignIn == true) }
+                }
+            case .commit(let fence, let credential):
+                do {
+                    let reply = try FleetCredentialScripts.elements(
+                        await client.run(
+                            FleetCredentialScripts.commit, keys: [keys.record, keys.lease],
+                            arguments: [String(fence), try FleetCredentialScripts.encode(credential), lease?.token ?? "", keys.channel]))
+                    lease = nil  // The script released it if it still held it.
+                    if FleetCredentialScripts.integer(reply.first) == 1 {
+                        action = transition { $0.committed(fence: fence) }
+                    } else {
+                        let stored = try FleetCredentialScripts.record(fence: reply[safe: 1], json: reply[safe: 2])
+                        action = transition { $0.commitRefused(stored: stored, now: Date()) }
+                    }
+                } catch let error as RedisError where Self.isUnreachable(error) {
+                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                }
+            case .waitForUpdate(let after, let within):
+                let announced = await announcements.wait(forFenceAbove: after, within: within)
+                action = transition { $0.waitEnded(timedOut: !announced) }
+            case .reload:
+                do {
+                    let stored = try await readRecord()
+                    action = transition { $0.reloaded(stored, now: Date()) }
+                } catch let error as RedisError where Self.isUnreachable(error) {
+                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                }
+            case .finish(let credential):
+                if let held = lease {
+                    lease = nil
+                    await release(held.token)
+                }
+                return credential
+            case .fail(let failure):
+                if let held = lease {
+                    lease = nil
+                    await release(held.token)
+                }
+                switch failure {
+                case .signedOut: throw OAuth2Error.notSignedIn
+                case .endpointError: throw endpointError ?? OAuth2Error.notSignedIn
+                case .noProgress:
+                    throw RedisError(kind: .timeout, message: "the fleet's refresh lease changed hands without a new credential")
+                }
+            }
+        }
+    }
+
+    private func release(_ token: String) async {
+        _ = try? await client.run(FleetCredentialScripts.release, keys: [keys.lease], arguments: [token])
+    }
+
+    private func readRecord() async throws -> FleetCredentialStateMachine.Record? {
+        let reply = try FleetCredentialScripts.elements(await client.send(["HMGET", keys.record, "fence", "credential"]))
+        return try FleetCredentialScripts.record(fence: reply[safe: 0], json: reply[safe: 1])
+    }
+
+    // MARK: Writes owed
+
+    /// Runs `pending`'s write and reports its outcome to the state machine (never moving the
+    /// refresh in flight); `false` when Redis could not be reached.
+    @discardableResult
+    private func perform(_ pending: FleetCredentialStateMachine.Pending) async -> Bool {
+        do {
+            let reply = try FleetCredentialScripts.elements(
+                await client.run(
+                    FleetCredentialScripts.write, keys: [keys.record, keys.fence],
+                    arguments: try FleetCredentialScripts.writeArguments(pending, channel: keys.channel)))
+            if FleetCredentialScripts.integer(reply.first) == 1 {
+                let fence = FleetCredentialScripts.integer(reply[safe: 1]) ?? 0
+                transition { $0.writeBackAccepted(id: pending.id, fence: fence) }
+            } else {
+                let stored = try? FleetCredentialScripts.record(fence: reply[safe: 1], json: reply[safe: 2])
+                transition { $0.writeBackRefused(id: pending.id, stored: stored) }
+            }
+            return true
+        } catch let error as RedisError where Self.isUnreachable(error) {
+            transition { $0.writeBackUnreachable() }
+            return false
+        } catch {
+            // A reply error (an ACL that forbids the key, say): kept, tried again later.
+            return true
+        }
+    }
+
+    /// Starts the write-back loop when a write is owed and none runs.
+    private func scheduleWriteBackIfOwed() {
+        guard state.withLock({ $0.pending != nil }) else { return }
+        tasks.withLock { tasks in
+            guard !tasks.closed, tasks.writeBack == nil else { return }
+            tasks.writeBack = Task { [weak self] in await self?.writeBackLoop() }
+        }
+    }
+
+    private func writeBackLoop() async {
+        var delay = configuration.writeBackDelay
+        while !Task.isCancelled {
+            guard let pending = state.withLock({ $0.pending }) else { break }
+            await perform(pending)
+            let written = state.withLock { $0.pending?.id != pending.id }
+            if written { continue }
+            try? await Task.sleep(for: delay)
+            delay = min(delay * 2, configuration.maximumWriteBackDelay)
+        }
+        tasks.withLock { $0.writeBack = nil }
+        // A write owed after the loop decided to end (a race with a new save) restarts it.
+        if !Task.isCancelled { scheduleWriteBackIfOwed() }
+    }
+
+    // MARK: Announcements
+
+    /// Subscribes to the update channel once, and waits (at most
+    /// ``Configuration/subscriptionReadyTimeout``) until the subscription hears its own test
+    /// message: an announcement published before the subscription was active would be missed.
+    private func ensureSubscribed() async {
+        guard !announcements.isReady else { return }
+        let reachable = state.withLock { $0.reachable }
+        tasks.withLock { tasks in
+            guard !tasks.closed, tasks.subscription == nil else { return }
+            let (client, channel, announcements, pause) = (client, keys.channel, announcements, configuration.writeBackDelay)
+            tasks.subscription = Task {
+                await Self.subscriptionLoop(client: client, channel: channel, announcements: announcements, pause: pause)
+            }
+        }
+        // While Redis is away the lease script fails at once anyway: no wait for it.
+        guard reachable else { return }
+        _ = await announcements.waitUntilReady(within: configuration.subscriptionReadyTimeout)
+    }
+
+    /// Listens on `channel` until cancelled (by ``shutdown()`` or the fleet credential's end);
+    /// holds no reference to the fleet credential, so dropping it ends the loop.
+    private static func subscriptionLoop(client: RedisClient, channel: String, announcements: FleetAnnouncements, pause: Duration) async {
+        while !Task.isCancelled {
+            let nonce = "ready:" + UUID().uuidString
+            let messages = client.subscribe(to: channel)
+            let greeter = Task {
+                // Published until heard: the first may precede the subscription.
+                var attempts = 0
+                while !announcements.isReady, !Task.isCancelled, attempts < 100 {
+                    _ = try? await client.send(["PUBLISH", channel, nonce])
+                    attempts += 1
+                    try? await Task.sleep(for: .milliseconds(20))
+                }
+            }
+            do {
+                for try await message in messages {
+                    let text = String(decoding: message, as: UTF8.self)
+                    if text == nonce {
+                        announcements.markReady()
+                    } else if let fence = Int64(text) {
+                        announcements.announce(fence)
+                    }
+                }
+            } catch {}
+            greeter.cancel()
+            announcements.markLost()
+            if Task.isCancelled { break }
+            try? await Task.sleep(for: pause)
+        }
+    }
+
+    // MARK: Support
+
+    /// Runs one transition under the lock, then emits its notes (outside it).
+    private func transition<Result>(_ body: (inout FleetCredentialStateMachine) -> Result) -> Result {
+        let (result, notes) = state.withLock { machine in
+            let result = body(&machine)
+            return (result, machine.takeNotes())
+        }
+        for note in notes { decisions.emit(note) }
+        return result
+    }
+
+    static func isUnreachable(_ error: RedisError) -> Bool {
+        error.kind == .connectionClosed || error.kind == .timeout
+    }
+
+    static func milliseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return max(1, seconds * 1_000 + attoseconds / 1_000_000_000_000_000)
+    }
+}
+
+/// The ``CredentialStore`` a ``FleetCredential`` hands out.
+private struct FleetCredentialStore: CredentialStore {
+    let fleet: FleetCredential
+
+    func load() async throws -> OAuth2Credential? { try await fleet.load() }
+    func save(_ credential: OAuth2Credential) async throws { await fleet.save(credential) }
+    func clear() async throws { await fleet.save(nil) }
+}
+
+extension Array {
+    fileprivate subscript(safe index: Int) -> Element? { indices.contains(index) ? self[index] : nil }
+}
