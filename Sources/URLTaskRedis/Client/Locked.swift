@@ -1,6 +1,6 @@
 import Foundation
 
-/// A value and the `NSLock` that guards it (the library's `LockedState` is internal to
+/// A value and the `NSLock` that guards it, the one lock box of URLTaskRedis (the library's `LockedState` is internal to
 /// URLTaskManager). Sections are short and never resume a continuation: callers take the lock for
 /// one transition and act on its result after the lock is released.
 final class RedisLocked<State>: @unchecked Sendable {  // `state` is read and written only under `lock`.

@@ -1,21 +1,5 @@
 import Foundation
 
-/// A value guarded by a lock, held only for the closure's length.
-final class FleetLock<Value>: @unchecked Sendable {  // `value` is read and written only under `lock`.
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) {
-        self.value = value
-    }
-
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-}
-
 /// The fences announced on a fleet credential's update channel, and the refreshes waiting for
 /// one: a waiter is resumed by an announcement above the fence it knows, by the end of its
 /// time, by the subscription's loss, or by its task's cancellation, whichever comes first.
@@ -33,7 +17,7 @@ final class FleetAnnouncements: Sendable {
         var readyWaiters: [UUID: CheckedContinuation<Bool, Never>] = [:]
     }
 
-    private let state = FleetLock(State())
+    private let state = RedisLocked(State())
 
     /// Whether the subscription heard its own test message and has not been lost since.
     var isReady: Bool { state.withLock { $0.ready } }
@@ -146,7 +130,7 @@ private final class ResumeOnce<Value: Sendable>: Sendable {
         var resumed = false
     }
 
-    private let state = FleetLock(State())
+    private let state = RedisLocked(State())
 
     func set(_ continuation: CheckedContinuation<Value, any Error>) {
         let early = state.withLock { state -> Result<Value, any Error>? in
