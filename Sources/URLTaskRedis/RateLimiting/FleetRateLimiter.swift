@@ -1,0 +1,364 @@
+import Foundation
+import URLTaskManager
+import URLTaskResilience
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A `RateLimiter` whose buckets every process of a fleet shares: no host gets more than a set
+/// rate from all of them together, and a server's `Retry-After` pause reaches them all.
+///
+/// N processes each with its own `RateLimiter(policy: .init(rate: 50))` send 50 × N requests a
+/// second to a host that allows 50. This limiter keeps each host's bucket in Redis instead, so
+/// the fleet sends `rate` a second, in bursts of at most `burst`, whatever N is.
+///
+/// - **The bucket** is GCRA in one Lua script, atomic in Redis and timed by the Redis server's
+///   own clock (`TIME` inside the script), so the processes' clocks never matter. Rate and burst
+///   mean what they mean for `RateLimiter`: `rate` requests a second, up to `burst` at once
+///   after a quiet spell. One round trip per request that goes at once.
+/// - **A request that must wait** sleeps for as long as the script says, then asks again. Inside
+///   one process only the first request in line for a host asks; the others wait behind it in
+///   arrival order. The wait counts toward the request's `timeoutInterval` (the manager fails
+///   it with `URLError.timedOut`); a caller that cancels leaves at once.
+/// - **A `429` or `503` with `Retry-After`** (this limiter is also an outcome observer) sets the
+///   host's pause in Redis (`<prefix>:pause:<host>`, at most ``Policy/maximumPause``, a longer
+///   pause already set is kept): every process's requests to that host wait it out, since the
+///   script answers with the pause's remaining time before anything else. The process that saw
+///   it also pauses at once, without waiting for the round trip.
+/// - **When Redis does not answer** (a closed connection, a refused connection, a timeout, or
+///   any other ``RedisError``), the limiter falls back to a local `RateLimiter`
+///   (``fallback``) at `rate / processCount` and `burst / processCount` (at least 1), emits
+///   ``Event/fellBack(reason:localRate:probeIn:)``, and asks Redis again on the first request
+///   after ``Policy/probeDelay`` (doubled after each failed probe, up to
+///   ``Policy/maximumProbeDelay``); when Redis answers it emits ``Event/rejoined`` and the
+///   shared bucket is back. No request fails because Redis is away; if ``Policy/processCount``
+///   is right, the fleet still stays within the rate.
+///
+/// Keys: `<prefix>:tat:<host>` (the bucket) and `<prefix>:pause:<host>` (the pause), both with
+/// an expiry, `<host>` being `scheme://host:port` (`URLOrigin`). Nothing the limiter logs or
+/// emits holds a secret: hosts, durations and ``RedisError``s (which carry none).
+///
+/// ```swift
+/// let redis = RedisClient(configuration: .init(endpoint: .tcp(host: "redis.internal", port: 6379)))
+/// let limiter = FleetRateLimiter(redis: redis, policy: .init(rate: 50, burst: 10, processCount: 8))
+/// let manager = URLTaskManager(interceptors: [limiter], reactors: [RetryReactor()])
+/// ```
+///
+/// It is placed `URLTaskPlacement.last` among the interceptors, as `RateLimiter` is: a request
+/// takes a turn only once no other interceptor will hold, answer or refuse it.
+public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
+    /// How fast the fleet's requests may go, and how the limiter talks to Redis.
+    public struct Policy: Sendable {
+        /// Requests per second, per host, for the whole fleet. Not positive (zero, negative,
+        /// NaN) lets no request through, so each waits until its `timeoutInterval`, as
+        /// `RateLimiter` does; infinity limits nothing (and asks Redis nothing).
+        public var rate: Double
+        /// How many requests may go at once after a quiet spell, fleet-wide. Below 1 counts as 1.
+        public var burst: Int
+        /// How many processes share the limit: while Redis is away each process limits itself
+        /// to `rate / processCount` (and bursts of `burst / processCount`, at least 1), so that
+        /// the fleet stays within the rate without Redis. Below 1 counts as 1.
+        public var processCount: Int
+        /// What every key begins with (`<keyPrefix>:tat:<host>`, `<keyPrefix>:pause:<host>`):
+        /// to keep two limits apart on one Redis, or to match an ACL's key pattern.
+        public var keyPrefix: String
+        /// Statuses whose `Retry-After` pauses the host for the fleet.
+        public var pausingStatuses: Set<Int>
+        /// The longest pause a `Retry-After` may impose (read by `RetryAfter`, as
+        /// `RateLimiter` and `RetryReactor` read it). Negative counts as zero.
+        public var maximumPause: Duration
+        /// The first wait, after Redis stopped answering, before a request asks it again.
+        public var probeDelay: Duration
+        /// The longest wait between two probes of an absent Redis (the wait doubles up to it).
+        public var maximumProbeDelay: Duration
+        /// The most requests that may wait for one host in the local fallback
+        /// (`RateLimiter.Policy.maximumQueueLength`); `nil` for no limit.
+        public var maximumFallbackQueueLength: Int?
+        /// Requests that are not limited.
+        public var exempts: @Sendable (URLRequest) -> Bool
+
+        /// `rate` requests a second and bursts of `burst` per host for a fleet of `processCount`
+        /// processes; `429` and `503` pause for their `Retry-After`, at most a minute; Redis
+        /// asked again 250 ms after it stopped answering, then at most every 5 s.
+        public init(
+            rate: Double, burst: Int = 1, processCount: Int, keyPrefix: String = "urltask:ratelimit",
+            pausingStatuses: Set<Int> = [429, 503], maximumPause: Duration = .seconds(60), probeDelay: Duration = .milliseconds(250),
+            maximumProbeDelay: Duration = .seconds(5), maximumFallbackQueueLength: Int? = nil,
+            exempts: @escaping @Sendable (URLRequest) -> Bool = { _ in false }
+        ) {
+            self.rate = rate
+            self.burst = burst
+            self.processCount = processCount
+            self.keyPrefix = keyPrefix
+            self.pausingStatuses = pausingStatuses
+            self.maximumPause = maximumPause
+            self.probeDelay = probeDelay
+            self.maximumProbeDelay = maximumProbeDelay
+            self.maximumFallbackQueueLength = maximumFallbackQueueLength
+            self.exempts = exempts
+        }
+    }
+
+    /// What the limiter decided, for logs, metrics and tests (``events(bufferingNewest:)``).
+    /// The local fallback's own decisions are ``fallback``'s events.
+    public enum Event: Sendable {
+        /// `task` must wait `wait` before it asks again (`paused`: a server's pause is the
+        /// reason); emitted once per request, at its first wait.
+        case delayed(task: URLTask.ID, host: String, wait: Duration, paused: Bool)
+        /// `task` got its turn from Redis after waiting `waited` in all.
+        case released(task: URLTask.ID, host: String, waited: Duration)
+        /// `host` answered `status` with `Retry-After`: this process sends it nothing for
+        /// `duration`, and neither does the rest of the fleet when `shared` (Redis stored the
+        /// pause; emitted once it answered, or failed to).
+        case paused(host: String, duration: Duration, status: Int, shared: Bool)
+        /// Redis did not answer (`reason`): this process limits itself to `localRate` requests a
+        /// second per host with ``fallback``, and asks Redis again in `probeIn`.
+        case fellBack(reason: RedisError, localRate: Double, probeIn: Duration)
+        /// Redis answered again: the fleet's shared bucket is back.
+        case rejoined
+    }
+
+    /// How fast requests may go.
+    public let policy: Policy
+    /// The local bucket used while Redis is away, at `rate / processCount`: its events
+    /// (`RateLimiter.events(bufferingNewest:)`) say what it decided then.
+    public let fallback: RateLimiter
+    private let redis: RedisClient
+    private let line = FleetHostLine()
+    private let state: FleetRateLimiterState
+    private let decisions = DecisionEvents<Event>()
+    /// The GCRA interval and tolerance, in µs, as the scripts take them.
+    private let interval: Double
+    private let tolerance: Double
+
+    /// A limiter whose buckets live in the Redis `redis` talks to, as `policy` says.
+    public init(redis: RedisClient, policy: Policy) {
+        self.policy = policy
+        self.redis = redis
+        let processes = max(1, policy.processCount)
+        let burst = max(1, policy.burst)
+        self.fallback = RateLimiter(
+            policy: .init(
+                rate: policy.rate / Double(processes), burst: max(1, burst / processes),
+                maximumQueueLength: policy.maximumFallbackQueueLength, pausingStatuses: policy.pausingStatuses,
+                maximumPause: policy.maximumPause, exempts: policy.exempts))
+        self.state = FleetRateLimiterState(
+            mode: FleetRateLimitMode(probeDelay: policy.probeDelay, maximumProbeDelay: policy.maximumProbeDelay))
+        // 100 years at most: a tiny rate waits "forever", and the µs stay exact in Lua's doubles.
+        let interval = policy.rate > 0 ? min(1_000_000 / policy.rate, Self.longestWaitMicroseconds) : Self.longestWaitMicroseconds
+        self.interval = interval.rounded(.up)
+        self.tolerance = (Double(burst - 1) * self.interval).rounded(.up)
+    }
+
+    private static let longestWaitMicroseconds = 3_155_760_000.0 * 1_000_000
+    private static let longestWait = Duration.seconds(3_155_760_000)
+
+    /// A stream of the limiter's decisions; it ends when the limiter is released.
+    public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
+        decisions.subscribe(bufferingNewest: limit)
+    }
+
+    /// Whether requests take their turns from Redis now (`false` while the local fallback is
+    /// in force): for a health check or a dashboard.
+    public var isShared: Bool { state.isShared }
+
+    /// Lets the task go when the fleet's bucket for its host has a turn for it; until then it
+    /// waits here. While Redis is away, ``fallback`` decides.
+    public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
+        guard !policy.exempts(task.originalRequest), !(policy.rate == .infinity) else { return .execute }
+        guard policy.rate > 0 else {
+            // No request may go: wait until the caller gives up (its timeout, a cancel).
+            try await Task.sleep(for: Self.longestWait)
+            throw CancellationError()
+        }
+        let host = URLOrigin.description(of: task.request.url) ?? ""
+        let started = ContinuousClock.now
+        try await line.enter(host)
+        let outcome: TurnOutcome
+        do {
+            outcome = try await takeTurn(task, host: host, started: started)
+        } catch {
+            line.leave(host)
+            throw error
+        }
+        line.leave(host)
+        switch outcome {
+        case .went(let waited):
+            task.attemptValues[FleetTurnTaken.self] = FleetTurnTaken.Value(limiter: ObjectIdentifier(self), host: host)
+            if let waited {
+                decisions.emit(.released(task: task.id, host: host, waited: waited))
+                task.annotate(
+                    "fleet-rate-limit", "sent after waiting \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
+            }
+            return .execute
+        case .local:
+            return try await fallback.intercept(&task, context: context)
+        }
+    }
+
+    private enum TurnOutcome {
+        /// Redis gave the turn, after a wait (`nil`: at once).
+        case went(waited: Duration?)
+        /// Redis is away: the local bucket decides.
+        case local
+    }
+
+    /// Asks Redis (or the local pause) until the task may go, sleeping as told in between.
+    private func takeTurn(_ task: URLTask, host: String, started: ContinuousClock.Instant) async throws -> TurnOutcome {
+        var waited = false
+        func wait(_ duration: Duration, paused: Bool) async throws {
+            if !waited {
+                waited = true
+                decisions.emit(.delayed(task: task.id, host: host, wait: duration, paused: paused))
+                task.annotate("fleet-rate-limit", "waits \(duration) for \(host)\(paused ? " (paused)" : "")")
+            }
+            try await Task.sleep(for: duration)
+        }
+        while true {
+            try Task.checkCancellation()
+            let now = ContinuousClock.now
+            if let pause = state.localPause(host, now: now) {
+                try await wait(pause, paused: true)
+                continue
+            }
+            let route = state.requestArrived(now: now)
+            if route == .local { return .local }
+            let answer: FleetRateLimitScripts.Answer
+            do {
+                let reply = try await redis.run(
+                    FleetRateLimitScripts.take, keys: [key("tat", host), key("pause", host)],
+                    arguments: [Self.integer(interval), Self.integer(tolerance)])
+                answer = try FleetRateLimitScripts.answer(from: reply)
+            } catch let error as RedisError {
+                if case .fellBack(let probeIn) = state.redisFailed(now: .now) {
+                    decisions.emit(.fellBack(reason: error, localRate: fallback.policy.rate, probeIn: probeIn))
+                    task.annotate("fleet-rate-limit", "Redis did not answer (\(error)): the local bucket decides")
+                }
+                return .local
+            } catch {
+                if route == .probe { state.probeAbandoned(now: .now) }
+                throw error
+            }
+            if state.redisAnswered() == .rejoined { decisions.emit(.rejoined) }
+            switch answer {
+            case .go:
+                return .went(waited: waited ? started.duration(to: .now) : nil)
+            case .wait(let duration, let paused):
+                try await wait(duration, paused: paused)
+            }
+        }
+    }
+
+    /// Pauses the host, for the fleet, on a `429` or `503` with `Retry-After`.
+    public func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
+        // The fallback pauses its own bucket (it reads the same statuses and header).
+        fallback.observe(outcome, of: task)
+        guard case .response(let response) = outcome, policy.pausingStatuses.contains(response.statusCode),
+            !policy.exempts(task.originalRequest), let retryAfter = RetryAfter(response: response)
+        else { return }
+        let duration = min(retryAfter.delay, max(.zero, min(policy.maximumPause, Self.longestWait)))
+        // A Retry-After of 0 s asks for no wait.
+        guard duration > .zero else { return }
+        let host = URLOrigin.description(of: task.request.url) ?? ""
+        state.pause(host, until: .now + duration)
+        task.annotate("fleet-rate-limit", "paused \(host) for the fleet for \(duration) after \(response.statusCode)")
+        let keys = [key("pause", host), key("tat", host)]
+        let arguments = [String(Self.milliseconds(duration)), Self.integer(tolerance)]
+        let redis = redis
+        let decisions = decisions
+        let status = response.statusCode
+        // Off the observers' queue: an observer waits for nothing. A pause Redis does not get
+        // still holds this process (above); the others learn it from the server.
+        Task {
+            let shared = (try? await redis.run(FleetRateLimitScripts.pause, keys: keys, arguments: arguments)) != nil
+            decisions.emit(.paused(host: host, duration: duration, status: status, shared: shared))
+        }
+    }
+
+    /// The attempt joined an identical request's transfer and sends nothing: its turn goes back
+    /// (to Redis, or to the fallback's bucket if that is where it came from).
+    public func observeJoinedTransfer(of task: URLTask) {
+        fallback.observeJoinedTransfer(of: task)
+        guard let taken = task.attemptValues[FleetTurnTaken.self], taken.limiter == ObjectIdentifier(self) else { return }
+        let keys = [key("tat", taken.host)]
+        let arguments = [Self.integer(interval)]
+        let redis = redis
+        Task { _ = try? await redis.run(FleetRateLimitScripts.refund, keys: keys, arguments: arguments) }
+        task.annotate("fleet-rate-limit", "turn given back: joined an identical request's transfer")
+    }
+
+    /// `URLTaskPlacement.last`: a request takes a turn once no other interceptor will hold,
+    /// answer or refuse it.
+    public var interceptorPlacement: URLTaskPlacement { .last }
+
+    /// One script run for `host`'s turn, as ``intercept(_:context:)`` makes it (for tests of
+    /// the script against a real server).
+    func take(host: String) async throws -> FleetRateLimitScripts.Answer {
+        let reply = try await redis.run(
+            FleetRateLimitScripts.take, keys: [key("tat", host), key("pause", host)],
+            arguments: [Self.integer(interval), Self.integer(tolerance)])
+        return try FleetRateLimitScripts.answer(from: reply)
+    }
+
+    func key(_ kind: String, _ host: String) -> String { "\(policy.keyPrefix):\(kind):\(host)" }
+
+    private static func integer(_ value: Double) -> String { String(Int64(value)) }
+
+    /// At least 1 ms: Redis's `PX` takes whole, positive milliseconds.
+    private static func milliseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        let milliseconds = seconds * 1_000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        return max(1, milliseconds)
+    }
+}
+
+/// The turn an attempt took from Redis, from which limiter and host: given back if it sends
+/// nothing.
+private enum FleetTurnTaken: URLTaskValueKey {
+    struct Value: Sendable {
+        let limiter: ObjectIdentifier
+        let host: String
+    }
+}
+
+/// The mode machine and the pauses this process saw, under one lock.
+final class FleetRateLimiterState: @unchecked Sendable {  // `mode` and `pauses` are guarded by `lock`.
+    private let lock = NSLock()
+    private var mode: FleetRateLimitMode
+    /// Pauses this process set, until Redis has them (and after, while they last).
+    private var pauses: [String: ContinuousClock.Instant] = [:]
+
+    init(mode: FleetRateLimitMode) {
+        self.mode = mode
+    }
+
+    var isShared: Bool { lock.withLock { mode.isShared } }
+
+    func requestArrived(now: ContinuousClock.Instant) -> FleetRateLimitMode.Route { lock.withLock { mode.requestArrived(now: now) } }
+    func redisAnswered() -> FleetRateLimitMode.Action { lock.withLock { mode.redisAnswered() } }
+    func redisFailed(now: ContinuousClock.Instant) -> FleetRateLimitMode.Action { lock.withLock { mode.redisFailed(now: now) } }
+    func probeAbandoned(now: ContinuousClock.Instant) { lock.withLock { mode.probeAbandoned(now: now) } }
+
+    /// Records a pause of `host` until `until`, unless a longer one is recorded; forgets the
+    /// pauses that ended.
+    func pause(_ host: String, until: ContinuousClock.Instant) {
+        let now = ContinuousClock.now
+        lock.withLock {
+            pauses = pauses.filter { $0.value > now }
+            if let current = pauses[host], current >= until { return }
+            pauses[host] = until
+        }
+    }
+
+    /// What is left of `host`'s pause, if one is in force.
+    func localPause(_ host: String, now: ContinuousClock.Instant) -> Duration? {
+        lock.withLock {
+            guard let until = pauses[host] else { return nil }
+            guard until > now else {
+                pauses[host] = nil
+                return nil
+            }
+            return now.duration(to: until)
+        }
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+import LoopbackServer
+import URLTaskManager
+import URLTaskResilience
+import XCTest
+@testable import URLTaskRedis
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// ``FleetRateLimiter`` over real HTTP on 127.0.0.1: several managers in one test process, each
+/// with its own `RedisClient` and limiter, as separate processes would have.
+final class FleetRateLimitHTTPTests: XCTestCase {
+    /// One member of the fleet: its own Redis connection, limiter and manager.
+    struct Member {
+        let redis: RedisClient
+        let limiter: FleetRateLimiter
+        let manager: URLTaskManager
+        let events: FleetEvents<FleetRateLimiter.Event>
+
+        init(_ server: FleetRedisServer, policy: FleetRateLimiter.Policy) {
+            redis = RedisClient(configuration: server.configuration)
+            limiter = FleetRateLimiter(redis: redis, policy: policy)
+            events = FleetEvents(limiter.events())
+            manager = URLTaskManager(interceptors: [limiter])
+        }
+    }
+
+    /// 4 managers × 50 concurrent requests to one host, a fleet limit of 50 a second in bursts of
+    /// 10: every request succeeds and no one-second window at the server holds more than 60.
+    func testFourManagersShareOneLimit() async throws {
+        let redisServer = try await FleetRedisServer()
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/r") { _ in .text("ok") }
+        let policy = FleetRateLimiter.Policy(rate: 50, burst: 10, processCount: 4, keyPrefix: "fleet-4x50")
+        let members = (0..<4).map { _ in Member(redisServer, policy: policy) }
+        defer { for member in members { member.redis.close() } }
+        let started = ContinuousClock.now
+        let results = await withTaskGroup(of: FleetFetched.self) { group in
+            for (index, member) in members.enumerated() {
+                for request in 0..<50 {
+                    var urlRequest = URLRequest(url: server.url("/r?m=\(index)&i=\(request)"))
+                    urlRequest.timeoutInterval = 30
+                    group.addTask { await FleetFetched.fetch(member.manager.session, urlRequest) }
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let elapsed = started.duration(to: .now)
+        XCTAssertEqual(results.filter { $0.status == 200 }.count, 200, "errors: \(results.compactMap(\.error).prefix(3))")
+        let arrivals = server.requests(path: "/r").map(\.arrivedAt)
+        XCTAssertEqual(arrivals.count, 200)
+        let busiest = fleetBusiestWindow(arrivals)
+        print("fleet 4 × 50 at 50/s burst 10: busiest one-second window \(busiest), all done in \(elapsed)")
+        XCTAssertLessThanOrEqual(busiest, 60)
+        // 200 turns at 50 a second after a burst of 10: at least 3.8 s.
+        XCTAssertGreaterThanOrEqual(elapsed, .milliseconds(3_700))
+        for member in members { XCTAssertTrue(member.limiter.isShared, "Redis answered throughout") }
+    }
+
+    /// A `429` with `Retry-After: 1` seen by one manager pauses another manager's requests to
+    /// that host (through Redis).
+    func testARetryAfterSeenByOneManagerPausesTheOthers() async throws {
+        let redisServer = try await FleetRedisServer()
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        let first = FleetFlag()
+        server.route("/p") { _ in
+            first.takeFirst() ? ServerResponse(status: 429, headers: ["Retry-After": "1"]) : .text("ok")
+        }
+        let policy = FleetRateLimiter.Policy(rate: 100, burst: 10, processCount: 2, keyPrefix: "fleet-pause")
+        let seer = Member(redisServer, policy: policy)
+        let other = Member(redisServer, policy: policy)
+        defer {
+            seer.redis.close()
+            other.redis.close()
+        }
+        let refused = await FleetFetched.fetch(seer.manager.session, URLRequest(url: server.url("/p")))
+        XCTAssertEqual(refused.status, 429, "the limiter only observes: the caller gets the 429")
+        let answeredAt = ContinuousClock.now
+        try await seer.events.wait("the pause shared") { event in
+            if case .paused(_, .seconds(1), 429, shared: true) = event { return true } else { return false }
+        }
+        let resumed = await FleetFetched.fetch(other.manager.session, URLRequest(url: server.url("/p")))
+        XCTAssertEqual(resumed.text, "ok")
+        let arrival = try XCTUnwrap(server.requests(path: "/p").last?.arrivedAt)
+        XCTAssertGreaterThan(answeredAt.duration(to: arrival), .milliseconds(850), "the other manager waited out the pause")
+        XCTAssertEqual(
+            other.events.count { event in
+                if case .delayed(_, _, _, paused: true) = event { return true } else { return false }
+            }, 1, "and said why")
+    }
+
+    /// Redis stopped: every request still succeeds, each manager limits itself to rate / N (an
+    /// event says so); Redis started again: the next request after the back-off finds it, and
+    /// the shared bucket is back.
+    func testRedisStoppedFallsBackAtTheShareAndRejoinsWhenItReturns() async throws {
+        let redisServer = try await FleetRedisServer()
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/f") { _ in .text("ok") }
+        let policy = FleetRateLimiter.Policy(
+            rate: 20, burst: 2, processCount: 2, keyPrefix: "fleet-fallback", probeDelay: .milliseconds(100),
+            maximumProbeDelay: .milliseconds(200))
+        let members = (0..<2).map { _ in Member(redisServer, policy: policy) }
+        defer { for member in members { member.redis.close() } }
+        func burst(_ phase: String, _ count: Int) async -> [FleetFetched] {
+            await withTaskGroup(of: FleetFetched.self) { group in
+                for (index, member) in members.enumerated() {
+                    for request in 0..<count {
+                        var urlRequest = URLRequest(url: server.url("/f?phase=\(phase)&m=\(index)&i=\(request)"))
+                        urlRequest.timeoutInterval = 30
+                        group.addTask { await FleetFetched.fetch(member.manager.session, urlRequest) }
+                    }
+                }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+        }
+        let shared = await burst("shared", 2)
+        XCTAssertEqual(shared.filter { $0.status == 200 }.count, 4)
+
+        redisServer.stop()
+        let local = await burst("local", 20)
+        XCTAssertEqual(
+            local.filter { $0.status == 200 }.count, 40, "no request fails because Redis is away: \(local.compactMap(\.error).prefix(3))")
+        for member in members {
+            try await member.events.wait("the fall back") { event in
+                if case .fellBack(_, 10, _) = event { return true } else { return false }
+            }
+            XCTAssertFalse(member.limiter.isShared)
+            XCTAssertEqual(member.limiter.fallback.policy.rate, 10)
+        }
+        let localArrivals = server.requests(path: "/f").filter { $0.query?.contains("phase=local") == true }.map(\.arrivedAt)
+        let busiestLocal = fleetBusiestWindow(localArrivals)
+        print("fallback, 2 × 20 at 20/s over 2 processes: busiest one-second window \(busiestLocal)")
+        // Each at 10 a second, bursts of 1: at most 11 each in a second.
+        XCTAssertLessThanOrEqual(busiestLocal, 22)
+
+        try await redisServer.start()
+        // One request after another until one finds Redis again (the probe after the back-off).
+        var sent = 0
+        while !members[0].limiter.isShared, sent < 100 {
+            let result = await FleetFetched.fetch(members[0].manager.session, URLRequest(url: server.url("/f?phase=rejoin")))
+            XCTAssertEqual(result.status, 200)
+            sent += 1
+        }
+        XCTAssertTrue(members[0].limiter.isShared, "back to Redis after \(sent) requests")
+        try await members[0].events.wait("rejoined") { event in
+            if case .rejoined = event { return true } else { return false }
+        }
+        print("rejoined Redis after \(sent) requests")
+    }
+}
+
+/// True once, then false.
+final class FleetFlag: @unchecked Sendable {  // `taken` is guarded by `lock`.
+    private let lock = NSLock()
+    private var taken = false
+
+    func takeFirst() -> Bool {
+        lock.withLock {
+            defer { taken = true }
+            return !taken
+        }
+    }
+}

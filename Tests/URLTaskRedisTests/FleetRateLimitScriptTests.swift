@@ -1,0 +1,96 @@
+import Foundation
+import XCTest
+@testable import URLTaskRedis
+
+/// The GCRA script against a real `redis-server`: the bucket's burst and rate, one bucket shared
+/// by two clients (as by two processes), the pause, the expiry.
+final class FleetRateLimitScriptTests: XCTestCase {
+    private func limiter(_ redis: RedisClient, rate: Double, burst: Int, prefix: String = "test") -> FleetRateLimiter {
+        FleetRateLimiter(redis: redis, policy: .init(rate: rate, burst: burst, processCount: 2, keyPrefix: prefix))
+    }
+
+    /// `burst` turns at once, then one per interval (200 ms at 5 a second), timed by the server.
+    func testBurstThenRate() async throws {
+        let server = try await FleetRedisServer()
+        let redis = RedisClient(configuration: server.configuration)
+        defer { redis.close() }
+        let limiter = limiter(redis, rate: 5, burst: 3)
+        for turn in 1...3 {
+            let answer = try await limiter.take(host: "h")
+            XCTAssertEqual(answer, .go, "turn \(turn) of the burst")
+        }
+        guard case .wait(let wait, paused: false) = try await limiter.take(host: "h") else {
+            return XCTFail("the fourth turn waits")
+        }
+        XCTAssertGreaterThan(wait, .milliseconds(100))
+        XCTAssertLessThanOrEqual(wait, .milliseconds(200))
+        // The protocol: sleep as told, then ask again.
+        try await Task.sleep(for: wait)
+        let afterWait = try await limiter.take(host: "h")
+        XCTAssertEqual(afterWait, .go)
+        guard case .wait(let next, paused: false) = try await limiter.take(host: "h") else {
+            return XCTFail("then one per interval")
+        }
+        XCTAssertGreaterThan(next, .milliseconds(150), "a whole interval after the last turn")
+        XCTAssertLessThanOrEqual(next, .milliseconds(200))
+        // The bucket's key expires when it would be full again: a quiet host keeps nothing.
+        let ttl = try await redis.send(["PTTL", limiter.key("tat", "h")])
+        guard case .integer(let milliseconds) = ttl else { return XCTFail("PTTL: \(ttl)") }
+        XCTAssertGreaterThan(milliseconds, 0)
+        XCTAssertLessThanOrEqual(milliseconds, 3 * 200 + 1)
+        // Another host has a bucket of its own.
+        let elsewhere = try await limiter.take(host: "other")
+        XCTAssertEqual(elsewhere, .go)
+    }
+
+    /// Two clients (two processes) with one prefix share one bucket; another prefix is another.
+    func testTwoClientsShareOneBucket() async throws {
+        let server = try await FleetRedisServer()
+        let first = RedisClient(configuration: server.configuration)
+        let second = RedisClient(configuration: server.configuration)
+        defer {
+            first.close()
+            second.close()
+        }
+        let one = limiter(first, rate: 2, burst: 4)
+        let two = limiter(second, rate: 2, burst: 4)
+        var answers: [FleetRateLimitScripts.Answer] = []
+        for _ in 0..<2 {
+            answers.append(try await one.take(host: "h"))
+            answers.append(try await two.take(host: "h"))
+        }
+        XCTAssertEqual(answers, [.go, .go, .go, .go], "the burst of 4, spent by both")
+        let oneWaits = try await one.take(host: "h")
+        let twoWaits = try await two.take(host: "h")
+        for answer in [oneWaits, twoWaits] {
+            guard case .wait(let wait, paused: false) = answer else { return XCTFail("the shared burst is spent: \(answer)") }
+            XCTAssertGreaterThan(wait, .milliseconds(300))
+            XCTAssertLessThanOrEqual(wait, .milliseconds(500))
+        }
+        let apart = limiter(second, rate: 2, burst: 4, prefix: "another")
+        let otherPrefix = try await apart.take(host: "h")
+        XCTAssertEqual(otherPrefix, .go, "another prefix, another bucket")
+    }
+
+    /// A pause answers first, with its remaining time; a shorter pause does not shorten it; it
+    /// spends the burst, which refills over the pause.
+    func testThePauseAnswersFirstAndKeepsTheLongerOne() async throws {
+        let server = try await FleetRedisServer()
+        let redis = RedisClient(configuration: server.configuration)
+        defer { redis.close() }
+        let limiter = limiter(redis, rate: 10, burst: 5)
+        let pauseKeys = [limiter.key("pause", "h"), limiter.key("tat", "h")]
+        let set = try await redis.run(FleetRateLimitScripts.pause, keys: pauseKeys, arguments: ["600", "400000"])
+        XCTAssertEqual(set, .integer(1))
+        let shorter = try await redis.run(FleetRateLimitScripts.pause, keys: pauseKeys, arguments: ["100", "400000"])
+        XCTAssertEqual(shorter, .integer(0), "the longer pause stays")
+        guard case .wait(let wait, paused: true) = try await limiter.take(host: "h") else { return XCTFail("paused") }
+        XCTAssertGreaterThan(wait, .milliseconds(400))
+        XCTAssertLessThanOrEqual(wait, .milliseconds(600))
+        try await Task.sleep(for: wait)
+        // 600 ms of refill at 10 a second over a bucket left with one turn: full again (5).
+        var went = 0
+        while try await limiter.take(host: "h") == .go { went += 1 }
+        XCTAssertEqual(went, 5, "a burst goes when the pause ends, as the local limiter does")
+    }
+}
