@@ -123,7 +123,12 @@ final class FleetCredentialStateMachineTests: XCTestCase {
         _ = machine.refreshRequested(credential(0), now: now)
         _ = machine.leaseWon(fence: 3, stored: Record(fence: 1, credential: credential(0)), now: now)
         XCTAssertEqual(machine.endpointFailed(requiresSignIn: true), .reload)
+        // Nothing newer stored: a process that owes Redis a newer token is given a lease's life.
+        XCTAssertEqual(
+            machine.reloaded(Record(fence: 1, credential: credential(0)), now: now), .waitForUpdate(after: 1, within: .seconds(5)))
+        XCTAssertEqual(machine.waitEnded(timedOut: true), .reload)
         XCTAssertEqual(machine.reloaded(Record(fence: 1, credential: credential(0)), now: now), .fail(.endpointError))
+        machine.refreshEnded()
         _ = machine.refreshRequested(credential(0), now: now)
         _ = machine.leaseWon(fence: 4, stored: Record(fence: 1, credential: credential(0)), now: now)
         XCTAssertEqual(machine.endpointFailed(requiresSignIn: false), .fail(.endpointError))
@@ -241,5 +246,28 @@ final class FleetCredentialStateMachineTests: XCTestCase {
         XCTAssertEqual(machine.committed(fence: 2), .finish(credential(1)))
         XCTAssertEqual(machine.pending, signIn, "the sign-in is still written, after the refresh's write")
         XCTAssertEqual(machine.newest?.credential, credential(9))
+    }
+
+    func testAnInvalidGrantWaitsForAWriteBackOwedByAnotherProcess() {
+        var machine = loadedMachine()
+        _ = machine.refreshRequested(credential(0), now: now)
+        _ = machine.leaseWon(fence: 3, stored: Record(fence: 1, credential: credential(0)), now: now)
+        XCTAssertEqual(machine.endpointFailed(requiresSignIn: true), .reload)
+        XCTAssertEqual(
+            machine.reloaded(Record(fence: 1, credential: credential(0)), now: now), .waitForUpdate(after: 1, within: .seconds(5)))
+        XCTAssertEqual(machine.waitEnded(timedOut: false), .reload)
+        XCTAssertEqual(machine.reloaded(Record(fence: 4, credential: credential(1)), now: now), .finish(credential(1)))
+    }
+
+    func testOnlyAWriteThatWasOwedIsReportedAsWrittenBack() {
+        var machine = loadedMachine()
+        guard let signIn = machine.saveRequested(credential(5)) else { return XCTFail("written") }
+        machine.writeBackAccepted(id: signIn.id, fence: 2)
+        XCTAssertEqual(machine.takeNotes(), [], "a sign-in written at once")
+        guard let signOut = machine.saveRequested(nil) else { return XCTFail("written") }
+        machine.writeBackUnreachable()
+        machine.writeBackAccepted(id: signOut.id, fence: 3)
+        XCTAssertEqual(machine.takeNotes(), [.redisUnreachable, .redisReachable, .wroteBack])
+        XCTAssertEqual(machine.newest, Record(fence: 3, credential: nil))
     }
 }

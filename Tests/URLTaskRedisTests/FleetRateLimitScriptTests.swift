@@ -11,8 +11,10 @@ final class FleetRateLimitScriptTests: XCTestCase {
 
     /// `burst` turns at once, then one per interval (200 ms at 5 a second), timed by the server.
     func testBurstThenRate() async throws {
-        let server = try await FleetRedisServer()
-        let redis = RedisClient(configuration: server.configuration)
+        let server = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { server.stop() }
+        let redis = RedisClient(configuration: server.fleetConfiguration)
         defer { redis.close() }
         let limiter = limiter(redis, rate: 5, burst: 3)
         for turn in 1...3 {
@@ -45,9 +47,11 @@ final class FleetRateLimitScriptTests: XCTestCase {
 
     /// Two clients (two processes) with one prefix share one bucket; another prefix is another.
     func testTwoClientsShareOneBucket() async throws {
-        let server = try await FleetRedisServer()
-        let first = RedisClient(configuration: server.configuration)
-        let second = RedisClient(configuration: server.configuration)
+        let server = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { server.stop() }
+        let first = RedisClient(configuration: server.fleetConfiguration)
+        let second = RedisClient(configuration: server.fleetConfiguration)
         defer {
             first.close()
             second.close()
@@ -75,8 +79,10 @@ final class FleetRateLimitScriptTests: XCTestCase {
     /// A pause answers first, with its remaining time; a shorter pause does not shorten it; it
     /// spends the burst, which refills over the pause.
     func testThePauseAnswersFirstAndKeepsTheLongerOne() async throws {
-        let server = try await FleetRedisServer()
-        let redis = RedisClient(configuration: server.configuration)
+        let server = try RedisServerProcess()
+        // Stopped here, not in its deinit (where its exit handler no longer sees it: a 10 s wait).
+        defer { server.stop() }
+        let redis = RedisClient(configuration: server.fleetConfiguration)
         defer { redis.close() }
         let limiter = limiter(redis, rate: 10, burst: 5)
         let pauseKeys = [limiter.key("pause", "h"), limiter.key("tat", "h")]
@@ -92,5 +98,29 @@ final class FleetRateLimitScriptTests: XCTestCase {
         var went = 0
         while try await limiter.take(host: "h") == .go { went += 1 }
         XCTAssertEqual(went, 5, "a burst goes when the pause ends, as the local limiter does")
+    }
+
+    /// A turn given back (a request that joined an identical transfer sent nothing) is there for
+    /// the next request; a bucket already full keeps nothing.
+    func testARefundGivesOneTurnBack() async throws {
+        let server = try RedisServerProcess()
+        defer { server.stop() }
+        let redis = RedisClient(configuration: server.fleetConfiguration)
+        defer { redis.close() }
+        let limiter = limiter(redis, rate: 1, burst: 2)
+        let first = try await limiter.take(host: "h")
+        let second = try await limiter.take(host: "h")
+        XCTAssertEqual([first, second], [.go, .go])
+        guard case .wait = try await limiter.take(host: "h") else { return XCTFail("the burst is spent") }
+        let refunded = try await redis.run(FleetRateLimitScripts.refund, keys: [limiter.key("tat", "h")], arguments: ["1000000"])
+        XCTAssertEqual(refunded, .integer(1))
+        let afterRefund = try await limiter.take(host: "h")
+        XCTAssertEqual(afterRefund, .go)
+        _ = try await redis.run(FleetRateLimitScripts.refund, keys: [limiter.key("tat", "h")], arguments: ["1000000"])
+        _ = try await redis.run(FleetRateLimitScripts.refund, keys: [limiter.key("tat", "h")], arguments: ["1000000"])
+        let exists = try await redis.send(["EXISTS", limiter.key("tat", "h")])
+        XCTAssertEqual(exists, .integer(0), "refunded down to a full bucket: the key is gone")
+        let nothing = try await redis.run(FleetRateLimitScripts.refund, keys: [limiter.key("tat", "h")], arguments: ["1000000"])
+        XCTAssertEqual(nothing, .integer(0))
     }
 }

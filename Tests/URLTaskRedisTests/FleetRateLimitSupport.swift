@@ -4,94 +4,14 @@ import XCTest
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
-/// A `redis-server` of the test's own on a free port of 127.0.0.1, without persistence, that can
-/// be stopped and started again on the same port. Ready means the server logged "Ready to accept
-/// connections" (read from its output, not waited for by the clock).
-final class FleetRedisServer: @unchecked Sendable {  // `process` is touched by the test's task only.
-    static let path = "/usr/bin/redis-server"
-    static let missing = "redis-server is not installed: apt-get install redis-server"
-
-    let port: Int
-    private var process: Process?
-
-    /// Starts a server, or skips the test where `redis-server` is absent.
-    init() async throws {
-        guard FileManager.default.isExecutableFile(atPath: Self.path) else { throw XCTSkip(Self.missing) }
-        port = try Self.freePort()
-        try await start()
-    }
-
-    deinit { stop() }
-
-    /// A client configuration for this server, with short timeouts.
-    var configuration: RedisClient.Configuration {
+extension RedisServerProcess {
+    /// A client configuration for this server with short timeouts and reconnect delays, so a
+    /// stopped server is noticed in half a second and a restarted one found at once.
+    var fleetConfiguration: RedisClient.Configuration {
         .init(
             endpoint: .tcp(host: "127.0.0.1", port: port), connectTimeout: .milliseconds(500), replyTimeout: .milliseconds(500),
             reconnectDelay: .milliseconds(20), maximumReconnectDelay: .milliseconds(100))
-    }
-
-    /// Starts it (again) on ``port`` and returns once it accepts connections.
-    func start() async throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.path)
-        process.arguments = [
-            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "notice",
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        self.process = process
-        let handle = output.fileHandleForReading
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            DispatchQueue.global().async {
-                var text = ""
-                while true {
-                    let chunk = handle.availableData
-                    guard !chunk.isEmpty else {
-                        continuation.resume(throwing: FleetTestFailure("redis-server exited before it was ready: \(text.suffix(300))"))
-                        return
-                    }
-                    text += String(decoding: chunk, as: UTF8.self)
-                    if text.contains("Ready to accept connections") { break }
-                }
-                continuation.resume()
-                // Keep draining, so that a full pipe never blocks the server.
-                while !handle.availableData.isEmpty {}
-            }
-        }
-    }
-
-    /// Stops it (SIGTERM) and returns once it exited.
-    func stop() {
-        guard let process else { return }
-        self.process = nil
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
-    }
-
-    private static func freePort() throws -> Int {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw XCTSkip("no socket for a free port") }
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-                bind(descriptor, socketAddress, length) == 0 && getsockname(descriptor, socketAddress, &length) == 0
-            }
-        }
-        guard bound else { throw XCTSkip("no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
 

@@ -70,6 +70,10 @@ final class RedisClientTests: XCTestCase {
         XCTAssertEqual(value9, .bulkString(binary))
         let error = await assertRedisError([.reply(code: "WRONGTYPE")]) { try await redis.send(["INCR", "l"]) }
         XCTAssertEqual(error?.message.contains("INCR"), true)
+        // The server quotes an unknown command's arguments; the error names the command only.
+        let unknown = await assertRedisError([.reply(code: "ERR")]) { try await redis.send(["NOSUCHCOMMAND", "hunter2-secret"]) }
+        XCTAssertEqual(unknown?.description.contains("hunter2"), false)
+        XCTAssertEqual(unknown?.description.contains("NOSUCHCOMMAND"), true)
         // An error reply inside a pipeline is a value in its place.
         let replies = try await redis.pipeline([["INCR", "l"], ["GET", "k"]])
         guard case .error(let text) = replies[0] else { return XCTFail("\(replies)") }
@@ -90,6 +94,8 @@ final class RedisClientTests: XCTestCase {
     }
 
     func testUnixSocket() async throws {
+        let missing = client { $0.endpoint = .unixSocket(path: self.server.directory.appendingPathComponent("none.sock").path) }
+        _ = await assertRedisError([.connectionClosed]) { try await missing.send(["PING"]) }
         let redis = client { $0.endpoint = .unixSocket(path: self.server.socketPath) }
         let value14 = try await redis.send(["PING"])
         XCTAssertEqual(value14, .simpleString("PONG"))
@@ -130,6 +136,15 @@ final class RedisClientTests: XCTestCase {
         let pong = try await redis.pipeline(Array(repeating: ["PING"], count: 1000))
         let pingTime = pings.duration(to: .now)
         XCTAssertTrue(pong.allSatisfy { $0 == .simpleString("PONG") })
+        // 1,000 callers at once share the connection: their commands go out as they come and
+        // the replies are matched in order.
+        let concurrent = ContinuousClock.now
+        try await withThrowingTaskGroup(of: RESPValue.self) { group in
+            for _ in 0..<1000 { group.addTask { try await redis.send(["PING"]) } }
+            for try await reply in group { XCTAssertEqual(reply, .simpleString("PONG")) }
+        }
+        let concurrentTime = concurrent.duration(to: .now)
+        print("figures: 1,000 concurrent callers' PINGs \(concurrentTime)")
         let median = roundTrips.sorted()[roundTrips.count / 2]
         print("figures: round trip (PING, median of 200) \(median); 1,000 pipelined INCR \(pipelined); 1,000 pipelined PING \(pingTime)")
     }
@@ -161,6 +176,10 @@ final class RedisClientTests: XCTestCase {
         XCTAssertEqual(error?.description.contains(wrong), false)
         XCTAssertEqual(error?.description.contains(password), false)
         XCTAssertEqual("\(String(describing: error))".contains(wrong), false)
+        // During the back-off that follows, a command fails at once with the same reason.
+        let again = await assertRedisError([.reply(code: "WRONGPASS")]) { try await intruder.send(["PING"]) }
+        XCTAssertEqual(again?.message.contains("next attempt"), true)
+        XCTAssertEqual(again?.message.contains(wrong), false)
     }
 
     func testAuthWithAPasswordOnly() async throws {
@@ -248,6 +267,36 @@ final class RedisClientTests: XCTestCase {
         }
     }
 
+    func testASilentSubscriptionIsNoticedByItsHealthCheckAndResubscribed() async throws {
+        let proxy = try BlackHoleProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        var configuration = RedisClient.Configuration(
+            endpoint: .tcp(host: "127.0.0.1", port: proxy.port), replyTimeout: .milliseconds(300))
+        configuration.subscriptionHealthCheckInterval = .milliseconds(200)
+        let redis = RedisClient(configuration: configuration)
+        clients.append(redis)
+        let publisher = client()
+        let (subscribed, confirm) = AsyncStream<Void>.makeStream()
+        var messages = redis.subscribe(to: "quiet", onSubscribed: { confirm.yield() }).makeAsyncIterator()
+        var confirmations = subscribed.makeAsyncIterator()
+        _ = await confirmations.next()
+        let value1 = try await publisher.send(["PUBLISH", "quiet", "one"])
+        XCTAssertEqual(value1, .integer(1))
+        let one = try await messages.next()
+        XCTAssertEqual(one, Data("one".utf8))
+
+        proxy.freezeExisting()
+        let frozenAt = ContinuousClock.now
+        _ = await confirmations.next()  // a new connection, subscribed again
+        XCTAssertLessThan(frozenAt.duration(to: .now), .seconds(3))
+        XCTAssertEqual(proxy.acceptedCount, 2)
+        // The new connection receives (the silent one, closed by the client, may not be gone yet).
+        let value2 = try await publisher.send(["PUBLISH", "quiet", "two"])
+        XCTAssertGreaterThanOrEqual(value2.integer ?? 0, 1)
+        let two = try await messages.next()
+        XCTAssertEqual(two, Data("two".utf8))
+    }
+
     func testCancellingTheIteratingTaskEndsTheSubscription() async throws {
         let redis = client()
         let publisher = client()
@@ -296,9 +345,14 @@ final class RedisClientTests: XCTestCase {
             guard ContinuousClock.now < deadline else { return XCTFail("the BLPOP never reached the server") }
             await Task.yield()
         }
+        // Commands queued behind it on the same connection, all in flight when the server dies.
+        let queued = (0..<20).map { index in Task { try await redis.send(["ECHO", "queued \(index)"]) } }
         let killedAt = ContinuousClock.now
         server.killNow()
         _ = await assertRedisError([.connectionClosed]) { try await blocked.value }
+        for task in queued {
+            _ = await assertRedisError([.connectionClosed]) { try await task.value }
+        }
         XCTAssertLessThan(killedAt.duration(to: .now), .seconds(2))
 
         // While it is down: refused at once, then no attempt during the back-off.

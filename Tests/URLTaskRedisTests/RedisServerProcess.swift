@@ -16,11 +16,10 @@ import Darwin
 final class RedisServerProcess: @unchecked Sendable {  // Used from one test at a time; `output` is locked by `condition`.
     static let missingMessage = "redis-server is not installed: apt-get install redis-server (Debian/Ubuntu) or brew install redis"
 
-    /// `redis-server` on the PATH (or Debian's path), or `nil`.
+    /// `redis-server` on the PATH (Debian's is /usr/bin/redis-server), or `nil`.
     static var executable: String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
-        let candidates = path.split(separator: ":").map { "\($0)/redis-server" } + ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
-        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
+        return path.split(separator: ":").map { "\($0)/redis-server" }.first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
     let port: Int

@@ -9,6 +9,7 @@ struct ConnectionLifecycle<Connection: AnyObject, Waiter> {
         case disconnected
         /// An attempt is under way; `waiters` get its outcome.
         case connecting(waiters: [Waiter])
+        /// Commands use this connection.
         case ready(Connection)
         /// The last attempt failed; no attempt before `until`.
         case backingOff(until: ContinuousClock.Instant)
@@ -18,6 +19,7 @@ struct ConnectionLifecycle<Connection: AnyObject, Waiter> {
 
     /// What the caller of ``acquire(_:now:)`` does next, after releasing its lock.
     enum AcquireAction {
+        /// Send on this connection now.
         case use(Connection)
         /// Start an attempt; the waiter was stored and gets its outcome.
         case connect

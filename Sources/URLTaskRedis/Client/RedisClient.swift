@@ -24,22 +24,29 @@ public struct RedisScript: Sendable, Hashable {
 /// with `.connectionClosed` (none is ever sent again on its own: the caller knows whether its
 /// command may be repeated) and the next command reconnects. A failed attempt starts a back-off
 /// (``Configuration/reconnectDelay``, doubled to ``Configuration/maximumReconnectDelay``) during
-/// which commands fail at once with `.connectionClosed`, so a caller falls back without waiting
-/// on an unreachable server. A reply that does not come within
+/// which commands fail at once with the failed attempt's error (`.connectionClosed` for a refused
+/// connection, `.timeout`, or the `AUTH` reply such as `WRONGPASS`), so a caller falls back
+/// without waiting on an unreachable server. A reply that does not come within
 /// ``Configuration/replyTimeout`` fails its command with `.timeout` and closes the connection
 /// (the replies after it could no longer be matched to their commands).
 ///
 /// Subscriptions (``subscribe(to:)``) each have a connection of their own. Blocking commands
 /// (`BLPOP` ...) longer than the reply timeout, `SUBSCRIBE` and `MONITOR` are not for ``send(_:)``.
-/// I/O runs on threads of the client's own (one reader per connection, one per connection
-/// attempt, one per subscription), never blocking the concurrency pool's threads.
+/// Reads and connection attempts run on threads of the client's own (one reader per connection,
+/// one per connection attempt, one per subscription), never blocking the concurrency pool's
+/// threads; a command is written by its caller (a blocked write gives up after the reply
+/// timeout). Cancelling a caller's task does not withdraw a command already written: the reply
+/// timeout bounds the wait. RESP3 push messages (`CLIENT TRACKING`) are not supported on the
+/// command connection.
 public final class RedisClient: Sendable {
     /// Where Redis is and how to talk to it: one value per client, fixed at creation.
     public struct Configuration: Sendable {
         /// The server's address: TCP for a shared Redis, a Unix socket for one on the same host
         /// (no TCP stack, file permissions as access control).
         public enum Endpoint: Sendable, Equatable {
+            /// A host name or address and a port (every address the name resolves to is tried).
             case tcp(host: String, port: Int)
+            /// The path of the server's `unixsocket`.
             case unixSocket(path: String)
         }
 
@@ -60,6 +67,10 @@ public final class RedisClient: Sendable {
         public var reconnectDelay: Duration
         /// The longest wait between attempts while Redis is unreachable.
         public var maximumReconnectDelay: Duration
+        /// How long a subscription's connection may stay silent before it sends `PING`; no
+        /// answer within `replyTimeout` and it reconnects (a server gone without closing the
+        /// connection, a network partition, is otherwise never noticed by a subscriber).
+        public var subscriptionHealthCheckInterval: Duration = .seconds(15)
 
         /// Every setting but the endpoint has a default fit for a Redis on the same network.
         public init(
@@ -84,6 +95,9 @@ public final class RedisClient: Sendable {
         var lifecycle: ConnectionLifecycle<RedisConnection, Waiter>
         var subscriptions: [ObjectIdentifier: RedisSubscription] = [:]
         var closed = false
+        /// Why the last connection attempt failed: what a command refused during the back-off
+        /// is told (a wrong password stays a `WRONGPASS`, not a vague "unreachable").
+        var lastConnectError: RedisError?
     }
 
     /// The settings this client was made with.
@@ -117,7 +131,7 @@ public final class RedisClient: Sendable {
         let name = RedisError.commandName(String(decoding: first.prefix(32), as: UTF8.self))
         var bytes: [UInt8] = []
         RESPEncoder.append(arguments, to: &bytes)
-        let replies = try await connection().request(bytes, expected: 1, command: name)
+        let replies = try await request(bytes, expected: 1, command: name)
         if case .error(let text) = replies[0] { throw RedisError.reply(text, command: name) }
         return replies[0]
     }
@@ -134,7 +148,7 @@ public final class RedisClient: Sendable {
             RESPEncoder.append(command, to: &bytes)
         }
         let name = "a pipeline of \(commands.count) commands beginning with \(RedisError.commandName(commands[0].first))"
-        return try await connection().request(bytes, expected: commands.count, command: name)
+        return try await request(bytes, expected: commands.count, command: name)
     }
 
     /// Runs `script` with `EVALSHA`, loading it once with `SCRIPT LOAD` when the server answers
@@ -206,10 +220,24 @@ public final class RedisClient: Sendable {
         }
     }
 
+    /// Sends on the command connection; when the connection turns out closed before the bytes
+    /// were written (it died a moment ago), once more on a new one: nothing had been sent.
+    private func request(_ bytes: [UInt8], expected: Int, command: String) async throws -> [RESPValue] {
+        for _ in 0..<2 {
+            let connection = try await connection()
+            do {
+                return try await connection.request(bytes, expected: expected, command: command)
+            } catch is RedisConnection.NotSent {
+                state.withLock { $0.lifecycle.lost(connection) }
+            }
+        }
+        throw RedisError.closed("the connection closed before \(command) could be sent")
+    }
+
     /// The open command connection, made (or waited for) if there is none.
     private func connection() async throws -> RedisConnection {
         try await withCheckedThrowingContinuation { (waiter: Waiter) in
-            let action = state.withLock { $0.lifecycle.acquire(waiter, now: .now) }
+            let (action, lastError) = state.withLock { ($0.lifecycle.acquire(waiter, now: .now), $0.lastConnectError) }
             switch action {
             case .use(let connection):
                 waiter.resume(returning: connection)
@@ -219,9 +247,10 @@ public final class RedisClient: Sendable {
                 waiter.resume(throwing: RedisError.closed("the client was closed"))
             case .failBackingOff(let remaining):
                 let milliseconds = remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000
+                let why = lastError?.message ?? "Redis at \(endpointName) could not be reached"
                 waiter.resume(
-                    throwing: RedisError.closed(
-                        "Redis at \(endpointName) could not be reached; the next attempt is in \(milliseconds) ms"))
+                    throwing: RedisError(
+                        kind: lastError?.kind ?? .connectionClosed, message: "\(why); the next attempt is in \(milliseconds) ms"))
             case .connect:
                 let configuration = self.configuration
                 Thread.detachNewThread { [self] in
@@ -238,7 +267,7 @@ public final class RedisClient: Sendable {
     }
 
     private func finishConnecting(_ result: Result<Int32, RedisError>) {
-        var outcome = result.flatMap { fd -> Result<RedisConnection, RedisError> in
+        let outcome = result.flatMap { fd -> Result<RedisConnection, RedisError> in
             do throws(RedisError) {
                 return .success(
                     try RedisConnection(fd: fd, replyTimeout: configuration.replyTimeout) { [weak self] connection in
@@ -251,9 +280,12 @@ public final class RedisClient: Sendable {
         }
         switch outcome {
         case .success(let connection):
-            guard let waiters = state.withLock({ $0.lifecycle.connected(connection) }) else {
+            let waiters = state.withLock { state in
+                state.lastConnectError = nil
+                return state.lifecycle.connected(connection)
+            }
+            guard let waiters else {
                 connection.close()
-                outcome = .failure(.closed("the client was closed"))
                 return
             }
             // The connection may have closed before it was registered: its `onClose` found
@@ -261,7 +293,10 @@ public final class RedisClient: Sendable {
             if !connection.isOpen { state.withLock { $0.lifecycle.lost(connection) } }
             for waiter in waiters { waiter.resume(returning: connection) }
         case .failure(let error):
-            let waiters = state.withLock { $0.lifecycle.connectFailed(now: .now) }
+            let waiters = state.withLock { state in
+                state.lastConnectError = error
+                return state.lifecycle.connectFailed(now: .now)
+            }
             for waiter in waiters { waiter.resume(throwing: error) }
         }
     }

@@ -16,7 +16,6 @@ final class RedisConnection: Sendable {
 
     private struct State {
         var open = true
-        var failure: RedisError?
         var pending: [Pending] = []
         var head = 0
         var lastProgress = ContinuousClock.now
@@ -63,21 +62,26 @@ final class RedisConnection: Sendable {
     /// Whether the connection can still take commands.
     var isOpen: Bool { state.withLock { $0.open } }
 
+    /// Thrown by ``request(_:expected:command:)`` when the connection had closed before the
+    /// command was written: nothing was sent, so the client may send it on a new connection
+    /// (that is no resend).
+    struct NotSent: Error {}
+
     /// Writes `bytes` (one or more encoded commands) and returns the next `expected` replies.
     func request(_ bytes: [UInt8], expected: Int, command: String) async throws -> [RESPValue] {
         try await withCheckedThrowingContinuation { continuation in
             writeLock.lock()
-            let (refusal, wasIdle): (RedisError?, Bool) = state.withLock { state in
-                guard state.open else { return (state.failure ?? .closed("the connection is closed"), false) }
+            let (refused, wasIdle): (Bool, Bool) = state.withLock { state in
+                guard state.open else { return (true, false) }
                 let wasIdle = !state.hasPending
                 if wasIdle { state.lastProgress = .now }
                 state.pending.append(
                     Pending(command: command, expected: expected, replies: [], sentAt: .now, continuation: continuation))
-                return (nil, wasIdle)
+                return (false, wasIdle)
             }
-            if let refusal {
+            if refused {
                 writeLock.unlock()
-                continuation.resume(throwing: refusal)
+                continuation.resume(throwing: NotSent())
                 return
             }
             // The reader polls without a deadline while nothing is in flight: give it one.
@@ -103,16 +107,17 @@ final class RedisConnection: Sendable {
         let victims: [Pending]? = state.withLock { state in
             guard state.open else { return nil }
             state.open = false
-            state.failure = rest
             return state.takeAll()
         }
         guard let victims else { return }
         RedisSocket.shutdownBoth(fd)
         RedisSocket.wake(wakeWriter)
+        // The client first, so that a caller whose command fails here and who sends another at
+        // once finds the connection gone (and reconnects) rather than this dead one.
+        onClose(self)
         for (index, victim) in victims.enumerated() {
             victim.continuation.resume(throwing: index == 0 ? first : rest)
         }
-        onClose(self)
     }
 
     private func readLoop() {

@@ -117,10 +117,27 @@ final class RedisSubscription: Sendable {
         }
         onSubscribed()
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        var lastHeard = ContinuousClock.now
+        var pingSentAt: ContinuousClock.Instant?
         while true {
-            while let value = try parser.next() { handle(value) }
+            while let value = try parser.next() {
+                lastHeard = .now
+                pingSentAt = nil
+                handle(value)
+            }
             guard let wake else { return }
-            let ready = RedisSocket.waitReadable(fd, wake: wake.reader, timeout: -1)
+            // Silent for the health-check interval: PING; no answer in the reply timeout: gone.
+            let deadline = pingSentAt.map { $0 + configuration.replyTimeout } ?? lastHeard + configuration.subscriptionHealthCheckInterval
+            let wait = RedisSocket.milliseconds(until: deadline)
+            if wait == 0 {
+                if pingSentAt != nil { return }
+                var ping: [UInt8] = []
+                RESPEncoder.append(["PING"], to: &ping)
+                try RedisSocket.sendAll(fd, ping)
+                pingSentAt = .now
+                continue
+            }
+            let ready = RedisSocket.waitReadable(fd, wake: wake.reader, timeout: wait)
             if ready.wake { RedisSocket.drain(wake.reader) }
             if isStopped { return }
             guard ready.socket else { continue }

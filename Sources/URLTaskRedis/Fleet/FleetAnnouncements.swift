@@ -121,4 +121,56 @@ final class FleetAnnouncements: Sendable {
         let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
         waiter?.continuation.resume(returning: value)
     }
+
+    /// `task`'s value, or `CancellationError` as soon as the caller is cancelled; the task itself
+    /// runs on (a refresh whose endpoint rotated the refresh token must still store it).
+    static func value<Value: Sendable>(of task: Task<Value, any Error>) async throws -> Value {
+        let once = ResumeOnce<Value>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
+                once.set(continuation)
+                Task { once.resume(with: await task.result) }
+            }
+        } onCancel: {
+            once.resume(with: .failure(CancellationError()))
+        }
+    }
+}
+
+/// A continuation resumed once, by whichever comes first; a result that comes before the
+/// continuation is kept for it.
+private final class ResumeOnce<Value: Sendable>: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<Value, any Error>?
+        var result: Result<Value, any Error>?
+        var resumed = false
+    }
+
+    private let state = FleetLock(State())
+
+    func set(_ continuation: CheckedContinuation<Value, any Error>) {
+        let early = state.withLock { state -> Result<Value, any Error>? in
+            guard let result = state.result, !state.resumed else {
+                state.continuation = continuation
+                return nil
+            }
+            state.resumed = true
+            return result
+        }
+        if let early { continuation.resume(with: early) }
+    }
+
+    func resume(with result: Result<Value, any Error>) {
+        let continuation = state.withLock { state -> CheckedContinuation<Value, any Error>? in
+            guard !state.resumed, state.result == nil else { return nil }
+            guard let continuation = state.continuation else {
+                state.result = result
+                return nil
+            }
+            state.resumed = true
+            state.continuation = nil
+            return continuation
+        }
+        continuation?.resume(with: result)
+    }
 }

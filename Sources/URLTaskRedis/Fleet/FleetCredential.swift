@@ -33,6 +33,11 @@ import FoundationNetworking
 /// that announcement (not polling), at most as long as the lease lives; if it expired without a
 /// new credential (its holder died), one of them takes it over.
 ///
+/// **A caller that gives up** (its task is cancelled, as the ``OAuth2RefreshReactor`` does when
+/// its run times out) stops waiting at once, but the refresh runs on to its end: a refresh token
+/// the endpoint rotated is still written to Redis and kept here, and the next refresh of this
+/// process takes it without a token request.
+///
 /// **No round trip while the token is fresh.** The authenticator keeps the credential in
 /// memory; this store is read at the authenticator's first load and by refreshes only.
 ///
@@ -43,6 +48,13 @@ import FoundationNetworking
 /// Redis answers again (``Event/wroteBack``), also after Redis lost its data. With rotating
 /// refresh tokens, two processes that both refresh during an outage can still invalidate each
 /// other: the fleet can only coordinate through Redis.
+///
+/// **Signing in and out.** A sign-in (the authenticator's ``OAuth2Authenticator/signIn(_:)``)
+/// is written with a new fence whatever Redis holds; a sign-out leaves a record with no
+/// credential. Other processes see either at their next refresh (their authenticators keep the
+/// credential they hold until then). A process that starts while Redis is unreachable, having
+/// seen nothing, cannot load a credential: the authenticator's load fails and is tried again by
+/// the next request.
 ///
 /// **Secrets.** The credential is stored as JSON in the hash `<prefix>:credential`; the
 /// channel `<prefix>:updated` carries fences, never tokens; nothing is logged, and no error
@@ -118,7 +130,7 @@ public final class FleetCredential: Sendable {
 
     private let refresher: OAuth2Authenticator.Refresh
     private let keys: FleetCredentialKeys
-    private let state = FleetLock(FleetCredentialStateMachine())
+    private let state: FleetLock<FleetCredentialStateMachine>
     private let tasks = FleetLock(Tasks())
     private let announcements = FleetAnnouncements()
     private let decisions = DecisionEvents<Event>()
@@ -142,6 +154,7 @@ public final class FleetCredential: Sendable {
         self.isTokenRequest = isTokenRequest
         self.refresher = refresh
         self.keys = FleetCredentialKeys(prefix: configuration.keyPrefix)
+        self.state = FleetLock(FleetCredentialStateMachine(refusalWait: configuration.leaseTimeToLive))
     }
 
     /// A fleet credential renewed with the refresh-token grant at `tokenEndpoint`.
@@ -234,7 +247,7 @@ public final class FleetCredential: Sendable {
             tasks.refresh = task
             return task
         }
-        return try await task.value
+        return try await FleetAnnouncements.value(of: task)
     }
 
     private func runRefresh(_ presented: OAuth2Credential) async throws -> OAuth2Credential {

@@ -46,6 +46,9 @@ struct FleetCredentialStateMachine: Sendable {
 
         /// Tells a write-back's answer from a newer write's.
         var id: Int
+        /// A first attempt found Redis unreachable (a sign-in or sign-out written at once is
+        /// no write-back).
+        var deferred = false
         var credential: OAuth2Credential?
         var kind: Kind
 
@@ -104,7 +107,12 @@ struct FleetCredentialStateMachine: Sendable {
         case callingEndpoint(presented: OAuth2Credential, fence: Int64?, base: Int64)
         case committing(presented: OAuth2Credential, credential: OAuth2Credential, base: Int64)
         case waiting(presented: OAuth2Credential)
-        case reloading(presented: OAuth2Credential, afterEndpointFailure: Bool)
+        /// `afterRefusal`: the endpoint refused the refresh token (0: no; 1: first look at the
+        /// record; 2: after waiting for an announcement).
+        case reloading(presented: OAuth2Credential, afterRefusal: Int)
+        /// The endpoint refused the refresh token and the record holds nothing newer: waiting for
+        /// a process that owes Redis a newer one.
+        case waitingAfterRefusal(presented: OAuth2Credential)
     }
 
     /// The newest record this process has seen (read, written, or made while Redis was away).
@@ -124,9 +132,14 @@ struct FleetCredentialStateMachine: Sendable {
     /// A credential expiring within this long is renewed rather than adopted.
     let leeway: Duration
 
-    init(maximumRounds: Int = 4, leeway: Duration = .seconds(1)) {
+    /// How long a refresh whose refresh token was refused waits for a newer one to be announced
+    /// (the lease's life: a write-back is retried well within it).
+    let refusalWait: Duration
+
+    init(maximumRounds: Int = 4, leeway: Duration = .seconds(1), refusalWait: Duration = .seconds(5)) {
         self.maximumRounds = maximumRounds
         self.leeway = leeway
+        self.refusalWait = refusalWait
     }
 
     /// Whether a refresh is in flight.
@@ -174,7 +187,7 @@ struct FleetCredentialStateMachine: Sendable {
         guard let pending, pending.id == id else { return }
         self.pending = nil
         newest = Record(fence: fence, credential: pending.credential)
-        notes.append(.wroteBack)
+        if pending.deferred || pending.kind != .replace { notes.append(.wroteBack) }
     }
 
     /// Redis refused `id`'s write: `stored` is newer.
@@ -188,6 +201,7 @@ struct FleetCredentialStateMachine: Sendable {
     /// the write stays owed.
     mutating func writeBackUnreachable() {
         markUnreachable()
+        pending?.deferred = true
     }
 
     /// The refresh's own write-back ended (written, refused or failed): on to the lease.
@@ -249,22 +263,32 @@ struct FleetCredentialStateMachine: Sendable {
 
     /// The wait ended: a newer fence was announced, or the lease's life passed (`timedOut`).
     mutating func waitEnded(timedOut: Bool) -> Action {
+        if case .waitingAfterRefusal(let presented) = phase {
+            phase = .reloading(presented: presented, afterRefusal: 2)
+            return .reload
+        }
         guard case .waiting(let presented) = phase else { return unexpected() }
         if timedOut { notes.append(.leaseExpired) }
-        phase = .reloading(presented: presented, afterEndpointFailure: false)
+        phase = .reloading(presented: presented, afterRefusal: 0)
         return .reload
     }
 
     /// The record was read for the refresh in flight.
     mutating func reloaded(_ stored: Record?, now: Date) -> Action {
         markReachable()
-        guard case .reloading(let presented, let afterFailure) = phase else { return unexpected() }
+        guard case .reloading(let presented, let afterRefusal) = phase else { return unexpected() }
         observe(stored)
         if let known = adoptable(instead: presented, now: now) {
             notes.append(.adopted)
             return finish(known)
         }
-        if afterFailure { return fail(.endpointError) }
+        if afterRefusal == 1 {
+            // A process that refreshed while Redis was away may owe it the newer refresh token:
+            // its write-back is announced like any write. Wait for it once, a lease's life.
+            phase = .waitingAfterRefusal(presented: presented)
+            return .waitForUpdate(after: newest?.fence ?? 0, within: refusalWait)
+        }
+        if afterRefusal > 1 { return fail(.endpointError) }
         // No new credential: the holder died or failed. Take the lease.
         phase = .acquiring(presented: presented)
         return .acquireLease
@@ -290,7 +314,7 @@ struct FleetCredentialStateMachine: Sendable {
     mutating func endpointFailed(requiresSignIn: Bool) -> Action {
         guard case .callingEndpoint(let presented, let fence, _) = phase else { return unexpected() }
         guard requiresSignIn, fence != nil else { return fail(.endpointError) }
-        phase = .reloading(presented: presented, afterEndpointFailure: true)
+        phase = .reloading(presented: presented, afterRefusal: 1)
         return .reload
     }
 
@@ -323,16 +347,17 @@ struct FleetCredentialStateMachine: Sendable {
     /// A Redis call of the refresh in flight (or a write-back) found Redis unreachable.
     mutating func redisUnreachable() -> Action? {
         markUnreachable()
+        pending?.deferred = true
         switch phase {
         case .idle, .waiting, .callingEndpoint:
             return nil
-        case .writingBack(let presented), .acquiring(let presented), .reloading(let presented, false):
+        case .writingBack(let presented), .acquiring(let presented), .reloading(let presented, 0):
             // Alone: from the newest this process has (never an older one).
             let base = newest?.fence ?? 0
             let current = pending?.credential ?? newest?.credential ?? presented
             phase = .callingEndpoint(presented: presented, fence: nil, base: base)
             return .callEndpoint(current)
-        case .reloading(_, true):
+        case .reloading, .waitingAfterRefusal:
             return fail(.endpointError)
         case .committing(_, let credential, let base):
             // Issued but not written: owed to Redis, never lost.

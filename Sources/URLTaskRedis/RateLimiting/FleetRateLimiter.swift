@@ -15,7 +15,9 @@ import FoundationNetworking
 /// - **The bucket** is GCRA in one Lua script, atomic in Redis and timed by the Redis server's
 ///   own clock (`TIME` inside the script), so the processes' clocks never matter. Rate and burst
 ///   mean what they mean for `RateLimiter`: `rate` requests a second, up to `burst` at once
-///   after a quiet spell. One round trip per request that goes at once.
+///   after a quiet spell. One round trip per request that goes at once; while requests wait,
+///   about one per waiting process per turn (4 processes × 50 requests at 50 a second: 3.8 to 4.6
+///   round trips a request).
 /// - **A request that must wait** sleeps for as long as the script says, then asks again. Inside
 ///   one process only the first request in line for a host asks; the others wait behind it in
 ///   arrival order. The wait counts toward the request's `timeoutInterval` (the manager fails
@@ -60,7 +62,9 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         /// the fleet stays within the rate without Redis. Below 1 counts as 1.
         public var processCount: Int
         /// What every key begins with (`<keyPrefix>:tat:<host>`, `<keyPrefix>:pause:<host>`):
-        /// to keep two limits apart on one Redis, or to match an ACL's key pattern.
+        /// to keep two limits apart on one Redis, or to match an ACL's key pattern. The limiter
+        /// needs `EVALSHA` and `SCRIPT LOAD` on those keys and nothing else
+        /// (`ACL SETUSER limiter on >… ~<keyPrefix>:* +evalsha +script|load`).
         public var keyPrefix: String
         /// Statuses whose `Retry-After` pauses the host for the fleet.
         public var pausingStatuses: Set<Int>
@@ -230,6 +234,11 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
                     arguments: [Self.integer(interval), Self.integer(tolerance)])
                 answer = try FleetRateLimitScripts.answer(from: reply)
             } catch let error as RedisError {
+                // A caller that cancelled may see its command fail: that says nothing of Redis.
+                if Task.isCancelled {
+                    if route == .probe { state.probeAbandoned(now: .now) }
+                    throw CancellationError()
+                }
                 if case .fellBack(let probeIn) = state.redisFailed(now: .now) {
                     decisions.emit(.fellBack(reason: error, localRate: fallback.policy.rate, probeIn: probeIn))
                     task.annotate("fleet-rate-limit", "Redis did not answer (\(error)): the local bucket decides")

@@ -1,0 +1,374 @@
+import Foundation
+import LoopbackServer
+import URLTaskManager
+import URLTaskOAuth2
+import XCTest
+
+@testable import URLTaskRedis
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Fleet credentials over a real `redis-server` (skipped, with how to install it, where it is
+/// absent): several in-process authenticators, each with its own ``RedisClient`` and
+/// ``FleetCredential`` as separate processes would have, sharing one Redis and one token
+/// endpoint that rotates refresh tokens.
+final class FleetCredentialRedisTests: XCTestCase {
+    /// One member of the fleet: what a process would own.
+    private struct Member {
+        let client: RedisClient
+        let fleet: FleetCredential
+        let authenticator: OAuth2Authenticator
+        let manager: URLTaskManager
+        let events: FleetEventLog
+    }
+
+    private func member(
+        _ redis: RedisServerProcess, _ server: OAuthServer, prefix: String, lease: Duration = .seconds(5)
+    ) -> Member {
+        let client = RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1)))
+        let fleet = FleetCredential(
+            client: client,
+            configuration: .init(
+                keyPrefix: prefix, leaseTimeToLive: lease, writeBackDelay: .milliseconds(50), maximumWriteBackDelay: .milliseconds(200)),
+            tokenEndpoint: OAuth2TokenEndpoint(url: server.tokenURL, clientID: "fleet", timeout: .seconds(3)))
+        let authenticator = fleet.makeAuthenticator(origins: [server.baseURL], refreshBackoff: .zero)
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: authenticator)], reactors: [OAuth2RefreshReactor(authenticator: authenticator)])
+        return Member(client: client, fleet: fleet, authenticator: authenticator, manager: manager, events: FleetEventLog(fleet))
+    }
+
+    private func prefix() -> String { "urltask:cred:test-\(UUID().uuidString.prefix(8))" }
+
+    /// The number of `GET` answers that were `200 ok`, over `count` concurrent requests per member.
+    private func storm(_ members: [Member], _ url: URL, count: Int) async -> (ok: Int, failures: [String]) {
+        await withTaskGroup(of: String?.self) { group in
+            for member in members {
+                for _ in 0..<count {
+                    group.addTask {
+                        do {
+                            let (data, response) = try await member.manager.session.data(for: URLRequest(url: url))
+                            let status = (response as? HTTPURLResponse)?.statusCode ?? -1
+                            let text = String(decoding: data, as: UTF8.self)
+                            return status == 200 && text.hasPrefix("ok ") ? nil : "\(status) \(text)"
+                        } catch {
+                            return "\(error)"
+                        }
+                    }
+                }
+            }
+            var ok = 0
+            var failures: [String] = []
+            for await failure in group {
+                if let failure { failures.append(failure) } else { ok += 1 }
+            }
+            return (ok, failures)
+        }
+    }
+
+    /// Redis's count of commands processed, read on a connection of its own.
+    private func commandsProcessed(_ redis: RedisServerProcess) async throws -> Int {
+        let client = RedisClient(configuration: redis.configuration())
+        defer { client.close() }
+        guard case .bulkString(let data?) = try await client.send(["INFO", "stats"]) else { throw TestFailure("INFO answered no text") }
+        let line = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline).first {
+            $0.hasPrefix("total_commands_processed:")
+        }
+        return Int(line?.split(separator: ":").last ?? "") ?? -1
+    }
+
+    /// The credential stored under `prefix`, as a process starting now would load it.
+    private func stored(_ redis: RedisServerProcess, prefix: String) async throws -> OAuth2Credential? {
+        let client = RedisClient(configuration: redis.configuration())
+        defer { client.close() }
+        let fleet = FleetCredential(client: client, configuration: .init(keyPrefix: prefix), refresh: { $0 })
+        defer { fleet.shutdown() }
+        return try await fleet.store.load()
+    }
+
+    func testFourProcessesOfTwentyRequestsNeedingARefreshCostOneTokenRequest() async throws {
+        let redis = try RedisServerProcess()
+        // Stopped last, once every client is closed (a release right after its last use would
+        // stop it under their connections).
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "f", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let members = (0..<4).map { _ in member(redis, server, prefix: prefix) }
+        defer {
+            for member in members {
+                member.fleet.shutdown()
+                member.client.close()
+            }
+        }
+        // Signed in once, for the fleet: the token has expired in every process.
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await members[0].authenticator.signIn(expired)
+        for member in members { _ = try await member.authenticator.currentCredential() }
+
+        let result = await storm(members, server.apiURL(), count: 20)
+
+        XCTAssertEqual(result.ok, 80, "\(result.failures.prefix(5))")
+        XCTAssertEqual(server.tokenRequestCount, 1, "one refresh for the fleet")
+        XCTAssertEqual(server.refreshTokensReceived, ["refresh-0"], "no refresh token presented twice: no invalid_grant")
+        let current = try XCTUnwrap(server.currentAccess)
+        for member in members {
+            let credential = try await member.authenticator.currentCredential()
+            XCTAssertEqual(credential?.accessToken, current)
+            XCTAssertEqual(credential?.refreshToken, server.currentRefresh)
+        }
+        let inRedis = try await stored(redis, prefix: prefix)
+        XCTAssertEqual(inRedis?.accessToken, current)
+        XCTAssertEqual(inRedis?.refreshToken, server.currentRefresh)
+        // Events reach their readers a moment after they are emitted.
+        for member in members { try await member.events.wait(within: .seconds(2)) { $0.contains(.refreshed) || $0.contains(.adopted) } }
+        XCTAssertEqual(members.filter { $0.events.contains(.refreshed) }.count, 1, "one process refreshed for the fleet")
+        XCTAssertEqual(members.filter { $0.events.contains(.adopted) }.count, 3, "the others took its credential")
+
+        // The server revokes the token: every process gets 401s, and still one refresh for all.
+        server.revokeAccess()
+        let revoked = await storm(members, server.apiURL(), count: 20)
+        XCTAssertEqual(revoked.ok, 80, "\(revoked.failures.prefix(5))")
+        XCTAssertEqual(server.tokenRequestCount, 2, "one more refresh for the fleet")
+        XCTAssertEqual(server.refreshTokensReceived, ["refresh-0", "f-refresh-1"])
+        for member in members {
+            let credential = try await member.authenticator.currentCredential()
+            XCTAssertEqual(credential?.accessToken, server.currentAccess)
+        }
+
+        // While the token is fresh, a request costs no Redis round trip.
+        let before = try await commandsProcessed(redis)
+        let again = await storm(members, server.apiURL(), count: 10)
+        XCTAssertEqual(again.ok, 40, "\(again.failures.prefix(5))")
+        let after = try await commandsProcessed(redis)
+        XCTAssertLessThanOrEqual(after - before, 1, "only the INFO command itself")
+    }
+
+    func testAStaleWriterWhoseLeaseExpiredIsRefusedByTheFence() async throws {
+        let redis = try RedisServerProcess()
+        // Stopped last, once every client is closed (a release right after its last use would
+        // stop it under their connections).
+        defer { redis.stop() }
+        let prefix = prefix()
+        let clients = (0..<2).map { _ in RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1))) }
+        defer { clients.forEach { $0.close() } }
+        let start = OAuth2Credential(accessToken: "access-0", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        let fromA = OAuth2Credential(accessToken: "access-a", refreshToken: "refresh-a", expiresAt: Date(timeIntervalSinceNow: 3600))
+        let fromB = OAuth2Credential(accessToken: "access-b", refreshToken: "refresh-b", expiresAt: Date(timeIntervalSinceNow: 3600))
+        let started = AsyncLatch()
+        let release = AsyncLatch()
+        // A holds the lease, then is slow past its lease's life (a pause, a slow endpoint).
+        let slow = FleetCredential(
+            client: clients[0], configuration: .init(keyPrefix: prefix, leaseTimeToLive: .milliseconds(300)),
+            refresh: { _ in
+                await started.open()
+                await release.wait()
+                return fromA
+            })
+        let quick = FleetCredential(
+            client: clients[1], configuration: .init(keyPrefix: prefix, leaseTimeToLive: .milliseconds(300)), refresh: { _ in fromB })
+        defer {
+            slow.shutdown()
+            quick.shutdown()
+        }
+        let slowEvents = FleetEventLog(slow)
+        let quickEvents = FleetEventLog(quick)
+        try await slow.store.save(start)
+        _ = try await quick.store.load()
+
+        async let slowResult = slow.refresh(start)
+        await started.wait()
+        // B waits for A's announcement, which never comes within the lease: it takes over.
+        let quickResult = try await quick.refresh(start)
+        XCTAssertEqual(quickResult, fromB)
+        await release.open()
+        let late = try await slowResult
+
+        XCTAssertEqual(late.accessToken, fromB.accessToken, "the stale writer hands out the newer credential")
+        let inRedis = try await stored(redis, prefix: prefix)
+        XCTAssertEqual(inRedis?.accessToken, fromB.accessToken, "the stale write did not land")
+        try await slowEvents.wait(for: .staleWriteRefused, within: .seconds(2))
+        try await quickEvents.wait(for: .leaseExpired, within: .seconds(2))
+        try await quickEvents.wait(for: .refreshed, within: .seconds(2))
+    }
+
+    func testRedisStoppedMidRunFallsBackAndTheCredentialIsWrittenBackWhenItReturns() async throws {
+        let redis = try RedisServerProcess()
+        // Stopped last, once every client is closed (a release right after its last use would
+        // stop it under their connections).
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "f", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let members = (0..<2).map { _ in member(redis, server, prefix: prefix) }
+        defer {
+            for member in members {
+                member.fleet.shutdown()
+                member.client.close()
+            }
+        }
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await members[0].authenticator.signIn(expired)
+        for member in members { _ = try await member.authenticator.currentCredential() }
+        let first = await storm(members, server.apiURL(), count: 5)
+        XCTAssertEqual(first.ok, 10, "\(first.failures.prefix(5))")
+        XCTAssertEqual(server.tokenRequestCount, 1)
+
+        // Redis goes away (no persistence: it comes back empty); the access token is revoked.
+        redis.stop()
+        server.revokeAccess()
+        let during = await storm([members[0]], server.apiURL(), count: 10)
+        XCTAssertEqual(during.ok, 10, "no request fails because Redis is away: \(during.failures.prefix(5))")
+        XCTAssertEqual(server.tokenRequestCount, 2, "one refresh, alone")
+        try await members[0].events.wait(for: .redisUnreachable, within: .seconds(2))
+        try await members[0].events.wait(for: .refreshedAlone, within: .seconds(2))
+        XCTAssertTrue(members[0].fleet.owesRedis)
+        let renewed = try XCTUnwrap(server.currentAccess)
+
+        try redis.start()
+        try await members[0].events.wait(for: .wroteBack, within: .seconds(10))
+        XCTAssertFalse(members[0].fleet.owesRedis)
+        let inRedis = try await stored(redis, prefix: prefix)
+        XCTAssertEqual(inRedis?.accessToken, renewed, "the credential refreshed alone is back in Redis")
+        XCTAssertEqual(inRedis?.refreshToken, server.currentRefresh, "with the rotated refresh token")
+
+        // The other process's token was revoked too: it takes the credential from Redis.
+        let after = await storm([members[1]], server.apiURL(), count: 5)
+        XCTAssertEqual(after.ok, 5, "\(after.failures.prefix(5))")
+        XCTAssertEqual(server.tokenRequestCount, 2, "no token request: the written-back credential is used")
+        let other = try await members[1].authenticator.currentCredential()
+        XCTAssertEqual(other?.accessToken, renewed)
+    }
+
+    func testAnACLUserLimitedToThePrefixIsEnoughAndErrorsCarryNoToken() async throws {
+        let redis = try RedisServerProcess()
+        // Stopped last, once every client is closed (a release right after its last use would
+        // stop it under their connections).
+        defer { redis.stop() }
+        let admin = RedisClient(configuration: redis.configuration())
+        defer { admin.close() }
+        _ = try await admin.send([
+            "ACL", "SETUSER", "fleet", "on", ">fleet-password", "~urltask:cred:acl:*", "&urltask:cred:acl:*", "+@all",
+        ])
+        var configuration = redis.configuration()
+        configuration.username = "fleet"
+        configuration.password = "fleet-password"
+        let client = RedisClient(configuration: configuration)
+        defer { client.close() }
+        let secret = OAuth2Credential(
+            accessToken: "secret-access", refreshToken: "secret-refresh", expiresAt: Date(timeIntervalSinceNow: 3600))
+
+        let allowed = FleetCredential(client: client, configuration: .init(keyPrefix: "urltask:cred:acl:api"), refresh: { $0 })
+        defer { allowed.shutdown() }
+        try await allowed.store.save(secret)
+        let loaded = try await stored(redis, prefix: "urltask:cred:acl:api")
+        XCTAssertEqual(loaded?.refreshToken, "secret-refresh")
+        let expired = OAuth2Credential(
+            accessToken: "secret-access", refreshToken: "secret-refresh", expiresAt: Date(timeIntervalSinceNow: -1))
+        let refreshed = try await allowed.refresh(expired)
+        XCTAssertEqual(refreshed.accessToken, "secret-access", "the lease, the commit and the announcement are all allowed")
+
+        let forbidden = FleetCredential(client: client, configuration: .init(keyPrefix: "other:api"), refresh: { $0 })
+        defer { forbidden.shutdown() }
+        do {
+            _ = try await forbidden.refresh(expired)
+            XCTFail("keys outside the user's pattern are refused")
+        } catch let error as RedisError {
+            XCTAssertEqual(error.kind, .reply(code: "NOPERM"))
+            XCTAssertFalse("\(error)".contains("secret"), "no token in \(error)")
+            XCTAssertFalse(String(reflecting: error).contains("secret"))
+        }
+    }
+
+    func testACancelledCallerStopsWaitingButTheRefreshRunsOnAndIsKept() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let client = RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1)))
+        defer { client.close() }
+        let start = OAuth2Credential(accessToken: "access-0", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        let rotated = OAuth2Credential(accessToken: "access-1", refreshToken: "refresh-1", expiresAt: Date(timeIntervalSinceNow: 3600))
+        let started = AsyncLatch()
+        let answer = AsyncLatch()
+        let calls = FleetLock(0)
+        let fleet = FleetCredential(
+            client: client, configuration: .init(keyPrefix: prefix()),
+            refresh: { _ in
+                calls.withLock { $0 += 1 }
+                await started.open()
+                await answer.wait()
+                return rotated
+            })
+        defer { fleet.shutdown() }
+        let events = FleetEventLog(fleet)
+        try await fleet.store.save(start)
+
+        let caller = Task { try await fleet.refresh(start) }
+        await started.wait()
+        caller.cancel()
+        let outcome = await caller.result
+        XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        await answer.open()
+        try await events.wait(for: .refreshed, within: .seconds(5))
+        let inRedis = try await stored(redis, prefix: fleet.configuration.keyPrefix)
+        XCTAssertEqual(inRedis?.refreshToken, "refresh-1", "the rotated refresh token is stored")
+        let again = try await fleet.refresh(start)
+        XCTAssertEqual(again, rotated)
+        XCTAssertEqual(calls.withLock { $0 }, 1, "taken without a second token request")
+    }
+}
+
+/// The events a fleet credential emitted, collected as they come.
+final class FleetEventLog: @unchecked Sendable {  // `seen` is guarded by `lock`.
+    private let lock = NSLock()
+    private var seen: [FleetCredential.Event] = []
+    private var reader: Task<Void, Never>?
+
+    init(_ fleet: FleetCredential) {
+        let stream = fleet.events()
+        reader = Task { [weak self] in
+            for await event in stream {
+                guard let self else { return }
+                lock.withLock { seen.append(event) }
+            }
+        }
+    }
+
+    deinit { reader?.cancel() }
+
+    var all: [FleetCredential.Event] { lock.withLock { seen } }
+
+    func contains(_ event: FleetCredential.Event) -> Bool { all.contains(event) }
+
+    /// Waits until `event` was emitted, checking every 10 ms, at most `limit`.
+    func wait(for event: FleetCredential.Event, within limit: Duration) async throws {
+        try await wait(within: limit) { $0.contains(event) }
+    }
+
+    /// Waits until the events so far satisfy `condition`, checking every 10 ms, at most `limit`.
+    func wait(within limit: Duration, until condition: ([FleetCredential.Event]) -> Bool) async throws {
+        let deadline = ContinuousClock.now + limit
+        while !condition(all) {
+            guard ContinuousClock.now < deadline else { throw TestFailure("not within \(limit): \(all)") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}
+
+/// Opens once; every waiter, earlier or later, goes on.
+actor AsyncLatch {
+    private var isOpen = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    func open() {
+        isOpen = true
+        let waiting = waiters
+        waiters = []
+        for waiter in waiting { waiter.resume() }
+    }
+
+    func wait() async {
+        if isOpen { return }
+        await withCheckedContinuation { waiters.append($0) }
+    }
+}
