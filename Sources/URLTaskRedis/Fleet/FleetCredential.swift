@@ -439,7 +439,11 @@ public final class FleetCredential: Sendable {
     private static func subscriptionLoop(client: RedisClient, channel: String, announcements: FleetAnnouncements, pause: Duration) async {
         while !Task.isCancelled {
             let nonce = "ready:" + UUID().uuidString
-            let messages = client.subscribe(to: channel)
+            // The client's subscription reconnects by itself after a lost connection (a Redis
+            // restart) without ending the stream; an announcement published in the gap is lost,
+            // so each confirmation sends the waiters to read the record rather than wait out
+            // the lease.
+            let messages = client.subscribe(to: channel, onSubscribed: { announcements.resubscribed() })
             let greeter = Task {
                 // Published until heard: the first may precede the subscription.
                 var attempts = 0
