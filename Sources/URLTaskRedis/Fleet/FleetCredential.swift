@@ -9,7 +9,7 @@ import FoundationNetworking
 /// One OAuth 2.0 credential for a fleet of processes, kept in Redis, renewed once for the
 /// whole fleet.
 ///
-/// Each process's ``OAuth2Authenticator`` already refreshes once for all of that process's
+/// Each process's `OAuth2Authenticator` already refreshes once for all of that process's
 /// requests. Across processes that is not enough: with rotating refresh tokens (RFC 6749 §6,
 /// RFC 9700) every process that refreshes on its own invalidates the others' refresh token, and
 /// all but one get `invalid_grant`. A fleet credential gives the authenticators of every process
@@ -33,7 +33,7 @@ import FoundationNetworking
 /// that announcement (not polling), at most as long as the lease lives; if it expired without a
 /// new credential (its holder died), one of them takes it over.
 ///
-/// **A caller that gives up** (its task is cancelled, as the ``OAuth2RefreshReactor`` does when
+/// **A caller that gives up** (its task is cancelled, as the `OAuth2RefreshReactor` does when
 /// its run times out) stops waiting at once, but the refresh runs on to its end: a refresh token
 /// the endpoint rotated is still written to Redis and kept here, and the next refresh of this
 /// process takes it without a token request.
@@ -49,7 +49,7 @@ import FoundationNetworking
 /// refresh tokens, two processes that both refresh during an outage can still invalidate each
 /// other: the fleet can only coordinate through Redis.
 ///
-/// **Signing in and out.** A sign-in (the authenticator's ``OAuth2Authenticator/signIn(_:)``)
+/// **Signing in and out.** A sign-in (the authenticator's `OAuth2Authenticator.signIn(_:)`)
 /// is written with a new fence whatever Redis holds; a sign-out leaves a record with no
 /// credential. Other processes see either at their next refresh (their authenticators keep the
 /// credential they hold until then). A process that starts while Redis is unreachable, having
