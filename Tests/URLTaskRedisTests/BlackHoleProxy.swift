@@ -9,7 +9,7 @@ import Darwin
 /// A TCP proxy in front of Redis whose existing connections can be turned into black holes
 /// (bytes are swallowed, nothing is closed): a server gone without a word, as after a network
 /// partition. Connections accepted afterwards forward normally.
-final class BlackHoleProxy: @unchecked Sendable {  // `generation` and `stopped` are locked; the rest is immutable.
+final class BlackHoleProxy: @unchecked Sendable {  // Its counters and `stopped` are read and written under `lock`.
     let port: Int
     private let listener: Int32
     private let lock = NSLock()

@@ -316,6 +316,51 @@ final class FleetCredentialRedisTests: XCTestCase {
         XCTAssertEqual(again, rotated)
         XCTAssertEqual(calls.withLock { $0 }, 1, "taken without a second token request")
     }
+
+    func testAHolderThatDiesBeforeItsTokenRequestIsReplacedOnceItsLeaseExpires() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "f", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let deadClient = RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1)))
+        defer { deadClient.close() }
+        let started = AsyncLatch()
+        let end = AsyncLatch()
+        // The holder takes the lease and then never sends its token request (as if killed).
+        let dead = FleetCredential(
+            client: deadClient, configuration: .init(keyPrefix: prefix, leaseTimeToLive: .milliseconds(400)),
+            refresh: { _ in
+                await started.open()
+                await end.wait()
+                throw CancellationError()
+            })
+        defer { dead.shutdown() }
+        let live = member(redis, server, prefix: prefix, lease: .milliseconds(400))
+        defer {
+            live.fleet.shutdown()
+            live.client.close()
+        }
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await live.authenticator.signIn(expired)
+        _ = try await dead.store.load()
+
+        let holder = Task { try await dead.refresh(expired) }
+        await started.wait()
+        let began = ContinuousClock.now
+        let result = await storm([live], server.apiURL(), count: 20)
+        let waited = began.duration(to: .now)
+
+        XCTAssertEqual(result.ok, 20, "\(result.failures.prefix(5))")
+        XCTAssertEqual(server.tokenRequestCount, 1, "the live process refreshed once the lease expired")
+        XCTAssertEqual(server.refreshTokensReceived, ["refresh-0"], "no invalid_grant")
+        XCTAssertGreaterThanOrEqual(waited, .milliseconds(300), "it waited for the lease to expire")
+        try await live.events.wait(for: .leaseExpired, within: .seconds(2))
+        let inRedis = try await stored(redis, prefix: prefix)
+        XCTAssertEqual(inRedis?.accessToken, server.currentAccess)
+        await end.open()
+        _ = await holder.result
+    }
 }
 
 /// The events a fleet credential emitted, collected as they come.

@@ -270,4 +270,20 @@ final class FleetCredentialStateMachineTests: XCTestCase {
         XCTAssertEqual(machine.takeNotes(), [.redisUnreachable, .redisReachable, .wroteBack])
         XCTAssertEqual(machine.newest, Record(fence: 3, credential: nil))
     }
+
+    func testANewerRecordFoundWithoutTakingTheLeaseIsTaken() {
+        var machine = loadedMachine()
+        _ = machine.refreshRequested(credential(0), now: now)
+        XCTAssertEqual(machine.leaseNotTaken(stored: Record(fence: 2, credential: credential(1)), now: now), .finish(credential(1)))
+        XCTAssertEqual(machine.takeNotes(), [.adopted])
+    }
+
+    func testANewerButExpiringRecordFoundWithoutTheLeaseIsRenewedUnderTheLease() {
+        var machine = loadedMachine()
+        let expiring = credential(1, expiresIn: 0.5)
+        _ = machine.refreshRequested(credential(0), now: now)
+        XCTAssertEqual(machine.leaseNotTaken(stored: Record(fence: 2, credential: expiring), now: now), .acquireLease)
+        XCTAssertEqual(machine.newest?.fence, 2, "the script is told fence 2 next time, and takes the lease")
+        XCTAssertEqual(machine.leaseWon(fence: 3, stored: Record(fence: 2, credential: expiring), now: now), .callEndpoint(expiring))
+    }
 }

@@ -87,6 +87,34 @@ final class RESPParserTests: XCTestCase {
         XCTAssertThrowsError(try parser.next())
     }
 
+    /// Random bytes and mangled replies, in random pieces: the parser returns values or throws,
+    /// and never traps or loops.
+    func testGarbageNeverCrashes() {
+        var generator = SplitMix(seed: 39)
+        let valid = Array(samples.map(\.bytes).joined().utf8)
+        for round in 0..<2000 {
+            var bytes: [UInt8]
+            if round % 2 == 0 {
+                bytes = (0..<Int(generator.next() % 64)).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
+            } else {
+                bytes = valid
+                for _ in 0..<3 { bytes[Int(generator.next() % UInt64(bytes.count))] = UInt8(truncatingIfNeeded: generator.next()) }
+            }
+            var parser = RESPParser()
+            var offset = 0
+            parsing: while offset < bytes.count {
+                let size = min(bytes.count - offset, 1 + Int(generator.next() % 8))
+                parser.append(bytes[offset..<(offset + size)])
+                offset += size
+                do {
+                    while try parser.next() != nil {}
+                } catch {
+                    break parsing
+                }
+            }
+        }
+    }
+
     func testEncoderWritesArraysOfBulkStrings() {
         var bytes: [UInt8] = []
         RESPEncoder.append(["SET", "k", "v\r\n"], to: &bytes)
@@ -128,5 +156,41 @@ final class RESPParserTests: XCTestCase {
         guard case .connect = lifecycle.acquire(6, now: start) else { return XCTFail("a lost connection reconnects at once") }
         XCTAssertEqual(lifecycle.close().waiters, [6])
         guard case .failClosed = lifecycle.acquire(7, now: start) else { return XCTFail("closed") }
+    }
+}
+
+/// The Redis URL a fleet's processes share.
+final class RedisConfigurationURLTests: XCTestCase {
+    func testRedisURLs() throws {
+        let full = try XCTUnwrap(RedisClient.Configuration(url: URL(string: "redis://fleet:p%40ss@127.0.0.1:6390/3")!))
+        XCTAssertEqual(full.endpoint, .tcp(host: "127.0.0.1", port: 6390))
+        XCTAssertEqual(full.username, "fleet")
+        XCTAssertEqual(full.password, "p@ss")
+        XCTAssertEqual(full.database, 3)
+        let passwordOnly = try XCTUnwrap(RedisClient.Configuration(url: URL(string: "redis://:secret@redis.internal")!))
+        XCTAssertEqual(passwordOnly.endpoint, .tcp(host: "redis.internal", port: 6379))
+        XCTAssertNil(passwordOnly.username)
+        XCTAssertEqual(passwordOnly.password, "secret")
+        XCTAssertEqual(passwordOnly.database, 0)
+        let unix = try XCTUnwrap(RedisClient.Configuration(url: URL(string: "unix:///tmp/redis.sock?db=2")!))
+        XCTAssertEqual(unix.endpoint, .unixSocket(path: "/tmp/redis.sock"))
+        XCTAssertEqual(unix.database, 2)
+        XCTAssertEqual(RedisClient.Configuration(url: URL(string: "redis://[::1]:7000")!)?.endpoint, .tcp(host: "::1", port: 7000))
+        XCTAssertNil(RedisClient.Configuration(url: URL(string: "rediss://host")!))
+        XCTAssertNil(RedisClient.Configuration(url: URL(string: "redis://host/x")!))
+        XCTAssertNil(RedisClient.Configuration(url: URL(string: "http://host")!))
+    }
+}
+
+/// A small deterministic generator for the fuzz test (SplitMix64).
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

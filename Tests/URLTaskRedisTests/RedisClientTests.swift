@@ -180,6 +180,11 @@ final class RedisClientTests: XCTestCase {
         let again = await assertRedisError([.reply(code: "WRONGPASS")]) { try await intruder.send(["PING"]) }
         XCTAssertEqual(again?.message.contains("next attempt"), true)
         XCTAssertEqual(again?.message.contains(wrong), false)
+        // A subscription refused by the server ends its stream with the typed error.
+        let refused = await assertRedisError([.reply(code: "WRONGPASS")]) {
+            for try await _ in intruder.subscribe(to: "fleet:news") {}
+        }
+        XCTAssertEqual(refused?.description.contains(wrong), false)
     }
 
     func testAuthWithAPasswordOnly() async throws {

@@ -87,6 +87,37 @@ public final class RedisClient: Sendable {
             self.reconnectDelay = reconnectDelay
             self.maximumReconnectDelay = maximumReconnectDelay
         }
+
+        /// Reads the usual Redis URL, so a fleet's processes can share one setting (an
+        /// environment variable): `redis://[user[:password]@]host[:port][/database]` (port 6379
+        /// by default; `redis://:password@host` for a password alone) or `unix:///path/to/redis.sock[?db=N]`, user and password
+        /// percent-decoded. `nil` for any other scheme (`rediss://` included: TLS is not
+        /// supported; put a TLS proxy such as stunnel in front on the client's side). The other
+        /// settings keep their defaults.
+        public init?(url: URL) {
+            guard let components = URLComponents(url: url, resolvingAgainstBaseURL: false), let scheme = components.scheme?.lowercased()
+            else { return nil }
+            let database: Int
+            switch scheme {
+            case "redis":
+                guard let host = components.host, !host.isEmpty else { return nil }
+                let path = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+                guard let number = path.isEmpty ? 0 : Int(path), number >= 0 else { return nil }
+                database = number
+                let bracketless = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+                self.init(endpoint: .tcp(host: bracketless, port: components.port ?? 6379), database: database)
+            case "unix":
+                guard !components.path.isEmpty else { return nil }
+                let db = components.queryItems?.first { $0.name == "db" }?.value
+                guard let number = db.map({ Int($0) }) ?? 0, number >= 0 else { return nil }
+                database = number
+                self.init(endpoint: .unixSocket(path: components.path), database: database)
+            default:
+                return nil
+            }
+            if let user = components.percentEncodedUser, !user.isEmpty { username = user.removingPercentEncoding ?? user }
+            if let secret = components.percentEncodedPassword { password = secret.removingPercentEncoding ?? secret }
+        }
     }
 
     private typealias Waiter = CheckedContinuation<RedisConnection, any Error>
@@ -173,7 +204,7 @@ public final class RedisClient: Sendable {
     }
 
     /// The same, calling `onSubscribed` each time the server confirms the subscription: first,
-    /// and again after every reconnect. Messages published before it (or during a reconnect) are
+    /// and again after every reconnect (on the subscription's thread: keep it short). Messages published before it (or during a reconnect) are
     /// not delivered, so a waiter re-reads the state it waits on after each call. The stream
     /// throws (and ends) when the server refuses the subscription (`NOPERM`, `WRONGPASS`);
     /// an unreachable server is retried with back-off, without ending the stream.

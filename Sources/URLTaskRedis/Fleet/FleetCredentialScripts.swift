@@ -24,16 +24,22 @@ struct FleetCredentialKeys: Sendable {
 /// The Lua scripts of a fleet credential: each decision that must see and change Redis at once.
 enum FleetCredentialScripts {
     /// Takes the lease if it is free, and with it the next fence (kept above the stored record's,
-    /// should the counter have been lost); returns the record in the same round trip.
+    /// should the counter have been lost); returns the record in the same round trip. Takes no
+    /// lease when the record holds a credential newer than the fence the caller knows: another
+    /// process renewed it already.
     ///
-    /// KEYS: lease, fence counter, record. ARGV: token, time to live in ms.
-    /// Returns `{1, fence, recordFence, recordJSON}` or `{0, leaseMillisecondsLeft, recordFence, recordJSON}`.
+    /// KEYS: lease, fence counter, record. ARGV: token, time to live in ms, known fence.
+    /// Returns `{1, fence, recordFence, recordJSON}`, `{0, leaseMillisecondsLeft, recordFence,
+    /// recordJSON}` or `{2, 0, recordFence, recordJSON}` (newer, no lease taken).
     static let acquire = RedisScript(
         """
         local rec = redis.call('HMGET', KEYS[3], 'fence', 'credential')
+        local stored = tonumber(rec[1] or '0')
+        if stored > tonumber(ARGV[3]) and rec[2] then
+          return {2, 0, rec[1], rec[2]}
+        end
         if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
           local f = redis.call('INCR', KEYS[2])
-          local stored = tonumber(rec[1] or '0')
           if f <= stored then
             f = stored + 1
             redis.call('SET', KEYS[2], f)

@@ -78,7 +78,8 @@ struct FleetCredentialStateMachine: Sendable {
         /// Run the write `pending` owes (then report ``writeBackAccepted(id:fence:)``,
         /// ``writeBackRefused(id:stored:)`` or ``redisUnreachable()``).
         case writeBack(Pending)
-        /// Run the lease script (``leaseWon(fence:stored:now:)``, ``leaseLost(stored:remaining:now:)``).
+        /// Run the lease script, telling it the fence of ``newest`` (``leaseWon(fence:stored:now:)``,
+        /// ``leaseLost(stored:remaining:now:)``, ``leaseNotTaken(stored:now:)``).
         case acquireLease
         /// Ask the token endpoint to renew this credential (``endpointAnswered(_:)``,
         /// ``endpointFailed(requiresSignIn:)``).
@@ -242,6 +243,24 @@ struct FleetCredentialStateMachine: Sendable {
         let current = newest?.credential ?? presented
         phase = .callingEndpoint(presented: presented, fence: fence, base: base)
         return .callEndpoint(current)
+    }
+
+    /// The lease script found a record newer than the newest this process knew, and took no
+    /// lease: another process renewed the credential already (the usual case for every process
+    /// but the first; it saves taking and releasing a lease).
+    mutating func leaseNotTaken(stored: Record?, now: Date) -> Action {
+        markReachable()
+        guard case .acquiring(let presented) = phase else { return unexpected() }
+        observe(stored)
+        if let known = adoptable(instead: presented, now: now) {
+            notes.append(.adopted)
+            return finish(known)
+        }
+        // Newer but expiring: renew that one (the script takes the lease now that the fence it
+        // is told is the stored one).
+        roundsLost += 1
+        guard roundsLost <= maximumRounds else { return fail(.noProgress) }
+        return .acquireLease
     }
 
     /// Another process holds the lease for `remaining` more.
