@@ -15,6 +15,8 @@ import FoundationNetworking
 /// - `GO <n>`: `n` concurrent GETs of the API; prints `FLEET-ROUND ok=… failed=…`.
 /// - `WARM <n>`: the same to `/api/warm/…`, which the rate limit exempts: opens the
 ///   process's connections before a measured round.
+/// - `WAIT-WROTE-BACK`: waits (at most 20 s) for the fleet credential's `wroteBack` event;
+///   prints `FLEET-WROTE-BACK ok=1` (or `ok=0` at the deadline).
 /// - `END`: prints `FLEET-RESULT ok=… failed=… invalid_grant=… refreshed=… adopted=…
 ///   lease_expired=… refreshed_alone=… unreachable=… wrote_back=…` and returns.
 ///
@@ -129,6 +131,10 @@ enum FleetWorker {
                 tally.add("ok", ok)
                 tally.add("failed", failed)
                 say("FLEET-ROUND ok=\(ok) failed=\(failed)" + (firstError.map { " first_error=\($0)" } ?? ""))
+            } else if command == "WAIT-WROTE-BACK" {
+                // Told by the fleet credential's events, not found by polling.
+                let written = await tally.wait(for: "wrote_back", within: .seconds(20))
+                say("FLEET-WROTE-BACK \(written ? "ok=1" : "ok=0")")
             } else if command == "END" {
                 break
             }
@@ -187,12 +193,40 @@ enum FleetWorker {
 }
 
 /// Counts by name, from several tasks.
-final class FleetTally: @unchecked Sendable {  // `counts` is guarded by `lock`.
+final class FleetTally: @unchecked Sendable {  // `counts`, `waiters` are guarded by `lock`.
     private let lock = NSLock()
     private var counts: [String: Int] = [:]
+    private var waiters: [UUID: (key: String, continuation: CheckedContinuation<Bool, Never>)] = [:]
 
-    func add(_ key: String, _ amount: Int = 1) { lock.withLock { counts[key, default: 0] += amount } }
+    func add(_ key: String, _ amount: Int = 1) {
+        let woken = lock.withLock { () -> [CheckedContinuation<Bool, Never>] in
+            counts[key, default: 0] += amount
+            let due = waiters.filter { $0.value.key == key }
+            for id in due.keys { waiters[id] = nil }
+            return due.values.map(\.continuation)
+        }
+        for continuation in woken { continuation.resume(returning: true) }
+    }
+
     subscript(_ key: String) -> Int { lock.withLock { counts[key, default: 0] } }
+
+    /// Whether `key` was counted at least once, by the end of `limit`.
+    func wait(for key: String, within limit: Duration) async -> Bool {
+        let id = UUID()
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let now = lock.withLock { () -> Bool in
+                if counts[key, default: 0] > 0 { return true }
+                waiters[id] = (key, continuation)
+                return false
+            }
+            if now { return continuation.resume(returning: true) }
+            Task {
+                try? await Task.sleep(for: limit)  // the deadline, not a synchronisation
+                let late = self.lock.withLock { self.waiters.removeValue(forKey: id) }
+                late?.continuation.resume(returning: false)
+            }
+        }
+    }
 
     func count(_ event: FleetCredential.Event) {
         switch event {
