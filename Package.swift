@@ -27,16 +27,20 @@ let package = Package(
         .target(name: "LoopbackServer"),
         // The system's zlib, for the gzip-upload example alone (not a package dependency).
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", providers: [.apt(["zlib1g-dev"])]),
-        .executableTarget(name: "Examples", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "LoopbackServer", "CZlib"]),
+        .executableTarget(
+            name: "Examples",
+            dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskRedis", "LoopbackServer", "CZlib"]),
         .executableTarget(name: "Benchmarks", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "LoopbackServer"]),
         .testTarget(
-            name: "URLTaskManagerTests", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskCrypto", "LoopbackServer"]
+            name: "URLTaskManagerTests",
+            dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskCrypto", "LoopbackServer"]
         ),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
         // Against a real `redis-server` each test starts on a free port (skipped, with how to
         // install it, where it is absent), fleets of processes included.
         .testTarget(
-            name: "URLTaskRedisTests", dependencies: ["URLTaskRedis", "URLTaskManager", "URLTaskOAuth2", "URLTaskResilience", "LoopbackServer"]
+            name: "URLTaskRedisTests",
+            dependencies: ["URLTaskRedis", "URLTaskManager", "URLTaskOAuth2", "URLTaskResilience", "LoopbackServer"]
         ),
         // Parts a third party writes (a circuit breaker, metrics), on the public API alone: no file
         // of this target imports anything @testable.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the DocC documentation of the package's libraries, URLTaskManager, URLTaskResilience,
-# URLTaskOAuth2 and LoopbackServer, into one static site, with the toolchain's own `docc` (no package dependency),
+# URLTaskOAuth2, URLTaskRedis and LoopbackServer, into one static site, with the toolchain's own `docc` (no package dependency),
 # and fails on any DocC warning.
 #
 #   scripts/build-docs.sh [OUTPUT_DIR]     (default: .build-docs-site in the package root)
@@ -15,7 +15,8 @@
 #    the landing page curates every top-level symbol (a new public type must be added to a
 #    topic group in <Library>.docc/<Library>.md).
 # Then `docc merge` puts the archives in one site: documentation/urltaskmanager/,
-# documentation/urltaskresilience/, documentation/urltaskoauth2/ and documentation/loopbackserver/,
+# documentation/urltaskresilience/, documentation/urltaskoauth2/, documentation/urltaskredis/ and
+# documentation/loopbackserver/,
 # with a page listing them at documentation/.
 #
 # Environment: DOCS_BUILD_PATH (default .build-docs-symbols), DOCS_HOSTING_BASE_PATH (default
@@ -37,7 +38,7 @@ case "$output" in /*) ;; *) output="$root/$output" ;; esac
 build_path="${DOCS_BUILD_PATH:-.build-docs-symbols}"
 symbol_graphs="$root/$build_path/symbol-graphs"
 archives="$root/$build_path/archives"
-libraries=(URLTaskManager URLTaskResilience URLTaskOAuth2 LoopbackServer)
+libraries=(URLTaskManager URLTaskResilience URLTaskOAuth2 URLTaskRedis LoopbackServer)
 
 hosting=()
 if [ -n "${DOCS_HOSTING_BASE_PATH:-}" ]; then

@@ -161,7 +161,7 @@ extension Scenario {
 
 extension Duration {
     /// Whole milliseconds, for a transcript line.
-    fileprivate var milliseconds: Int {
+    var milliseconds: Int {
         let (seconds, attoseconds) = components
         return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
     }

@@ -6,6 +6,13 @@ struct Scenario: Sendable {
     let name: String
     let summary: String
     let run: @Sendable (Transcript) async throws -> Void
+
+    /// Thrown by a scenario that cannot run here (a tool it needs is not installed): the
+    /// scenario is reported as skipped, with `reason`, and does not fail the run.
+    struct Skipped: Error, CustomStringConvertible {
+        let reason: String
+        var description: String { reason }
+    }
 }
 
 /// What a scenario prints, and its checks. A failed check ends the scenario as failed.

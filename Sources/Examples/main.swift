@@ -25,9 +25,14 @@ let scenarios: [Scenario] = [
     .circuitBreaker,
     .rateLimit,
     .offline,
+    .fleet,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
+// The fleet scenario's child processes: this executable run again (not a scenario).
+if arguments.first == "fleet-worker" {
+    exit(await Scenario.runFleetWorker(Array(arguments.dropFirst())))
+}
 if arguments.contains("--help") || arguments.contains("-h") {
     print("usage: swift run Examples [scenario ...]\n\nScenarios:")
     for scenario in scenarios {
@@ -43,7 +48,7 @@ if !unknown.isEmpty {
 }
 let selected = arguments.isEmpty ? scenarios : scenarios.filter { arguments.contains($0.name) }
 
-var results: [(name: String, passed: Bool, line: String)] = []
+var results: [(name: String, passed: Bool, skipped: Bool, line: String)] = []
 for scenario in selected {
     print("\n▶ \(scenario.name): \(scenario.summary)")
     let transcript = Transcript()
@@ -53,17 +58,20 @@ for scenario in selected {
         let elapsed = started.duration(to: .now)
         results.append(
             (
-                scenario.name, true,
+                scenario.name, true, false,
                 "\(transcript.summary) (\(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))))"
             ))
+    } catch let skipped as Scenario.Skipped {
+        print("  \(skipped.reason)")
+        results.append((scenario.name, true, true, skipped.reason))
     } catch {
-        results.append((scenario.name, false, "\(error)"))
+        results.append((scenario.name, false, false, "\(error)"))
     }
 }
 
 print("\nSummary")
 for result in results {
-    let mark = result.passed ? "ok  " : "FAIL"
+    let mark = result.skipped ? "skip" : result.passed ? "ok  " : "FAIL"
     print("  \(mark) \(result.name.padding(toLength: 20, withPad: " ", startingAt: 0)) \(result.line)")
 }
 exit(results.allSatisfy(\.passed) ? 0 : 1)

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 
-/// The DocC articles' Swift listings, in both catalogs, are compiled, as the README's are: each
+/// The DocC articles' Swift listings, in every catalog, are compiled, as the README's are: each
 /// one is (part of) a block of `Sources/Examples` or the tests marked `// README <name>: begin`
 /// ... `end` or `// DocC <name>: begin` ... `end`. This test fails when an article and the code
 /// drift apart.
@@ -9,7 +9,7 @@ final class DocCArticleTests: XCTestCase {
     /// The package's DocC catalogs, one per library product.
     private let catalogs = [
         "Sources/URLTaskManager/URLTaskManager.docc", "Sources/URLTaskResilience/URLTaskResilience.docc",
-        "Sources/URLTaskOAuth2/URLTaskOAuth2.docc", "Sources/LoopbackServer/LoopbackServer.docc",
+        "Sources/URLTaskOAuth2/URLTaskOAuth2.docc", "Sources/URLTaskRedis/URLTaskRedis.docc", "Sources/LoopbackServer/LoopbackServer.docc",
     ]
 
     /// Every Markdown file in the catalogs, by its path inside the package.

@@ -50,6 +50,17 @@ final class FleetAnnouncements: Sendable {
         wakeAll()
     }
 
+    /// The subscription was confirmed (again): announcements published while it was away were
+    /// missed, so the fence waiters look at Redis now (as if a fence had been announced: their
+    /// lease holder is not presumed dead).
+    func resubscribed() {
+        let woken = state.withLock { state -> [CheckedContinuation<Bool, Never>] in
+            defer { state.waiters = [:] }
+            return state.waiters.values.map(\.continuation)
+        }
+        for continuation in woken { continuation.resume(returning: true) }
+    }
+
     /// Wakes every waiter (as if its time had run out).
     func wakeAll() {
         let woken = state.withLock { state -> [CheckedContinuation<Bool, Never>] in

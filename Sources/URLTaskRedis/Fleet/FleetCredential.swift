@@ -9,7 +9,7 @@ import FoundationNetworking
 /// One OAuth 2.0 credential for a fleet of processes, kept in Redis, renewed once for the
 /// whole fleet.
 ///
-/// Each process's ``OAuth2Authenticator`` already refreshes once for all of that process's
+/// Each process's `OAuth2Authenticator` already refreshes once for all of that process's
 /// requests. Across processes that is not enough: with rotating refresh tokens (RFC 6749 §6,
 /// RFC 9700) every process that refreshes on its own invalidates the others' refresh token, and
 /// all but one get `invalid_grant`. A fleet credential gives the authenticators of every process
@@ -41,7 +41,7 @@ import FoundationNetworking
 /// the record, and if nothing newer is there waits one lease's life for an announcement, before
 /// the refusal stands (and the authenticator asks the user to sign in).
 ///
-/// **A caller that gives up** (its task is cancelled, as the ``OAuth2RefreshReactor`` does when
+/// **A caller that gives up** (its task is cancelled, as the `OAuth2RefreshReactor` does when
 /// its run times out) stops waiting at once, but the refresh runs on to its end: a refresh token
 /// the endpoint rotated is still written to Redis and kept here, and the next refresh of this
 /// process takes it without a token request.
@@ -57,7 +57,7 @@ import FoundationNetworking
 /// refresh tokens, two processes that both refresh during an outage can still invalidate each
 /// other: the fleet can only coordinate through Redis.
 ///
-/// **Signing in and out.** A sign-in (the authenticator's ``OAuth2Authenticator/signIn(_:)``)
+/// **Signing in and out.** A sign-in (the authenticator's `OAuth2Authenticator.signIn(_:)`)
 /// is written with a new fence whatever Redis holds; a sign-out leaves a record with no
 /// credential. Other processes see either at their next refresh (their authenticators keep the
 /// credential they hold until then). A process that starts while Redis is unreachable, having
@@ -451,7 +451,11 @@ public final class FleetCredential: Sendable {
     private static func subscriptionLoop(client: RedisClient, channel: String, announcements: FleetAnnouncements, pause: Duration) async {
         while !Task.isCancelled {
             let nonce = "ready:" + UUID().uuidString
-            let messages = client.subscribe(to: channel)
+            // The client's subscription reconnects by itself after a lost connection (a Redis
+            // restart) without ending the stream; an announcement published in the gap is lost,
+            // so each confirmation sends the waiters to read the record rather than wait out
+            // the lease.
+            let messages = client.subscribe(to: channel, onSubscribed: { announcements.resubscribed() })
             let greeter = Task {
                 // Published until heard: the first may precede the subscription.
                 var attempts = 0
