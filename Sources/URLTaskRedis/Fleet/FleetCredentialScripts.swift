@@ -23,8 +23,10 @@ struct FleetCredentialKeys: Sendable {
 
 /// The Lua scripts of a fleet credential: each decision that must see and change Redis at once.
 enum FleetCredentialScripts {
-    /// Takes the lease if it is free, and with it the next fence (kept above the stored record's,
-    /// should the counter have been lost); returns the record in the same round trip. Takes no
+    /// Takes the lease if it is free, and with it the next fence (kept above the stored record's
+    /// and above the newest the caller has seen, should Redis have lost the counter and the
+    /// record: a process that still owes Redis an older credential then cannot restore it over
+    /// the one this holder writes); returns the record in the same round trip. Takes no
     /// lease when the record holds a credential newer than the fence the caller knows: another
     /// process renewed it already.
     ///
@@ -40,8 +42,9 @@ enum FleetCredentialScripts {
         end
         if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
           local f = redis.call('INCR', KEYS[2])
-          if f <= stored then
-            f = stored + 1
+          local floor = math.max(stored, tonumber(ARGV[3]))
+          if f <= floor then
+            f = floor + 1
             redis.call('SET', KEYS[2], f)
           end
           return {1, f, rec[1], rec[2]}
