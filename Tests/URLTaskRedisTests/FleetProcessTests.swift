@@ -72,7 +72,7 @@ final class FleetProcessTests: XCTestCase {
         let elapsed = started.duration(to: .now)
 
         let invalidGrants = Self.invalidGrants(oauth)
-        print(
+        printFigures(
             "FLEET-FIGURES 8 processes × (10 + 3 × 50 + 50): ok=\(ok) failed=\(totals["failed", default: 0]) token_requests=\(oauth.tokenRequestCount) "
                 + "invalid_grant=\(invalidGrants) refreshed=\(totals["refreshed", default: 0]) adopted=\(totals["adopted", default: 0]) "
                 + "redis_commands_while_fresh=\(commands)/\(fresh.ok) in \(elapsed)")
@@ -116,7 +116,7 @@ final class FleetProcessTests: XCTestCase {
         for child in others { totals.merge(try await child.finish(within: 30)) { $0 + $1 } }
         let tokenRequest = try XCTUnwrap(oauth.tokenRequests.first, "someone refreshed")
         let after = leaseSeen.duration(to: tokenRequest.arrivedAt)
-        print(
+        printFigures(
             "FLEET-FIGURES lease holder killed: ok=\(round.ok) failed=\(round.failed) token_requests=\(oauth.tokenRequestCount) "
                 + "invalid_grant=\(Self.invalidGrants(oauth)) lease_expired=\(totals["lease_expired", default: 0]) "
                 + "token request \(after) after the lease was seen taken (lease \(lease))")
@@ -209,7 +209,7 @@ final class FleetProcessTests: XCTestCase {
         for child in children { totals.merge(try await child.finish(within: 30)) { $0 + $1 } }
         let extra = oauth.tokenRequestCount - 2
         let (ok, failed) = (first.ok + during.ok + alone.ok + after.ok, first.failed + during.failed + alone.failed + after.failed)
-        print(
+        printFigures(
             "FLEET-FIGURES Redis stopped 2 s (\(keepingData ? "data kept" : "data lost"), \(refreshAlone ? "a refresh alone" : "an expiry after")): ok=\(ok) "
                 + "failed=\(failed) token_requests=\(oauth.tokenRequestCount) (2 expiries, \(extra) extra) "
                 + "invalid_grant=\(Self.invalidGrants(oauth)) unreachable=\(totals["unreachable", default: 0]) "
@@ -250,7 +250,7 @@ final class FleetProcessTests: XCTestCase {
         let sorted = arrivals.sorted()
         let worst = sorted.indices.first { start in sorted[start...].prefix { $0 < sorted[start] + .seconds(1) }.count == busiest }
         let worstAt = worst.map { sorted[0].duration(to: sorted[$0]) } ?? .zero
-        print(
+        printFigures(
             "FLEET-FIGURES 8 × 100 at 50/s burst 10: ok=\(round.ok) failed=\(round.failed) busiest_second=\(busiest) "
                 + "(starting \(worstAt) after the first arrival) in \(elapsed)")
         XCTAssertEqual(round.ok, Self.processes * 100, "\(round.lines)")

@@ -54,7 +54,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         let arrivals = server.requests(path: "/r").map(\.arrivedAt)
         XCTAssertEqual(arrivals.count, 200)
         let busiest = fleetBusiestWindow(arrivals)
-        print("fleet 4 × 50 at 50/s burst 10: busiest one-second window \(busiest), all done in \(elapsed)")
+        printFigures("fleet 4 × 50 at 50/s burst 10: busiest one-second window \(busiest), all done in \(elapsed)")
         XCTAssertLessThanOrEqual(busiest, 60)
         // 200 turns at 50 a second after a burst of 10: at least 3.8 s.
         XCTAssertGreaterThanOrEqual(elapsed, .milliseconds(3_700))
@@ -71,7 +71,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
             .flatMap { $0.split(separator: "=").dropFirst().first?.split(separator: ",").first }
             .flatMap { Int($0) }
         let scriptRuns = try XCTUnwrap(calls, stats)
-        print("fleet 4 × 50: \(scriptRuns) script runs for 200 requests (\(Double(scriptRuns) / 200) a request)")
+        printFigures("fleet 4 × 50: \(scriptRuns) script runs for 200 requests (\(Double(scriptRuns) / 200) a request)")
         XCTAssertGreaterThanOrEqual(scriptRuns, 200)
         XCTAssertLessThanOrEqual(scriptRuns, 200 * (members.count + 2), "the line keeps a process's waiting requests from asking together")
     }
@@ -197,7 +197,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         }
         let localArrivals = server.requests(path: "/f").filter { $0.query?.contains("phase=local") == true }.map(\.arrivedAt)
         let busiestLocal = fleetBusiestWindow(localArrivals)
-        print("fallback, 2 × 20 at 20/s over 2 processes: busiest one-second window \(busiestLocal)")
+        printFigures("fallback, 2 × 20 at 20/s over 2 processes: busiest one-second window \(busiestLocal)")
         // Each at 10 a second, bursts of 1: at most 11 each in a second.
         XCTAssertLessThanOrEqual(busiestLocal, 22)
 
@@ -213,7 +213,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         try await members[0].events.wait("rejoined") { event in
             if case .rejoined = event { return true } else { return false }
         }
-        print("rejoined Redis after \(sent) requests")
+        printFigures("rejoined Redis after \(sent) requests")
     }
 
     /// Redis killed (`SIGKILL`) while requests wait for their turns: none fails because of it;

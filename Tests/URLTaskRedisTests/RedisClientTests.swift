@@ -144,9 +144,10 @@ final class RedisClientTests: XCTestCase {
             for try await reply in group { XCTAssertEqual(reply, .simpleString("PONG")) }
         }
         let concurrentTime = concurrent.duration(to: .now)
-        print("figures: 1,000 concurrent callers' PINGs \(concurrentTime)")
+        printFigures("figures: 1,000 concurrent callers' PINGs \(concurrentTime)")
         let median = roundTrips.sorted()[roundTrips.count / 2]
-        print("figures: round trip (PING, median of 200) \(median); 1,000 pipelined INCR \(pipelined); 1,000 pipelined PING \(pingTime)")
+        printFigures(
+            "figures: round trip (PING, median of 200) \(median); 1,000 pipelined INCR \(pipelined); 1,000 pipelined PING \(pingTime)")
     }
 
     // MARK: - AUTH and SELECT

@@ -45,7 +45,7 @@ final class OAuth2AnswerSizeLimitTests: XCTestCase {
             let outcome = try await written.wait(timeout: .seconds(30))
             XCTAssertFalse(outcome.completed, "chunked: \(chunked): the whole body was written: the transfer was not cut")
             XCTAssertLessThan(outcome.bodyBytesSent, Self.bodyLength / 4, "chunked: \(chunked)")
-            print(
+            printFigures(
                 "oversized token answer (chunked: \(chunked)): server wrote \(outcome.bodyBytesSent) of \(Self.bodyLength) bytes before the cut"
             )
         }

@@ -40,7 +40,7 @@ final class OAuth2SilentLateAnswerTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(failedAfter, .milliseconds(900), "the waiting request failed before the timeout")
 
         let outcome = try await written.wait(timeout: .seconds(10))
-        print(
+        printFigures(
             "silent late answer: the server's write \(outcome.completed ? "completed" : "failed") after \(outcome.bodyBytesSent) body bytes"
         )
         let stored = try await saved.wait(timeout: .seconds(10))
@@ -48,7 +48,7 @@ final class OAuth2SilentLateAnswerTests: XCTestCase {
         XCTAssertTrue(outcome.completed, "the client closed the connection before the late answer")
         XCTAssertEqual(stored.refreshToken, api.currentRefresh, "the rotated refresh token was not stored")
         XCTAssertNotEqual(stored.refreshToken, "refresh-0")
-        print("silent late answer: waiter failed after \(failedAfter), rotated token stored after \(storedAfter)")
+        printFigures("silent late answer: waiter failed after \(failedAfter), rotated token stored after \(storedAfter)")
 
         // The next refresh uses the rotated refresh token: no invalid_grant.
         api.delayTokenAnswers(by: nil)

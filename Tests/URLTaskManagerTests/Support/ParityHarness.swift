@@ -324,3 +324,9 @@ enum ParityLog {
         return String(describing: value).replacingOccurrences(of: "\n", with: " ")
     }
 }
+
+/// Prints a measured figure only when `URLTASKMANAGER_VERBOSE=1` is set: the assertions say
+/// whether a test passed, and a default `swift test` run stays quiet.
+func printFigures(_ line: @autoclosure () -> String) {
+    if ParityLog.isVerbose { print(line()) }
+}
