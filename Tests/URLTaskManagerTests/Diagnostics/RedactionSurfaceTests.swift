@@ -220,7 +220,10 @@ final class RedactionSurfaceTests: XCTestCase {
 
         let cases: [(name: String, value: Any, secrets: [String], visible: [String])] = [
             ("OAuth2Credential", credential, ["S3CR3T-AT-20", "S3CR3T-RT-21"], ["visible-scope"]),
-            ("OAuth2TokenEndpoint", endpoint, ["S3CR3T-PW-22", "S3CR3T-CS-23", "S3CR3T-CS-24"], ["visible-client", "visible-tenant"]),
+            (
+                "OAuth2TokenEndpoint", endpoint, ["S3CR3T-PW-22", "S3CR3T-CS-23", "S3CR3T-CS-24"],
+                ["visible-client", "visible-tenant", "262144"]
+            ),
             ("OAuth2AuthorizationRequest", authorization, ["S3CR3T-CV-25"], ["visible-state", "visible-callback"]),
             ("OAuth2Authenticator", authenticator, ["S3CR3T-AT-20", "S3CR3T-RT-21", "S3CR3T-CS-24"], ["visible-scope"]),
             ("HeaderInterceptor", headers, ["S3CR3T-HK-26"], ["visible-app"]),
