@@ -267,6 +267,16 @@ public final class RedisClient: Sendable {
 
     /// The open command connection, made (or waited for) if there is none.
     private func connection() async throws -> RedisConnection {
+        let connection = try await connectionHandedOver()
+        // A connection made on the connect thread reaches this task through the continuation;
+        // taking the lock the connect thread registered it under orders its construction before
+        // its first use in a way the thread sanitizer sees (it does not see the Swift runtime's
+        // hand-over on Linux, and reported the connection's fields as raced).
+        state.withLock { _ in }
+        return connection
+    }
+
+    private func connectionHandedOver() async throws -> RedisConnection {
         try await withCheckedThrowingContinuation { (waiter: Waiter) in
             let (action, lastError) = state.withLock { ($0.lifecycle.acquire(waiter, now: .now), $0.lastConnectError) }
             switch action {
