@@ -40,7 +40,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// The manager's outcome observers; `nil` when it has none.
     private let outcomeObservers: OutcomeObservers?
     /// Whether the task's end or next attempt waits for its outcomes to be observed.
-    private var observation = OutcomeObservationStateMachine<TaskStateMachine.Completion, TaskStateMachine.ProceedAction>()
+    private typealias Observation = OutcomeObservationStateMachine<TaskStateMachine.Completion, TaskStateMachine.ProceedAction>
+    private var observation = Observation()
     /// The timers armed for this task's waits, cancelled as it ends so none outlives it (a
     /// request's timeout is 60 s by default). Each checks, when it fires, that the wait it
     /// bounds is still on (the machine's generations), so one that fires anyway changes nothing.
@@ -590,21 +591,25 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// every outcome of the task (``OutcomeObservationStateMachine``).
     private func complete(_ completion: TaskStateMachine.Completion) {
         if let outcomeObservers {
-            if outcomeObservers.observesEnds { observeEnd(completion, by: outcomeObservers) }
-            if case .wait = engine.withLock({ _ in observation.finishRequested(completion) }) { return }
+            // One section: the end, for the observers that want it, is one more outcome the
+            // task's end waits for (so the end then waits: the observed callback finishes it).
+            let wantsEnd = outcomeObservers.observesEnds
+            let (action, snapshot): (Observation.FinishAction, URLTask?) = engine.withLock { _ in
+                var snapshot: URLTask?
+                if wantsEnd {
+                    observation.outcomeQueued()
+                    snapshot = machine.task
+                }
+                return (observation.finishRequested(completion), snapshot)
+            }
+            if let snapshot {
+                var error: (any Error)?
+                if case .fail(let failure) = completion { error = failure }
+                outcomeObservers.observeEnd(of: snapshot, error: error) { [self] in observed() }
+            }
+            if case .wait = action { return }
         }
         finish(completion)
-    }
-
-    /// Hands the task's end to the observers that want it, as one more outcome the end waits for.
-    private func observeEnd(_ completion: TaskStateMachine.Completion, by outcomeObservers: OutcomeObservers) {
-        let snapshot = engine.withLock { _ in
-            observation.outcomeQueued()
-            return machine.task
-        }
-        var error: (any Error)?
-        if case .fail(let failure) = completion { error = failure }
-        outcomeObservers.observeEnd(of: snapshot, error: error) { [self] in observed() }
     }
 
     /// Hands `outcome` to the manager's observers, on their queue; the task's end waits for it.
