@@ -169,7 +169,7 @@ extension Scenario {
 }
 
 /// A child process of the fleet scenario: this executable, run again with `fleet-worker`.
-private final class FleetWorkerProcess: @unchecked Sendable {  // `output` is guarded by `done`'s use.
+private final class FleetWorkerProcess {
     private let process = Process()
     private let pipe = Pipe()
     private let done = DispatchSemaphore(value: 0)
@@ -204,13 +204,21 @@ private final class FleetWorkerProcess: @unchecked Sendable {  // `output` is gu
         return String(line)
     }
 
-    private final class OutputBox: @unchecked Sendable {  // written once before `drained` is signalled.
-        var text = ""
+    /// What the reader thread drained, read by the waiting thread (after the drain, or on a
+    /// timeout while the reader may still write).
+    private final class OutputBox: @unchecked Sendable {  // `value` is guarded by `lock`.
+        private let lock = NSLock()
+        private var value = ""
+
+        var text: String {
+            get { lock.withLock { value } }
+            set { lock.withLock { value = newValue } }
+        }
     }
 }
 
 /// A `redis-server` of the scenario's own, on a free port of 127.0.0.1, without persistence.
-private final class FleetRedis: @unchecked Sendable {  // touched by the scenario's task only.
+private final class FleetRedis {
     static let missingMessage = "skipped: redis-server is not installed (apt-get install redis-server, or brew install redis)"
 
     /// `redis-server` on the PATH, or `nil`.
