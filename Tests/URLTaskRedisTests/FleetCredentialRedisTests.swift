@@ -122,7 +122,7 @@ final class FleetCredentialRedisTests: XCTestCase {
         XCTAssertEqual(inRedis?.accessToken, current)
         XCTAssertEqual(inRedis?.refreshToken, server.currentRefresh)
         // Events reach their readers a moment after they are emitted.
-        for member in members { try await member.events.wait(within: .seconds(2)) { $0.contains(.refreshed) || $0.contains(.adopted) } }
+        for member in members { try await member.events.wait(forAnyOf: [.refreshed, .adopted], within: .seconds(2)) }
         XCTAssertEqual(members.filter { $0.events.contains(.refreshed) }.count, 1, "one process refreshed for the fleet")
         XCTAssertEqual(members.filter { $0.events.contains(.adopted) }.count, 3, "the others took its credential")
 
@@ -363,40 +363,27 @@ final class FleetCredentialRedisTests: XCTestCase {
     }
 }
 
-/// The events a fleet credential emitted, collected as they come.
-final class FleetEventLog: @unchecked Sendable {  // `seen` is guarded by `lock`.
-    private let lock = NSLock()
-    private var seen: [FleetCredential.Event] = []
-    private var reader: Task<Void, Never>?
+/// The events a fleet credential emitted, collected as they come; waits are woken by the events
+/// themselves (``FleetEvents``), with a deadline.
+final class FleetEventLog: Sendable {
+    private let events: FleetEvents<FleetCredential.Event>
 
     init(_ fleet: FleetCredential) {
-        let stream = fleet.events()
-        reader = Task { [weak self] in
-            for await event in stream {
-                guard let self else { return }
-                lock.withLock { seen.append(event) }
-            }
-        }
+        events = FleetEvents(fleet.events())
     }
 
-    deinit { reader?.cancel() }
-
-    var all: [FleetCredential.Event] { lock.withLock { seen } }
+    var all: [FleetCredential.Event] { events.all }
 
     func contains(_ event: FleetCredential.Event) -> Bool { all.contains(event) }
 
-    /// Waits until `event` was emitted, checking every 10 ms, at most `limit`.
+    /// Returns once `event` was emitted, failing after `limit`.
     func wait(for event: FleetCredential.Event, within limit: Duration) async throws {
-        try await wait(within: limit) { $0.contains(event) }
+        try await events.wait("\(event)", timeout: limit) { $0 == event }
     }
 
-    /// Waits until the events so far satisfy `condition`, checking every 10 ms, at most `limit`.
-    func wait(within limit: Duration, until condition: ([FleetCredential.Event]) -> Bool) async throws {
-        let deadline = ContinuousClock.now + limit
-        while !condition(all) {
-            guard ContinuousClock.now < deadline else { throw TestFailure("not within \(limit): \(all)") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+    /// Returns once any of `wanted` was emitted, failing after `limit`.
+    func wait(forAnyOf wanted: [FleetCredential.Event], within limit: Duration) async throws {
+        try await events.wait("any of \(wanted)", timeout: limit) { wanted.contains($0) }
     }
 }
 
