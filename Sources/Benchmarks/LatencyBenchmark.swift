@@ -90,11 +90,31 @@ enum LatencyBenchmark {
         "manager, 1 setValue interceptor",
         "plain URLSession, 1 header",
         "plain URLSession, bearer header",
+        "manager.data(for:), no interceptors",
+        "manager.data(for:), OAuth2 kit",
     ]
 
     /// Every configuration, or those at `indices`, in that order.
     static func makeConfigurations(base: URL, indices: [Int]? = nil) -> [Configuration] {
-        (indices ?? Array(names.indices)).map { Configuration(name: names[$0], session: makeSession($0, base: base)) }
+        (indices ?? Array(names.indices)).map { makeConfiguration($0, base: base) }
+    }
+
+    /// Configuration `index` (an index of `names`): a session's `data(from:)`, or the manager's
+    /// own `data(for:)` (11 and 12: configurations 2 and 5 through the methods, no outer task).
+    static func makeConfiguration(_ index: Int, base: URL) -> Configuration {
+        let manager: URLTaskManager
+        switch index {
+        case 11: manager = URLTaskManager()
+        case 12: manager = oauth2Manager(base: base)
+        default: return Configuration(name: names[index], session: makeSession(index, base: base))
+        }
+        return Configuration(
+            name: names[index],
+            get: { url in
+                let (_, response) = try await manager.data(for: URLRequest(url: url))
+                guard (response as? HTTPURLResponse)?.statusCode == 200 else { throw URLError(.badServerResponse) }
+            },
+            invalidate: { manager.finishTasksAndInvalidate() })
     }
 
     /// The session of configuration `index` (an index of `names`).
@@ -135,18 +155,22 @@ enum LatencyBenchmark {
             configuration.httpAdditionalHeaders = ["Authorization": "Bearer bench"]
             return URLSession(configuration: configuration)
         default:
-            // A bearer header on every request and a refresh reactor that holds new tasks, so
-            // the manager also keeps the per-host queue.
-            let authenticator = OAuth2Authenticator(
-                origins: [base],
-                store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
-                refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
-            )
-            return URLTaskManager(
-                interceptors: [BearerInterceptor(authenticator: authenticator)],
-                reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
-            ).session
+            return oauth2Manager(base: base).session
         }
+    }
+
+    /// A bearer header on every request and a refresh reactor that holds new tasks, so the
+    /// manager also keeps the per-host queue.
+    static func oauth2Manager(base: URL) -> URLTaskManager {
+        let authenticator = OAuth2Authenticator(
+            origins: [base],
+            store: InMemoryCredentialStore(OAuth2Credential(accessToken: "bench", refreshToken: "r", expiresAt: .distantFuture)),
+            refresh: { _ in fatalError("the benchmark's token never needs a refresh") }
+        )
+        return URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: authenticator)],
+            reactors: [OAuth2RefreshReactor(authenticator: authenticator)]
+        )
     }
 
     /// A manager with one header interceptor whose events a task reads and drops.

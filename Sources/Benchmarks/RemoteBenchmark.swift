@@ -119,8 +119,7 @@ enum RemoteBenchmark {
                 description: "usage: Benchmarks requests CONFIGURATION N URL [CONCURRENCY]; configurations: "
                     + names.joined(separator: ", "))
         }
-        let configuration = LatencyBenchmark.Configuration(
-            name: LatencyBenchmark.names[index], session: LatencyBenchmark.makeSession(index, base: base))
+        let configuration = LatencyBenchmark.makeConfiguration(index, base: base)
         let url = base.appendingPathComponent("small")
         if concurrency == 1 {
             try await LatencyBenchmark.sequential(configuration, url, count: count)

@@ -27,6 +27,13 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
     /// Reactor runs and gates, credential stamps, and the per-host connection slots.
     let engine: EngineStorage
     let transport: Transport
+    /// The inner session of ``URLTaskManager/bytes(for:)``, made on first use where
+    /// ``transport`` runs its callbacks on the session's work queue (corelibs): a body streamed
+    /// through callbacks there costs memory that grows with it (about a ninth of the body, given
+    /// back only at its end), which a session whose callbacks run on a thread of their own does
+    /// not. Elsewhere it is ``transport``.
+    private let streaming: LockedState<Transport?>
+    private let transportConfiguration: URLSessionConfiguration
     /// Who listens to the tasks' events (``URLTaskManager/events(bufferingNewest:)``).
     let events: EventHub<URLTaskEvent>
     /// The configuration's `httpAdditionalHeaders`: put on each caller's request by the
@@ -67,6 +74,8 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         let (additionalHeaders, transportConfiguration) = AdditionalHeaders.split(configuration)
         self.additionalHeaders = additionalHeaders
         self.transport = Transport(configuration: transportConfiguration)
+        self.transportConfiguration = transportConfiguration
+        self.streaming = LockedState(transport.callbacksOnWorkQueue ? nil : transport)
         self.sharing = interceptors.lazy.compactMap { ($0 as? any TransferSharingInterceptor)?.transferSharing }.first?
             .makeSharedTransfers(
                 cookies: CookieJar(transportConfiguration), sessionTimeout: transportConfiguration.timeoutIntervalForRequest,
@@ -78,8 +87,11 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         events.finish()
     }
 
-    /// Called by the bridge on the outer session's work queue: returns at once.
-    func start(request: URLRequest, body: URLTaskBody, sink: any TaskSink) -> any PipelineTaskHandle {
+    /// Starts a task. The bridge calls it on the outer session's work queue, which must not
+    /// block: the task then starts on another thread. The manager's own methods call it from
+    /// the calling task with `now`: the task starts right here, as a plain session's task is
+    /// created and resumed on its caller's thread.
+    func start(request: URLRequest, body: URLTaskBody, sink: any TaskSink, now: Bool = false) -> any PipelineTaskHandle {
         let decision = lifecycle.withLock { $0.taskStarted() }
         switch decision {
         case .run:
@@ -96,8 +108,12 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         let run = TaskStorage(id: .next(), request: request, body: body, sink: sink, environment: self)
         // Before anything can cancel it: the end of a task is always one admission knows.
         self.engine.register(run)
-        // The work queue must not block, and creating the inner task syncs onto it.
-        DispatchQueue.global().async { run.start() }
+        if now {
+            run.start()
+        } else {
+            // The work queue must not block, and creating the inner task syncs onto it.
+            DispatchQueue.global().async { run.start() }
+        }
         return run
     }
 
@@ -113,22 +129,30 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
     /// invalidated while this runs (corelibs crashes when a task is created on an invalidated
     /// session).
     /// - Parameter callerURL: The URL the caller asked for, which a cancellation error names.
+    /// - Parameter delivery: How the caller takes the answer (``TransferDelivery``).
     func startTransfer(
         _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
+        delivery: TransferDelivery,
         started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
     ) {
         if Platform.isOnSessionWorkQueue {
             // Reached from a transport callback (a slot handed over, a requeue): creating the
             // inner task `sync`s onto the queue this runs on.
             return runtime.async {
-                self.startTransfer(request, body: body, callerURL: callerURL, events: events, share: share, started: started)
+                self.startTransfer(
+                    request, body: body, callerURL: callerURL, events: events, share: share, delivery: delivery, started: started)
             }
         }
         if let refusal = transferStarting(callerURL: callerURL) { return started(.failure(refusal)) }
         guard let share, let sharing else {
-            let task = transport.start(request, body: body, events: events)
+            let transfer: any TransferHandle
+            switch delivery {
+            case .streamed: transfer = transport.start(request, body: body, events: events)
+            case .whole: transfer = transport.startWhole(request, body: body, events: events)
+            case .streamedApart: transfer = streamingTransport.start(request, body: body, events: events)
+            }
             perform(lifecycle.withLock { $0.transferStarted() })
-            return started(.success(task))
+            return started(.success(transfer))
         }
         let transfer = sharing.start(share, events: events, starter: self) { request, events in
             transport.start(request, body: body, events: events)
@@ -152,6 +176,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
             for transfer in sharing.stop(subscription) { stopTransfer(transfer) }
             return
         }
+        if let whole = transfer as? WholeTransfer { return whole.cancel() }
         guard let task = transfer as? URLSessionTask else { preconditionFailure("a transfer of another transport") }
         transport.cancel(task)
     }
@@ -168,6 +193,23 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
             perform(lifecycle.withLock { $0.transferStarted() })
             if !subscription.sentAlone(task) { transport.cancel(task) }
         }
+    }
+
+    /// The inner session of ``TransferDelivery/streamedApart`` transfers (see ``streaming``).
+    private var streamingTransport: Transport {
+        streaming.withLock { streaming in
+            if let streaming { return streaming }
+            let made = Transport(configuration: transportConfiguration, callbacksOnWorkQueue: false)
+            streaming = made
+            return made
+        }
+    }
+
+    /// Every inner session made so far.
+    private var transports: [Transport] {
+        let streaming = streaming.withLock { $0 }
+        guard let streaming, streaming !== transport else { return [transport] }
+        return [transport, streaming]
     }
 
     var credentialStorage: URLCredentialStorage? {
@@ -295,7 +337,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         events.finish()
         switch action {
         case .none: return
-        case .finish: transport.session.finishTasksAndInvalidate()
+        case .finish: for transport in transports { transport.session.finishTasksAndInvalidate() }
         case .abandon:
             // Not `invalidateAndCancel()`, and no inner task is cancelled (see
             // `abandonsTransfers`): cancelling dozens of transfers at once, some of them ending
@@ -304,7 +346,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
             // cancels were ordered. Their callers have already completed with `cancelled`; the
             // bytes still arriving are dropped, and the inner session is released when the
             // last transfer ends (at the latest, the request's timeout). 0 crashes in 60 runs.
-            transport.session.finishTasksAndInvalidate()
+            for transport in transports { transport.session.finishTasksAndInvalidate() }
         }
     }
 

@@ -48,8 +48,10 @@ protocol TaskEnvironment: AnyObject, Sendable {
     /// or the error the task fails with (the session was invalidated). With `share`, a transfer
     /// of an identical request already on its way is joined instead (``SharedTransfers``), and
     /// the task's role is announced through `share` before any of the transfer's events.
+    /// `delivery` says how the caller takes the answer.
     func startTransfer(
         _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
+        delivery: TransferDelivery,
         started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
     )
 

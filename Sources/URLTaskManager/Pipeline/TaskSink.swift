@@ -31,6 +31,22 @@ protocol TaskSink: Sendable {
     /// Whether a 401 challenge must be answered before the caller sees the response (the
     /// caller's session would otherwise answer it itself, and resend outside the pipeline).
     var answersChallenges: Bool { get }
+
+    /// How the caller takes the body, which decides how its transfer delivers it.
+    var delivery: TransferDelivery { get }
+}
+
+/// How a transfer delivers its answer to a task's sink.
+enum TransferDelivery: Sendable {
+    /// Chunk by chunk as it arrives, with the transport's callbacks where the outer task's
+    /// client is called (``Platform/runCallbacksOnWorkQueue(of:delegateQueue:)``): the session's.
+    case streamed
+    /// In one piece at the end (``WholeTransfer``): ``URLTaskManager/data(for:)`` and the uploads.
+    case whole
+    /// Chunk by chunk, with the callbacks on a thread of their own as a plain session's, whose
+    /// memory does not grow with the body (the streaming transport of
+    /// ``URLTaskManager/bytes(for:)``: see ``Pipeline``).
+    case streamedApart
 }
 
 extension TaskSink {
@@ -50,6 +66,8 @@ extension TaskSink {
     }
 
     var answersChallenges: Bool { false }
+
+    var delivery: TransferDelivery { .streamed }
 }
 
 extension ProtocolSink: TaskSink {}

@@ -809,7 +809,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             // Before the transfer starts: its response may arrive before the next line runs.
             announceSent(to: observer, task: snapshot, attempt: attempt, body: body)
         }
-        environment.startTransfer(framed, body: body, callerURL: callerURL, events: self, share: share) {
+        environment.startTransfer(framed, body: body, callerURL: callerURL, events: self, share: share, delivery: sink.delivery) {
             [self] started in
             switch started {
             case .success(let transfer):

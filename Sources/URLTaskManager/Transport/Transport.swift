@@ -42,12 +42,19 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// own work queue (``Platform/runCallbacksOnWorkQueue(of:delegateQueue:)``).
     private let delegateQueue = OperationQueue()
 
-    init(configuration: URLSessionConfiguration) {
+    /// Whether the callbacks run on the inner session's work queue
+    /// (``Platform/runCallbacksOnWorkQueue(of:delegateQueue:)``).
+    private(set) var callbacksOnWorkQueue = false
+
+    /// - Parameter callbacksOnWorkQueue: Whether to run the callbacks on the session's work
+    ///   queue where the platform allows (the outer session's tasks), or on a thread of their own.
+    init(configuration: URLSessionConfiguration, callbacksOnWorkQueue: Bool = true) {
         super.init()
         delegateQueue.maxConcurrentOperationCount = 1
         delegateQueue.name = "URLTaskManager.Transport"
         session = URLSession(configuration: configuration, delegate: self, delegateQueue: delegateQueue)
-        if Platform.runCallbacksOnWorkQueue(of: session, delegateQueue: delegateQueue) {
+        if callbacksOnWorkQueue, Platform.runCallbacksOnWorkQueue(of: session, delegateQueue: delegateQueue) {
+            self.callbacksOnWorkQueue = true
             // That queue is serial, so the callbacks stay serialized and in order; what a limit
             // of 1 would add is a wait: OperationQueue hands the queue one operation at a time,
             // each behind whatever libcurl read meanwhile (up to 100 chunks per socket event),
@@ -60,30 +67,42 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// creates and resumes tasks with a `sync` onto it).
     func start(_ request: URLRequest, body: URLTaskBody, events: any TransportEvents) -> URLSessionTask {
         assert(!Platform.isOnSessionWorkQueue, "a task created on the work queue deadlocks")
-        // Whatever put it there (a redirect delegate, an interceptor), the policy's header is the
-        // manager's own: it never leaves.
-        var request = URLTaskPolicy.removed(from: request)
-        // Each body field is written only when it must change (see `removeBody()`).
+        let request = Self.prepared(request, body: body)
         let task: URLSessionTask
-        switch body {
-        case .none:
-            request.removeBody()
-            task = session.dataTask(with: request)
-        case .data(let data):
-            if request.httpBodyStream != nil { request.httpBodyStream = nil }
-            request.httpBody = data
-            task = session.dataTask(with: request)
-        case .stream(let stream):
-            if request.httpBody != nil { request.httpBody = nil }
-            request.httpBodyStream = stream
-            task = session.dataTask(with: request)
-        case .file(let url):
-            request.removeBody()
+        if case .file(let url) = body {
             task = session.uploadTask(with: request, fromFile: url)
+        } else {
+            task = session.dataTask(with: request)
         }
         state.withLock { $0.routes[task.taskIdentifier] = events }
         task.resume()
         return task
+    }
+
+    /// Starts `request` as a ``WholeTransfer``: its answer arrives in one piece.
+    func startWhole(_ request: URLRequest, body: URLTaskBody, events: any TransportEvents) -> WholeTransfer {
+        let transfer = WholeTransfer(events: events)
+        transfer.start(Self.prepared(request, body: body), body: body, session: session)
+        return transfer
+    }
+
+    /// `request` as the inner session sends it: without the policy's header, whatever put it
+    /// there (a redirect delegate, an interceptor), for it is the manager's own and never leaves;
+    /// with `body` in its body fields (a file's is the upload task's), each field written only
+    /// when it must change (see `removeBody()`).
+    static func prepared(_ request: URLRequest, body: URLTaskBody) -> URLRequest {
+        var request = URLTaskPolicy.removed(from: request)
+        switch body {
+        case .none, .file:
+            request.removeBody()
+        case .data(let data):
+            if request.httpBodyStream != nil { request.httpBodyStream = nil }
+            request.httpBody = data
+        case .stream(let stream):
+            if request.httpBody != nil { request.httpBody = nil }
+            request.httpBodyStream = stream
+        }
+        return request
     }
 
     /// Cancels an inner task (a caller cancelled its own request), as the platform allows

@@ -283,7 +283,7 @@ final class PipelineModelTests: XCTestCase {
         }
 
         func startTransfer(
-            _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
+            _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?, delivery: TransferDelivery,
             started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
         ) {
             let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? -1

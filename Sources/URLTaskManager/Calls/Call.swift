@@ -1,0 +1,84 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// One call of the manager's own methods: its ``CallStateMachine`` under a lock, and the
+/// continuation it resumes, exactly once and with the lock released.
+///
+/// The sink of the call's pipeline task reports the task's end with ``end(_:)``; the calling
+/// task's cancellation handler calls ``cancel()``.
+final class Call<Success: Sendable>: Sendable {
+    typealias Continuation = CheckedContinuation<Success, any Error>
+
+    private let machine = LockedState(CallStateMachine<Continuation>())
+    /// The URL the caller asked for, which a cancellation names.
+    private let url: URL?
+    /// Lets go of what the call holds for its answer (a download's file) once the caller was
+    /// answered `cancelled`: the pipeline tells a cancelled task's sink nothing more.
+    private let cleanUpAfterCancel: (@Sendable () -> Void)?
+
+    init(url: URL?, cleanUpAfterCancel: (@Sendable () -> Void)? = nil) {
+        self.url = url
+        self.cleanUpAfterCancel = cleanUpAfterCancel
+    }
+
+    /// Hands over the calling task's continuation: `true` if the call should start its pipeline
+    /// task, `false` if the caller had already cancelled (and has been answered).
+    func attach(_ continuation: Continuation) -> Bool {
+        switch machine.withLock({ $0.attach(continuation) }) {
+        case .start:
+            return true
+        case .answerCancelled(let continuation):
+            continuation.resume(throwing: URLError.cancelled(url: url))
+            cleanUpAfterCancel?()
+            return false
+        }
+    }
+
+    /// The pipeline returned the task's handle.
+    func started(_ handle: any PipelineTaskHandle) {
+        if case .cancel(let handle) = machine.withLock({ $0.started(handle) }) { handle.cancel() }
+    }
+
+    /// The calling task was cancelled: the caller gets `URLError.cancelled` now, as from
+    /// URLSession's async methods, and the pipeline task is stopped.
+    func cancel() {
+        guard case .answerCancelled(let continuation, let handle) = machine.withLock({ $0.cancelled() }) else { return }
+        continuation.resume(throwing: URLError.cancelled(url: url))
+        handle?.cancel()
+        cleanUpAfterCancel?()
+    }
+
+    /// The pipeline task ended with `result` (unless the caller was answered already).
+    func end(_ result: Result<Success, any Error>) {
+        guard case .answer(let continuation) = machine.withLock({ $0.ended() }) else { return }
+        continuation.resume(with: result)
+    }
+}
+
+extension Pipeline {
+    /// Runs one call of the manager's methods: `makeSink` makes the sink that ends `call`; the
+    /// task starts on the calling thread (no outer session, so no work queue to stay off), and
+    /// cancelling the calling task cancels it.
+    func call<Success: Sendable>(
+        _ request: URLRequest, body: URLTaskBody, _ makeSink: (Call<Success>) -> any TaskSink
+    ) async throws -> Success {
+        try await call(request, body: body, Call<Success>(url: request.url), makeSink)
+    }
+
+    /// ``call(_:body:_:)`` with a call made by the caller (one that cleans up after a cancel).
+    func call<Success: Sendable>(
+        _ request: URLRequest, body: URLTaskBody, _ call: Call<Success>, _ makeSink: (Call<Success>) -> any TaskSink
+    ) async throws -> Success {
+        let sink = makeSink(call)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                guard call.attach(continuation) else { return }
+                call.started(start(request: request, body: body, sink: sink, now: true))
+            }
+        } onCancel: {
+            call.cancel()
+        }
+    }
+}
