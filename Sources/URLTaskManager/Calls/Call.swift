@@ -61,21 +61,26 @@ extension Pipeline {
     /// Runs one call of the manager's methods: `makeSink` makes the sink that ends `call`; the
     /// task starts on the calling thread (no outer session, so no work queue to stay off), and
     /// cancelling the calling task cancels it.
+    /// - Parameter started: Told of the task's handle as the pipeline returns it.
     func call<Success: Sendable>(
-        _ request: URLRequest, body: URLTaskBody, _ makeSink: (Call<Success>) -> any TaskSink
+        _ request: URLRequest, body: URLTaskBody, started: ((any PipelineTaskHandle) -> Void)? = nil,
+        _ makeSink: (Call<Success>) -> any TaskSink
     ) async throws -> Success {
-        try await call(request, body: body, Call<Success>(url: request.url), makeSink)
+        try await call(request, body: body, Call<Success>(url: request.url), started: started, makeSink)
     }
 
     /// ``call(_:body:_:)`` with a call made by the caller (one that cleans up after a cancel).
     func call<Success: Sendable>(
-        _ request: URLRequest, body: URLTaskBody, _ call: Call<Success>, _ makeSink: (Call<Success>) -> any TaskSink
+        _ request: URLRequest, body: URLTaskBody, _ call: Call<Success>, started: ((any PipelineTaskHandle) -> Void)? = nil,
+        _ makeSink: (Call<Success>) -> any TaskSink
     ) async throws -> Success {
         let sink = makeSink(call)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 guard call.attach(continuation) else { return }
-                call.started(start(request: request, body: body, sink: sink, now: true))
+                let handle = start(request: request, body: body, sink: sink, now: true)
+                started?(handle)
+                call.started(handle)
             }
         } onCancel: {
             call.cancel()

@@ -1,0 +1,102 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+extension URLTaskManager {
+    /// The body of a ``URLTaskManager/bytes(for:)`` call, byte by byte as it arrives, as
+    /// `URLSession.AsyncBytes` gives it (which swift-corelibs-foundation does not have).
+    ///
+    /// Read it once, from one task. Reading never slows the transfer (corelibs cannot pause
+    /// one): what you have not read yet is kept in memory up to 1 MiB, and beyond that in a
+    /// temporary file that is gone from disk as soon as it is made, so a slow reader costs disk,
+    /// not memory. Stop reading (let the sequence go, or cancel your task) and the transfer stops.
+    /// A transfer that fails midway throws its error where the body breaks off.
+    public struct AsyncBytes: AsyncSequence, Sendable {
+        public typealias Element = UInt8
+
+        let reader: ByteStreamReader
+
+        /// The body in the pieces it arrives in, for code that handles bytes in bulk (hashing,
+        /// writing to a file) rather than one at a time.
+        public var chunks: Chunks { Chunks(reader: reader) }
+
+        public func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(reader: reader)
+        }
+
+        /// Reads the body a byte at a time; suspends only when the piece at hand is used up.
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            let reader: ByteStreamReader
+            private var chunk = Data()
+            private var index = 0
+
+            init(reader: ByteStreamReader) {
+                self.reader = reader
+            }
+
+            public mutating func next() async throws -> UInt8? {
+                if index < chunk.endIndex {
+                    defer { index += 1 }
+                    return chunk[index]
+                }
+                return try await nextChunk()
+            }
+
+            private mutating func nextChunk() async throws -> UInt8? {
+                while let next = try await reader.stream.next() {
+                    if next.isEmpty { continue }
+                    chunk = next
+                    index = chunk.startIndex + 1
+                    return chunk[chunk.startIndex]
+                }
+                chunk = Data()
+                index = 0
+                return nil
+            }
+        }
+
+        /// The body of a ``URLTaskManager/bytes(for:)`` call in the pieces it arrives in.
+        public struct Chunks: AsyncSequence, Sendable {
+            public typealias Element = Data
+
+            let reader: ByteStreamReader
+
+            public func makeAsyncIterator() -> AsyncIterator {
+                AsyncIterator(reader: reader)
+            }
+
+            /// Reads the body a piece at a time.
+            public struct AsyncIterator: AsyncIteratorProtocol {
+                let reader: ByteStreamReader
+
+                public mutating func next() async throws -> Data? {
+                    try await reader.stream.next()
+                }
+            }
+        }
+    }
+
+    /// Sends `request` through the interceptors and reactors and returns, as soon as its
+    /// response head arrives, the response and its body as a byte sequence that streams as it
+    /// arrives: `URLSession.bytes(for:)`, which swift-corelibs-foundation lacks.
+    ///
+    /// Everything else is as ``data(for:)``: redirects, challenges, errors (those before the head
+    /// are thrown here, those after it by the sequence), and cancelling the calling task. A
+    /// reactor sees the response with the body that came (reactors that need the body, such as
+    /// a refresh on a 401, get it, since their responses are never streamed to the caller).
+    /// Memory stays flat however large the body and however slowly it is read: see
+    /// ``AsyncBytes``.
+    public func bytes(for request: URLRequest) async throws -> (AsyncBytes, URLResponse) {
+        let stream = ByteStream(url: request.url)
+        return try await pipeline.call(request, body: URLTaskBody(request: request), started: stream.attach) {
+            ByteStreamSink(call: $0, stream: stream)
+        }
+    }
+
+    /// A GET of `url` (the configuration's cache policy and timeout, as
+    /// `URLSession.bytes(from:)`), streamed as ``bytes(for:)`` streams it.
+    public func bytes(from url: URL) async throws -> (AsyncBytes, URLResponse) {
+        try await bytes(for: defaultRequest(url))
+    }
+}

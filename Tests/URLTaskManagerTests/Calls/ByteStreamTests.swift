@@ -1,0 +1,150 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import XCTest
+@testable import URLTaskManager
+
+/// `manager.bytes(for:)` over loopback: the body streams intact, a reader slower than the
+/// network costs disk rather than memory, a reader that leaves stops the transfer, and errors
+/// reach the reader where the body breaks off.
+final class ByteStreamTests: XCTestCase {
+    private static let megabyte = 1 << 20
+    private var server: LoopbackServer!
+
+    override func setUpWithError() throws {
+        server = try LoopbackServer()
+        server.route("/8mb") { _ in ServerResponse(body: .generated(length: 8 * Self.megabyte, chunkSize: 64 * 1024)) }
+        server.route("/64mb") { _ in ServerResponse(body: .generated(length: 64 * Self.megabyte, chunkSize: 256 * 1024)) }
+        server.route("/404") { _ in ServerResponse(status: 404, body: .data(Data("missing".utf8))) }
+    }
+
+    override func tearDown() {
+        server.shutdown()
+        server = nil
+    }
+
+    /// Every byte, in order, a byte at a time and a piece at a time; the response comes first.
+    func testTheBodyStreamsIntact() async throws {
+        let manager = URLTaskManager(configuration: .ephemeral)
+        defer { manager.invalidateAndCancel() }
+        let (bytes, response) = try await manager.bytes(for: URLRequest(url: server.url("/8mb")))
+        XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)
+        let hasher = FastSHA256()
+        var pending = [UInt8]()
+        pending.reserveCapacity(64 * 1024)
+        var count = 0
+        for try await byte in bytes {
+            pending.append(byte)
+            count += 1
+            if pending.count == 64 * 1024 {
+                pending.withUnsafeBytes { hasher.update($0) }
+                pending.removeAll(keepingCapacity: true)
+            }
+        }
+        pending.withUnsafeBytes { hasher.update($0) }
+        XCTAssertEqual(count, 8 * Self.megabyte)
+        XCTAssertEqual(hasher.hexDigest(), FastSHA256.generatedBody(length: 8 * Self.megabyte))
+
+        let (again, _) = try await manager.bytes(from: server.url("/8mb"))
+        var chunks = 0
+        var length = 0
+        let pieces = FastSHA256()
+        for try await chunk in again.chunks {
+            chunks += 1
+            length += chunk.count
+            chunk.withUnsafeBytes { pieces.update($0) }
+        }
+        XCTAssertEqual(length, 8 * Self.megabyte)
+        XCTAssertGreaterThan(chunks, 1, "streamed, not delivered in one piece")
+        XCTAssertEqual(pieces.hexDigest(), FastSHA256.generatedBody(length: 8 * Self.megabyte))
+    }
+
+    /// A reader that takes nothing until the whole 64 MB body has arrived: at most 1 MiB of it
+    /// waits in memory, the rest in the temporary file, and every byte is then read in order.
+    func testAReaderSlowerThanTheNetworkCostsDiskNotMemory() async throws {
+        let manager = URLTaskManager(configuration: .ephemeral)
+        defer { manager.invalidateAndCancel() }
+        let completions = EventCollector(manager.events())
+        XCTAssertTrue(MemoryProbe.resetPeak(), "cannot reset VmHWM on this machine")
+        let base = MemoryProbe.residentKiB ?? 0
+        let (bytes, _) = try await manager.bytes(for: URLRequest(url: server.url("/64mb")))
+        try await completions.waitFor("the transfer's end") { $0.contains(where: \.isCompletion) }
+        let growth = ((MemoryProbe.peakKiB ?? 0) - base) / 1024
+        printFigures("BYTES| 64 MB arrived before a byte was read: peak RSS +\(growth) MB")
+        XCTAssertLessThan(growth, 24, "the unread body was held in memory")
+        let hasher = FastSHA256()
+        var length = 0
+        for try await chunk in bytes.chunks {
+            length += chunk.count
+            chunk.withUnsafeBytes { hasher.update($0) }
+        }
+        XCTAssertEqual(length, 64 * Self.megabyte)
+        XCTAssertEqual(hasher.hexDigest(), FastSHA256.generatedBody(length: 64 * Self.megabyte))
+    }
+
+    /// A reader that lets the sequence go after the first piece stops the transfer: the task
+    /// completes as cancelled, long before the 64 MB could have arrived at a reader's pace.
+    func testAReaderThatLeavesStopsTheTransfer() async throws {
+        let manager = URLTaskManager(configuration: .ephemeral)
+        defer { manager.invalidateAndCancel() }
+        let completions = EventCollector(manager.events())
+        do {
+            let (bytes, _) = try await manager.bytes(for: URLRequest(url: server.url("/64mb")))
+            var iterator = bytes.chunks.makeAsyncIterator()
+            _ = try await iterator.next()
+        }
+        try await completions.waitFor("the task's end") { $0.contains(where: \.isCompletion) }
+        let completion = completions.all.compactMap { event -> URLTaskEvent.Completion? in
+            if case .completed(let completion) = event.kind { return completion }
+            return nil
+        }.first
+        XCTAssertEqual((completion?.error as? URLError)?.code, .cancelled, "\(String(describing: completion))")
+    }
+
+    /// Cancelling the reading task throws `URLError.cancelled` from the sequence and stops the transfer.
+    func testCancellingTheReaderThrowsCancelled() async throws {
+        let manager = URLTaskManager(configuration: .ephemeral)
+        defer { manager.invalidateAndCancel() }
+        let started = Latch<Void>("reading started")
+        let url = server.url("/8mb")
+        let reader = Task {
+            let (bytes, _) = try await manager.bytes(for: URLRequest(url: url))
+            var iterator = bytes.makeAsyncIterator()
+            _ = try await iterator.next()
+            started.fulfill(())
+            while try await iterator.next() != nil {
+                try await Task.sleep(for: .milliseconds(1))  // a slow reader, to be cancelled midway
+            }
+        }
+        try await started.wait(timeout: .seconds(20))
+        reader.cancel()
+        let result = await reader.result
+        switch result {
+        case .success: XCTFail("the reader read the whole body although cancelled")
+        case .failure(let error):
+            XCTAssertTrue((error as? URLError)?.code == .cancelled || error is CancellationError, "\(error)")
+        }
+    }
+
+    /// An error answer streams like any other; a transport error before the head is thrown by
+    /// `bytes(for:)` itself.
+    func testErrorsBeforeAndAfterTheHead() async throws {
+        let manager = URLTaskManager(configuration: .ephemeral)
+        defer { manager.invalidateAndCancel() }
+        let (bytes, response) = try await manager.bytes(for: URLRequest(url: server.url("/404")))
+        XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 404)
+        var body = Data()
+        for try await chunk in bytes.chunks { body.append(chunk) }
+        XCTAssertEqual(String(decoding: body, as: UTF8.self), "missing")
+
+        let dead = try ResilienceTestKit.deadURL("/nobody")
+        do {
+            _ = try await manager.bytes(for: URLRequest(url: dead))
+            XCTFail("a refused connection gave a response")
+        } catch let error as URLError {
+            XCTAssertEqual(error.code, .cannotConnectToHost)
+        }
+    }
+}
