@@ -3,13 +3,22 @@ import Foundation
 import FoundationNetworking
 #endif
 
+/// Who a ``Call`` answers: the calling task's continuation (the pipeline model's tests answer a
+/// recorder instead, so that they drive this very storage).
+protocol CallAnswer<Success>: Sendable {
+    associatedtype Success
+    func resume(with result: sending Result<Success, any Error>)
+}
+
+extension CheckedContinuation: CallAnswer where E == any Error {}
+
 /// One call of the manager's own methods: its ``CallStateMachine`` under a lock, and the
 /// continuation it resumes, exactly once and with the lock released.
 ///
 /// The sink of the call's pipeline task reports the task's end with ``end(_:)``; the calling
 /// task's cancellation handler calls ``cancel()``.
 final class Call<Success: Sendable>: Sendable {
-    typealias Continuation = CheckedContinuation<Success, any Error>
+    typealias Continuation = any CallAnswer<Success>
 
     private let machine = LockedState(CallStateMachine<Continuation>())
     /// The URL the caller asked for, which a cancellation names.
@@ -30,7 +39,7 @@ final class Call<Success: Sendable>: Sendable {
         case .start:
             return true
         case .answerCancelled(let continuation):
-            continuation.resume(throwing: URLError.cancelled(url: url))
+            continuation.resume(with: .failure(URLError.cancelled(url: url)))
             cleanUpAfterCancel?()
             return false
         }
@@ -45,7 +54,7 @@ final class Call<Success: Sendable>: Sendable {
     /// URLSession's async methods, and the pipeline task is stopped.
     func cancel() {
         guard case .answerCancelled(let continuation, let handle) = machine.withLock({ $0.cancelled() }) else { return }
-        continuation.resume(throwing: URLError.cancelled(url: url))
+        continuation.resume(with: .failure(URLError.cancelled(url: url)))
         handle?.cancel()
         cleanUpAfterCancel?()
     }

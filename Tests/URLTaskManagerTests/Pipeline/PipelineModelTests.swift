@@ -73,6 +73,9 @@ final class PipelineModelTests: XCTestCase {
         var chunks = 0
         var terminals = 0
         var cancelled = false
+        /// The task came through the manager's own methods (``Call``): its caller is answered
+        /// even when it cancels (`URLError.cancelled`), so it must complete exactly once.
+        var throughMethods = false
         var ended = 0
         var challengesAnswered = 0
         /// Final response heads the transport delivered to the task, and those observed.
@@ -283,7 +286,8 @@ final class PipelineModelTests: XCTestCase {
         }
 
         func startTransfer(
-            _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?, delivery: TransferDelivery,
+            _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
+            delivery: TransferDelivery,
             started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
         ) {
             let t = Int(request.value(forHTTPHeaderField: "X-Model-Task") ?? "") ?? -1
@@ -364,6 +368,11 @@ final class PipelineModelTests: XCTestCase {
 
         func markCancelled(_ t: Int) { lock.withLock { callers[t].cancelled = true } }
 
+        func markThroughMethods(_ t: Int) { lock.withLock { callers[t].throughMethods = true } }
+
+        /// Task `t`'s caller cancelled before its call started anything: no pipeline task ends.
+        func markNeverStarted(_ t: Int) { lock.withLock { callers[t].ended = 1 } }
+
         /// Counts a challenge answered for task `t`: how many so far.
         func challengeAnswered(_ t: Int) -> Int {
             lock.withLock {
@@ -393,7 +402,10 @@ final class PipelineModelTests: XCTestCase {
             default:
                 view.terminals += 1
             }
-            if event == "finish" || event == "fail", scenario.observes, view.headsObserved != view.headsDelivered {
+            // A method's caller who cancelled is answered at once, as URLSession answers it: the
+            // observers may still be told of the task's outcomes after that.
+            let answeredOnCancel = view.throughMethods && view.cancelled && event == "fail"
+            if event == "finish" || event == "fail", scenario.observes, !answeredOnCancel, view.headsObserved != view.headsDelivered {
                 view.violations.append("ended with \(view.headsDelivered) heads delivered, \(view.headsObserved) observed")
             }
             callers[t] = view
@@ -416,7 +428,12 @@ final class PipelineModelTests: XCTestCase {
                 for violation in view.violations { violate("task \(t): \(violation)") }
                 if view.ended != 1 { violate("task \(t) ended \(view.ended) times") }
                 if view.terminals > 1 { violate("task \(t) completed \(view.terminals) times") }
-                if view.terminals == 0, !view.cancelled { violate("task \(t) never completed, and its caller did not cancel it") }
+                if view.terminals == 0, !view.cancelled || view.throughMethods {
+                    violate(
+                        "task \(t) never completed"
+                            + (view.cancelled
+                                ? " (a method's caller cancelled: it must be answered)" : ", and its caller did not cancel it"))
+                }
             }
             if engine.runsGoing != 0 { violate("a run is still going at the end") }
             if engine.busyHosts != 0 { violate("a connection slot was never given back") }
@@ -617,6 +634,23 @@ final class PipelineModelTests: XCTestCase {
         var answersChallenges: Bool { world.scenario.challenges }
     }
 
+    /// The caller of a task made through the manager's own methods: records the one answer
+    /// its ``Call`` gives.
+    struct ModelAnswer: CallAnswer {
+        let task: Int
+        unowned let world: SimulatedPipeline
+
+        func resume(with result: sending Result<(Data, URLResponse), any Error>) {
+            switch result {
+            case .success:
+                world.caller(task, "response")
+                world.caller(task, "finish")
+            case .failure:
+                world.caller(task, "fail")
+            }
+        }
+    }
+
     // MARK: Exploring
 
     /// Builds the tasks of `scenario` and the caller's actions, runs them, and returns the
@@ -626,19 +660,45 @@ final class PipelineModelTests: XCTestCase {
         for t in 0..<scenario.tasks {
             var request = URLRequest(url: URL(string: scenario.sharing ? "http://127.0.0.1/shared" : "http://127.0.0.1/t\(t)")!)
             request.setValue(String(t), forHTTPHeaderField: "X-Model-Task")
-            let storage = TaskStorage(
-                id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: ModelSink(task: t, world: world),
-                environment: world)
-            world.engine.register(storage)
-            world.schedule("start(\(t))") { storage.start() }
+            // Through the session (the bridge's sink), or through the manager's own methods: the
+            // real call storage and its sink, answered by a recorder, cancelled as a Swift task's
+            // cancellation handler cancels it.
+            let call = world.draw(0..<2) == 0 ? Call<(Data, URLResponse)>(url: request.url) : nil
+            let storage: TaskStorage?
+            if let call {
+                // As `Pipeline.call` runs it: the pipeline task exists only once the caller's
+                // continuation is in, and its handle reaches the call after it started.
+                storage = nil
+                world.markThroughMethods(t)
+                world.schedule("call(\(t))") {
+                    guard call.attach(ModelAnswer(task: t, world: world)) else { return world.markNeverStarted(t) }
+                    let storage = TaskStorage(
+                        id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: DataCallSink(call), environment: world)
+                    world.engine.register(storage)
+                    storage.start()
+                    call.started(storage)
+                }
+            } else {
+                let made = TaskStorage(
+                    id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: ModelSink(task: t, world: world),
+                    environment: world)
+                world.engine.register(made)
+                world.schedule("start(\(t))") { made.start() }
+                storage = made
+            }
             if world.draw(0..<10) < scenario.cancelTenths {
                 world.schedule("cancel(\(t))") {
                     world.markCancelled(t)
-                    storage.cancel()
+                    if let call { call.cancel() } else { storage?.cancel() }
                 }
             }
             if world.draw(0..<20) == 0 {
-                world.schedule("abort(\(t))") { storage.abort(with: Boom(), if: { _ in true }) }
+                // As `failTasks` reaches them: every live task of the engine (a method's, once started).
+                world.schedule("abort(\(t))") {
+                    for run in world.engine.liveRuns where run.id == URLTask.ID(rawValue: UInt64(t)) {
+                        run.abort(with: Boom(), if: { _ in true })
+                    }
+                }
             }
         }
         if scenario.batching {
