@@ -148,7 +148,13 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
             let transfer: any TransferHandle
             switch delivery {
             case .streamed: transfer = transport.start(request, body: body, events: events)
-            case .whole: transfer = transport.startWhole(request, body: body, events: events)
+            case .whole:
+                // A whole transfer may send its request twice: safe requests only.
+                if WholeTransfer.accepts(request, body: body) {
+                    transfer = transport.startWhole(request, events: events)
+                } else {
+                    transfer = transport.start(request, body: body, events: events)
+                }
             case .streamedApart: transfer = streamingTransport.start(request, body: body, events: events)
             }
             perform(lifecycle.withLock { $0.transferStarted() })

@@ -32,6 +32,9 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
         /// is the normal end of the 401 response.
         var handedOver: Set<Int> = []
+        /// The redirect responses whole transfers met, not followed, until the transfer claims
+        /// them (by identity: corelibs hands the caller the very response it asked about).
+        var refusedRedirects: [ObjectIdentifier: URLResponse] = [:]
     }
 
     private let state = LockedState(State())
@@ -79,11 +82,19 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         return task
     }
 
-    /// Starts `request` as a ``WholeTransfer``: its answer arrives in one piece.
-    func startWhole(_ request: URLRequest, body: URLTaskBody, events: any TransportEvents) -> WholeTransfer {
-        let transfer = WholeTransfer(events: events)
-        transfer.start(Self.prepared(request, body: body), body: body, session: session)
-        return transfer
+    /// Starts `request` (``WholeTransfer/accepts(_:body:)``) as a ``WholeTransfer``: its answer
+    /// arrives in one piece.
+    func startWhole(_ request: URLRequest, events: any TransportEvents) -> WholeTransfer {
+        WholeTransfer(Self.prepared(request, body: .none), transport: self, events: events) { [self] events in
+            start(request, body: .none, events: events)
+        }
+    }
+
+    /// Whether `response` is a redirect this transport refused to follow for a whole transfer
+    /// (which then sends its request again, streamed); forgets it.
+    func refusedRedirect(_ response: URLResponse) -> Bool {
+        guard response is HTTPURLResponse else { return false }
+        return state.withLock { $0.refusedRedirects.removeValue(forKey: ObjectIdentifier(response)) != nil }
     }
 
     /// `request` as the inner session sends it: without the policy's header, whatever put it
@@ -152,7 +163,8 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     ) {
         var disposition = URLSession.AuthChallengeDisposition.performDefaultHandling
         if Platform.handsChallengeToCaller(challenge) {
-            state.withLock { _ = $0.handedOver.insert(task.taskIdentifier) }
+            // A whole transfer's task (no route) ends with `cancelled`, which it reads as this.
+            state.withLock { if $0.routes[task.taskIdentifier] != nil { $0.handedOver.insert(task.taskIdentifier) } }
             disposition = .cancelAuthenticationChallenge
         }
         // corelibs answers by cancelling or suspending the task, a `sync` onto the work queue.
@@ -174,7 +186,11 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     ) {
         // Called once; corelibs' handler hops to the task's own queue itself.
         nonisolated(unsafe) let completion = completionHandler
-        guard let events = events(for: task) else { return completion(nil) }
+        guard let events = events(for: task) else {
+            // A whole transfer's: not followed here; it is sent again, streamed (``WholeTransfer``).
+            state.withLock { $0.refusedRedirects[ObjectIdentifier(response)] = response }
+            return completion(nil)
+        }
         events.transportWillRedirect(response, to: request) { completion($0) }
     }
 

@@ -3,53 +3,117 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// A transfer of the inner session that delivers its answer in one piece, for the manager's own
-/// methods: the inner session's async `data(for:delegate:)`, which on corelibs hands the body to
-/// its caller right where the transfer ends (no delegate queue between), where a delegate-driven
+/// A GET or HEAD of the inner session that delivers its answer in one piece, for the manager's
+/// own methods: the inner session's async `data(for:)`, which on corelibs hands the body to its
+/// caller right where the transfer ends (no delegate queue between), where a delegate-driven
 /// task crosses the delegate queue three times (the head, the body, the end: about 39,000
 /// instructions a request, measured with callgrind).
 ///
-/// It is the transfer's task delegate: a redirect is the pipeline's to follow, as for every
-/// transfer (``Transport``).
-final class WholeTransfer: NSObject, TransferHandle, URLSessionTaskDelegate, Sendable {
-    private let events: any TransportEvents
-    private let work = LockedState<Task<Void, Never>?>(nil)
+/// Such a task has no events of its own for the transport: a redirect it meets is not followed,
+/// and an HTTP authentication challenge is refused (``Transport``), because the pipeline follows
+/// redirects and the caller's side answers challenges. Then the request, a safe one, is sent
+/// again as a streamed transfer, whose events reach the pipeline as every other transfer's do:
+/// the server sees the redirecting or challenging request twice (corelibs' async API drops a
+/// challenged answer's body).
+final class WholeTransfer: TransferHandle {
+    private let work: Task<Void, Never>
 
-    init(events: any TransportEvents) {
-        self.events = events
+    /// Whether `request` with `body` may be sent as a whole transfer: a GET or HEAD without a
+    /// body, which may be sent twice.
+    static func accepts(_ request: URLRequest, body: URLTaskBody) -> Bool {
+        guard body.isNone else { return false }
+        let method = request.httpMethod ?? "GET"
+        return method == "GET" || method == "HEAD"
     }
 
-    /// Sends `request` (prepared by ``Transport/prepared(_:body:)``) through `session`.
-    func start(_ request: URLRequest, body: URLTaskBody, session: URLSession) {
-        let task = Task { [events] in
+    /// Sends `request` (prepared by ``Transport/prepared(_:body:)``) through `transport`.
+    /// - Parameter again: Sends the request again as a streamed transfer whose events go to
+    ///   `events`.
+    init(
+        _ request: URLRequest, transport: Transport, events: any TransportEvents,
+        again: @escaping @Sendable (any TransportEvents) -> URLSessionTask
+    ) {
+        work = Task {
             do {
-                let (data, response): (Data, URLResponse)
-                if case .file(let file) = body {
-                    (data, response) = try await session.upload(for: request, fromFile: file, delegate: self)
-                } else {
-                    (data, response) = try await session.data(for: request, delegate: self)
-                }
+                let (data, response) = try await transport.session.data(for: request)
+                if transport.refusedRedirect(response) { return await Self.sendAgain(events, again) }
                 events.transportDidReceive(response: response)
                 if !data.isEmpty { events.transportDidReceive(data: data) }
                 events.transportDidComplete(error: nil)
+            } catch let error as URLError where error.code == .cancelled && !Task.isCancelled {
+                // Nobody cancelled this transfer: the transport refused its challenge.
+                await Self.sendAgain(events, again)
             } catch {
                 events.transportDidComplete(error: error)
             }
         }
-        work.withLock { $0 = task }
+    }
+
+    /// Sends the request again and stays until that transfer ends, so that a cancel reaches it.
+    private static func sendAgain(
+        _ events: any TransportEvents, _ again: @escaping @Sendable (any TransportEvents) -> URLSessionTask
+    ) async {
+        let resent = ResendEvents(events)
+        let task = again(resent)
+        await withTaskCancellationHandler {
+            await resent.ended()
+        } onCancel: {
+            Platform.cancel(innerTask: task)
+        }
     }
 
     /// Stops the transfer; its end is reported as `cancelled`. Off the calling thread: cancelling
     /// an inner task syncs onto the session's work queue, which may be this one.
     func cancel() {
-        guard let task = work.withLock({ $0 }) else { return }
-        DispatchQueue.global().async { task.cancel() }
+        let work = work
+        DispatchQueue.global().async { work.cancel() }
+    }
+}
+
+/// The events of a request a ``WholeTransfer`` sent again: passed on to the task's own, and
+/// its end waited for (so the whole transfer's Swift task stays, and a cancel reaches it).
+private final class ResendEvents: TransportEvents {
+    private enum Phase {
+        case running
+        case waiting(CheckedContinuation<Void, Never>)
+        case ended
     }
 
-    func urlSession(
-        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest,
-        completionHandler: @escaping @Sendable (URLRequest?) -> Void
-    ) {
-        events.transportWillRedirect(response, to: request) { completionHandler($0) }
+    private let events: any TransportEvents
+    private let phase = LockedState(Phase.running)
+
+    init(_ events: any TransportEvents) {
+        self.events = events
+    }
+
+    /// Returns once the transfer ended.
+    func ended() async {
+        await withCheckedContinuation { continuation in
+            let now: Bool = phase.withLock { phase in
+                guard case .running = phase else { return true }
+                phase = .waiting(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    func transportDidReceive(response: URLResponse) { events.transportDidReceive(response: response) }
+    func transportDidReceive(data: Data) { events.transportDidReceive(data: data) }
+    func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        events.transportDidSendBody(totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend)
+    }
+    func transportWillRedirect(_ response: HTTPURLResponse, to request: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void) {
+        events.transportWillRedirect(response, to: request, decide: decide)
+    }
+
+    func transportDidComplete(error: (any Error)?) {
+        events.transportDidComplete(error: error)
+        let waiting: CheckedContinuation<Void, Never>? = phase.withLock { phase in
+            defer { phase = .ended }
+            if case .waiting(let continuation) = phase { return continuation }
+            return nil
+        }
+        waiting?.resume()
     }
 }
