@@ -20,7 +20,15 @@ extension CheckedContinuation: CallAnswer where E == any Error {}
 final class Call<Success: Sendable>: Sendable {
     typealias Continuation = any CallAnswer<Success>
 
-    private let machine = LockedState(CallStateMachine<Continuation>())
+    /// The machine, and what a ``DataCallSink`` collected of the answer (under the same lock:
+    /// one lock a call).
+    private struct State {
+        var machine = CallStateMachine<Continuation>()
+        var response: URLResponse?
+        var body = Data()
+    }
+
+    private let state = LockedState(State())
     /// The URL the caller asked for, which a cancellation names.
     private let url: URL?
     /// Lets go of what the call holds for its answer (a download's file) once the caller was
@@ -35,7 +43,7 @@ final class Call<Success: Sendable>: Sendable {
     /// Hands over the calling task's continuation: `true` if the call should start its pipeline
     /// task, `false` if the caller had already cancelled (and has been answered).
     func attach(_ continuation: Continuation) -> Bool {
-        switch machine.withLock({ $0.attach(continuation) }) {
+        switch state.withLock({ $0.machine.attach(continuation) }) {
         case .start:
             return true
         case .answerCancelled(let continuation):
@@ -47,13 +55,13 @@ final class Call<Success: Sendable>: Sendable {
 
     /// The pipeline returned the task's handle.
     func started(_ handle: any PipelineTaskHandle) {
-        if case .cancel(let handle) = machine.withLock({ $0.started(handle) }) { handle.cancel() }
+        if case .cancel(let handle) = state.withLock({ $0.machine.started(handle) }) { handle.cancel() }
     }
 
     /// The calling task was cancelled: the caller gets `URLError.cancelled` now, as from
     /// URLSession's async methods, and the pipeline task is stopped.
     func cancel() {
-        guard case .answerCancelled(let continuation, let handle) = machine.withLock({ $0.cancelled() }) else { return }
+        guard case .answerCancelled(let continuation, let handle) = state.withLock({ $0.machine.cancelled() }) else { return }
         continuation.resume(with: .failure(URLError.cancelled(url: url)))
         handle?.cancel()
         cleanUpAfterCancel?()
@@ -61,8 +69,28 @@ final class Call<Success: Sendable>: Sendable {
 
     /// The pipeline task ended with `result` (unless the caller was answered already).
     func end(_ result: Result<Success, any Error>) {
-        guard case .answer(let continuation) = machine.withLock({ $0.ended() }) else { return }
+        guard case .answer(let continuation) = state.withLock({ $0.machine.ended() }) else { return }
         continuation.resume(with: result)
+    }
+}
+
+extension Call {
+    /// Keeps the answer's head (``DataCallSink``).
+    func collect(response: URLResponse) {
+        state.withLock { $0.response = response }
+    }
+
+    /// Appends a piece of the answer's body (``DataCallSink``).
+    func collect(data: Data) {
+        state.withLock { $0.body.append(data) }
+    }
+
+    /// What was collected, which is let go.
+    func takeCollected() -> (URLResponse?, Data) {
+        state.withLock { state in
+            defer { state.body = Data() }
+            return (state.response, state.body)
+        }
     }
 }
 

@@ -6,12 +6,6 @@ import FoundationNetworking
 /// Collects a task's response and body for ``URLTaskManager/data(for:)`` and the uploads, and
 /// ends their ``Call`` with both, as URLSession's async methods return them.
 final class DataCallSink: TaskSink, Sendable {
-    private struct Collected {
-        var response: URLResponse?
-        var body = Data()
-    }
-
-    private let collected = LockedState(Collected())
     private let call: Call<(Data, URLResponse)>
 
     init(_ call: Call<(Data, URLResponse)>) {
@@ -19,18 +13,15 @@ final class DataCallSink: TaskSink, Sendable {
     }
 
     func receive(response: URLResponse) {
-        collected.withLock { $0.response = response }
+        call.collect(response: response)
     }
 
     func receive(data: Data) {
-        collected.withLock { $0.body.append(data) }
+        call.collect(data: data)
     }
 
     func finish() {
-        let (response, body) = collected.withLock { collected in
-            defer { collected.body = Data() }
-            return (collected.response, collected.body)
-        }
+        let (response, body) = call.takeCollected()
         guard let response else { return call.end(.failure(URLError(.badServerResponse))) }
         call.end(.success((body, response)))
     }
