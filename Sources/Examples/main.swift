@@ -13,6 +13,7 @@ let scenarios: [Scenario] = [
     .batching,
     .retries,
     .familiarAPIs,
+    .twoWaysIn,
     .customReactor,
     .signedBody,
     .gzipUpload,

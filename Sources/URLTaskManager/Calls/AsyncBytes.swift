@@ -15,7 +15,7 @@ extension URLTaskManager {
     public struct AsyncBytes: AsyncSequence, Sendable {
         public typealias Element = UInt8
 
-        let reader: ByteStreamReader
+        @usableFromInline let reader: ByteStreamReader
 
         /// The body in the pieces it arrives in, for code that handles bytes in bulk (hashing,
         /// writing to a file) rather than one at a time.
@@ -26,15 +26,19 @@ extension URLTaskManager {
         }
 
         /// Reads the body a byte at a time; suspends only when the piece at hand is used up.
+        ///
+        /// `next()` is inlined into the reading loop (a call across modules for every byte cost
+        /// about 35 ns, 24 MB/s): only taking the next piece is a call.
         public struct AsyncIterator: AsyncIteratorProtocol {
-            let reader: ByteStreamReader
-            private var chunk = Data()
-            private var index = 0
+            @usableFromInline let reader: ByteStreamReader
+            @usableFromInline var chunk = Data()
+            @usableFromInline var index = 0
 
             init(reader: ByteStreamReader) {
                 self.reader = reader
             }
 
+            @inlinable
             public mutating func next() async throws -> UInt8? {
                 if index < chunk.endIndex {
                     defer { index += 1 }
@@ -43,7 +47,8 @@ extension URLTaskManager {
                 return try await nextChunk()
             }
 
-            private mutating func nextChunk() async throws -> UInt8? {
+            @usableFromInline
+            mutating func nextChunk() async throws -> UInt8? {
                 while let next = try await reader.stream.next() {
                     if next.isEmpty { continue }
                     chunk = next

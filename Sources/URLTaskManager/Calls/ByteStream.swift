@@ -103,6 +103,7 @@ final class ByteStream: Sendable {
 }
 
 /// Ends the stream's reading when the last copy of its byte sequence and iterators is gone.
+@usableFromInline
 final class ByteStreamReader: Sendable {
     let stream: ByteStream
 
