@@ -15,11 +15,13 @@
 // `against URL ...` (the rounds below against that server) and `requests CONFIGURATION N URL`
 // (N sequential GETs and nothing else): see AddressServer.swift and RemoteBenchmark.swift.
 //
-// The server runs in a child process (`serve`), so getrusage counts the client alone. Each
-// configuration runs 2,000 sequential GETs and 10 / 200 / 1,000 concurrent GETs, in rounds that
-// interleave the configurations so drift (CPU frequency, other load) spreads over all of them
-// alike. Every figure is the median of the rounds, per request, and each ratio is against plain
-// URLSession in the same run. Never run by the tests.
+// The default run compares plain URLSession (configuration 0) and a bare forwarding URLProtocol
+// (1) with the manager's session door (2 to 5) and its own `data(for:)` (11 and 12): see
+// `LatencyBenchmark.names`. The server runs in a child process (`serve`), so getrusage counts
+// the client alone. Each configuration runs 2,000 sequential GETs and 10 / 200 / 1,000
+// concurrent GETs, in rounds that interleave the configurations so drift (CPU frequency, other
+// load) spreads over all of them alike. Every figure is the median of the rounds, per request,
+// and each ratio is against plain URLSession in the same run. Never run by the tests.
 
 import Foundation
 #if canImport(FoundationNetworking)
