@@ -5,12 +5,14 @@
 #     scripts/bench-callgrind.sh [RUNS]        # RUNS (default 2) repetitions of every count
 #
 # Environment: BUILD_PATH (default .build), SMALL and LARGE (GETs per count, default 100 and
-# 2100), CONFIGURATIONS (indices of the benchmark's configurations, default "0 1 2 3 4 5":
-# plain, bare forwarding URLProtocol, manager without interceptors, 1 HeaderInterceptor, the
-# same with an events reader, OAuth2 bearer + refresh; also 6 streamed forwarding URLProtocol,
-# 7 the HeaderInterceptor behind the async `intercept` only, 8 a `setValue` header interceptor,
-# 9 and 10 plain URLSession sending one header, or an `Authorization` header, from its
-# configuration),
+# 2100), CONFIGURATIONS (indices of the benchmark's configurations, default "0 1 2 3 4 5 11 12":
+# 0 plain URLSession, 1 bare forwarding URLProtocol, 2 manager.session without interceptors,
+# 3 the same with 1 HeaderInterceptor, 4 the same with an events reader, 5 manager.session with
+# OAuth2 bearer + refresh, 11 manager.data(for:) without interceptors, 12 manager.data(for:)
+# with OAuth2 bearer + refresh (11 and 12 are 2 and 5 through the manager's own methods, no
+# outer URLSessionTask); also 6 streamed forwarding URLProtocol, 7 the HeaderInterceptor behind
+# the async `intercept` only, 8 a `setValue` header interceptor, 9 and 10 plain URLSession
+# sending one header, or an `Authorization` header, from its configuration),
 # CONCURRENCY (default 1: sequential GETs; C: in groups of C at once).
 #
 # The server (`Benchmarks serve-at 127.0.0.1 0`) runs outside valgrind; each count is one
@@ -18,7 +20,7 @@
 # callgrind, every thread of the client counted. Per request = (Ir of LARGE GETs - Ir of SMALL
 # GETs) / (LARGE - SMALL), which takes out start-up, connection set-up and exit. Every count
 # of every configuration is repeated RUNS times, interleaved, and the spread between runs is
-# printed. About 30 s per configuration and run with the defaults on a 2-core machine, 6 to 7
+# printed. About 30 s per configuration and run with the defaults on a 2-core machine, 8 to 9
 # minutes in all.
 #
 # Why not a single count: the client's threads take turns under valgrind, and how the work falls
@@ -31,7 +33,7 @@ runs="${1:-2}"
 build_path="${BUILD_PATH:-.build}"
 small="${SMALL:-100}"
 large="${LARGE:-2100}"
-configurations="${CONFIGURATIONS:-0 1 2 3 4 5}"
+configurations="${CONFIGURATIONS:-0 1 2 3 4 5 11 12}"
 concurrency="${CONCURRENCY:-1}"
 
 if ! command -v swift >/dev/null 2>&1; then
@@ -100,7 +102,7 @@ awk -v small="$small" -v large="$large" -v runs="$runs" -v dir="$work" '
         if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }
     }
     END {
-        header = sprintf("  %-34s", "")
+        header = sprintf("  %-36s", "")
         for (r = 1; r <= runs; r++) header = header sprintf("%12s", "run " r)
         print header sprintf("%9s%8s", "spread", "ratio")
         plain = per[order[1], 1]
@@ -108,7 +110,7 @@ awk -v small="$small" -v large="$large" -v runs="$runs" -v dir="$work" '
             c = order[i]
             name = ""
             getline name < (dir "/name." c)
-            line = sprintf("  %-34s", name)
+            line = sprintf("  %-36s", name)
             lo = per[c, 1]; hi = per[c, 1]
             for (r = 1; r <= runs; r++) {
                 line = line sprintf("%12.0f", per[c, r])

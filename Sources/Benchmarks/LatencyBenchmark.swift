@@ -70,11 +70,12 @@ enum LatencyBenchmark {
         }
     }
 
-    /// The configurations of the default run: all but the streamed forwarding protocol and the
-    /// async-only header, experiments run with `against ... --configurations 0,1,2,6` and
-    /// `--configurations 0,3,7,8`, and plain sessions that send a header themselves
+    /// The configurations of the default run: 0 to 5 and the manager's own `data(for:)` (11
+    /// and 12, beside the session door's 2 and 5). Left out: the streamed forwarding protocol
+    /// and the async-only header, experiments run with `against ... --configurations 0,1,2,6`
+    /// and `--configurations 0,3,7,8`, and plain sessions that send a header themselves
     /// (`--configurations 0,9,10`).
-    static let defaultIndices = Array(0...5)
+    static let defaultIndices = Array(0...5) + [11, 12]
 
     /// The configurations compared, plain URLSession first (their indices name them on the
     /// command line of `profile`, `against` and `requests`).
@@ -238,12 +239,12 @@ enum LatencyBenchmark {
         let plain = medians[0]
         print(title)
         print(
-            cell("", 34, left: true) + cell("wall ms", 9) + cell("ratio", 7) + cell("CPU ms", 9) + cell("ratio", 7) + cell("ctx sw", 8)
+            cell("", 38, left: true) + cell("wall ms", 9) + cell("ratio", 7) + cell("CPU ms", 9) + cell("ratio", 7) + cell("ctx sw", 8)
                 + cell("+plain", 8))
         for (index, configuration) in configurations.enumerated() {
             let m = medians[index]
             print(
-                cell("  " + configuration.name, 34, left: true)
+                cell("  " + configuration.name, 38, left: true)
                     + cell(number(m.wallMilliseconds, 3), 9) + cell(number(m.wallMilliseconds / plain.wallMilliseconds, 2) + "x", 7)
                     + cell(number(m.cpuMilliseconds, 3), 9) + cell(number(m.cpuMilliseconds / plain.cpuMilliseconds, 2) + "x", 7)
                     + cell(number(m.contextSwitches, 1), 8)

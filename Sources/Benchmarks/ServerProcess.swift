@@ -2,12 +2,18 @@ import Foundation
 import LoopbackServer
 
 /// The benchmark's HTTP server, in a child process (this same executable, `serve`), so that the
-/// client's CPU time and context switches are measured without the server's.
+/// client's CPU time, context switches and memory are measured without the server's.
 enum ServerProcess {
     /// Runs the server until standard input closes: `Benchmarks serve` prints its port, then serves.
     static func serve() throws -> Never {
         let server = try LoopbackServer()
         server.route("GET", "/small") { _ in .text("ok") }
+        // `/generated/N`: N bytes of `GeneratedBody`'s pattern, made 64 KiB at a time as they
+        // are sent (the `streaming` mode's large bodies, never held by the server).
+        server.route("GET", prefix: "/generated/") { request in
+            guard let length = Int(request.path.dropFirst("/generated/".count)), length >= 0 else { return .text("no length", status: 400) }
+            return ServerResponse(headers: ["Content-Type": "application/octet-stream"], body: .generated(length: length))
+        }
         FileHandle.standardOutput.write(Data("\(server.port)\n".utf8))
         while FileHandle.standardInput.availableData.count > 0 {}
         server.shutdown()

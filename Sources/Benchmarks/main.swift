@@ -6,6 +6,7 @@
 //     swift run -c release Benchmarks soak-refresh [REQUESTS] [IN-FLIGHT]   # tokens revoked again and again
 //     swift run -c release Benchmarks hosts [HOSTS]     # per-host state of a limiter and a breaker
 //     swift run -c release Benchmarks soak [REQUESTS] [IN-FLIGHT]   # memory and threads over a long run, plain and kit
+//     swift run -c release Benchmarks streaming [MEGABYTES]   # peak memory of a large body read as it arrives (400 MB)
 //     swift run -c release Benchmarks profile N CONCURRENCY SECONDS   # configuration N alone, for perf
 //     scripts/bench-netem.sh       # over a veth pair with netem delay (1 and 20 ms round trip)
 //     scripts/bench-callgrind.sh   # instructions per request under callgrind
@@ -15,11 +16,14 @@
 // `against URL ...` (the rounds below against that server) and `requests CONFIGURATION N URL`
 // (N sequential GETs and nothing else): see AddressServer.swift and RemoteBenchmark.swift.
 //
-// The server runs in a child process (`serve`), so getrusage counts the client alone. Each
-// configuration runs 2,000 sequential GETs and 10 / 200 / 1,000 concurrent GETs, in rounds that
-// interleave the configurations so drift (CPU frequency, other load) spreads over all of them
-// alike. Every figure is the median of the rounds, per request, and each ratio is against plain
-// URLSession in the same run. Never run by the tests.
+// The default run compares plain URLSession (configuration 0) and a bare forwarding URLProtocol
+// (1) with the manager's session door (2 to 5) and its own `data(for:)` (11 and 12): see
+// `LatencyBenchmark.names`. The server runs in a child process (`serve`), so getrusage counts
+// the client alone. Each configuration runs 2,000 sequential GETs and 10 / 200 / 1,000
+// concurrent GETs, in rounds that interleave the configurations so drift (CPU frequency, other
+// load) spreads over all of them alike. Every figure is the median of the rounds, per request,
+// and each ratio is against plain URLSession in the same run. `streaming` is described in
+// StreamingBenchmark.swift. Never run by the tests.
 
 import Foundation
 #if canImport(FoundationNetworking)
@@ -99,6 +103,9 @@ case "soak-client":
 case "hosts":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
     run { try await HostsBenchmark.run(arguments) }
+case "streaming":
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    run { try await StreamingBenchmark.run(arguments) }
 case "walk-401":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
     run { try await Walk401Benchmark.run(arguments) }
