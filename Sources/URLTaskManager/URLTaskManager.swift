@@ -19,11 +19,13 @@ import FoundationNetworking
 ///
 /// The session owns everything the manager set up, as a `URLSession` owns its delegate: it
 /// works for as long as you keep it and have not invalidated it, whether or not you keep the
-/// manager. Keep the manager only to reach its own methods (``flush()``,
-/// ``download(for:)``). Invalidating the session, directly or through the manager, releases
-/// everything; so does releasing it. Several managers can live side by side: a task only ever
-/// runs through the interceptors and reactors of the session that created it. (On Apple
-/// platforms a session cannot report its own invalidation: invalidate through the manager.)
+/// manager. Keep the manager only to reach its own methods: ``flush()``, and the requests it
+/// sends without the outer task a session needs (``data(for:)``, ``bytes(for:)``, the uploads,
+/// ``download(for:)``: the same parts at about the cost of a plain `URLSession`). Invalidating
+/// the session, directly or through the manager, releases everything; so does releasing it.
+/// Several managers can live side by side: a task only ever runs through the interceptors and
+/// reactors of the session that created it. (On Apple platforms a session cannot report its own
+/// invalidation: invalidate through the manager.)
 public final class URLTaskManager: Sendable {
     /// The session to use in place of your own. Its delegate (if you passed one) receives the
     /// usual callbacks. It keeps the manager's interceptors and reactors alive until it is

@@ -53,6 +53,14 @@ protocol PlatformSupport {
 
     // MARK: The inner session
 
+    /// Whether a safe request of the manager's own methods goes out as a ``WholeTransfer``: the
+    /// inner session's async `data(for:)`, which hands its answer over where the transfer ends
+    /// (corelibs), where a delegate-driven task crosses the delegate queue three times. It relies
+    /// on the session's delegate being asked about an async task's redirects and on the redirect
+    /// response being the very object the task answers with, both read in corelibs' source:
+    /// elsewhere the methods stream as the session's tasks do.
+    static var sendsWholeTransfers: Bool { get }
+
     /// Makes the inner session's delegate callbacks run where its transfers are read, if the
     /// platform allows it; `false` if they keep their own delegate queue.
     @discardableResult

@@ -4,7 +4,7 @@ import FoundationNetworking
 #endif
 
 /// A GET or HEAD of the inner session that delivers its answer in one piece, for the manager's
-/// own methods: the inner session's async `data(for:)`, which on corelibs hands the body to its
+/// own methods (on corelibs: ``PlatformSupport/sendsWholeTransfers``): the inner session's async `data(for:)`, which on corelibs hands the body to its
 /// caller right where the transfer ends (no delegate queue between), where a delegate-driven
 /// task crosses the delegate queue three times (the head, the body, the end: about 39,000
 /// instructions a request, measured with callgrind).
@@ -21,7 +21,7 @@ final class WholeTransfer: TransferHandle {
     /// Whether `request` with `body` may be sent as a whole transfer: a GET or HEAD without a
     /// body, which may be sent twice.
     static func accepts(_ request: URLRequest, body: URLTaskBody) -> Bool {
-        guard body.isNone else { return false }
+        guard Platform.sendsWholeTransfers, body.isNone else { return false }
         let method = request.httpMethod ?? "GET"
         return method == "GET" || method == "HEAD"
     }

@@ -26,6 +26,10 @@ enum ApplePlatform: PlatformSupport {
     /// URLSession counts what a protocol delivers.
     static let bridgeMovesProgress = false
 
+    /// Neither what ``WholeTransfer`` relies on is read in Apple's source, and the delegate
+    /// queue's cost it avoids is corelibs': the methods stream here.
+    static let sendsWholeTransfers = false
+
     /// Creates the session a manager hands out: a plain `URLSession` with a protocol class of
     /// its own in front (``BridgeSlots``), owning `pipeline` through an associated object.
     static func makeSession(

@@ -109,6 +109,12 @@ enum CorelibsPlatform: PlatformSupport {
     /// corelibs moves a task's `progress` only for its own protocol.
     static let bridgeMovesProgress = true
 
+    /// corelibs asks the session's delegate about an async task's redirects and challenges
+    /// (`task.delegate` falls back to it; the delegate given to `data(for:delegate:)` is not
+    /// asked), and the response a refused redirect ends with is the one it asked about
+    /// (`HTTPURLProtocol.redirectFor`, `didCompleteRedirectCallback`, 6.3.1).
+    static let sendsWholeTransfers = true
+
     /// Creates the session a manager hands out, owning `pipeline` for as long as it lives: a
     /// ``ManagedURLSession``, whose invalidation ends the pipeline.
     ///
