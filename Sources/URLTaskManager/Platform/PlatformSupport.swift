@@ -69,6 +69,12 @@ protocol PlatformSupport {
     /// gets the response, answers it (as a plain session would).
     static func handsChallengeToCaller(_ challenge: URLAuthenticationChallenge) -> Bool
 
+    /// The delegate `session`'s async API (`data(for:delegate:)`, `upload(for:fromFile:delegate:)`)
+    /// was given for `task`, read from `session`'s delegate callbacks: where the platform asks
+    /// the session's delegate about such a task's redirect or challenge instead of the task's
+    /// own, the transport hands the callback on (``WholeTransfer``).
+    static func asyncAPIDelegate(of task: URLSessionTask, in session: URLSession) -> (any URLSessionTaskDelegate)?
+
     /// The `Cookie` header a request goes out with, given its `own` and the one the inner
     /// session's storage holds for its URL (`stored`, `nil` when the session adds none): what
     /// sharing keys a request by (``WireHeaders``).

@@ -152,7 +152,12 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     ) {
         var disposition = URLSession.AuthChallengeDisposition.performDefaultHandling
         if Platform.handsChallengeToCaller(challenge) {
-            state.withLock { _ = $0.handedOver.insert(task.taskIdentifier) }
+            if events(for: task) == nil, let whole = wholeTransfer(of: task, in: session) {
+                // Its end is the async API's, which reports the refusal as `cancelled`.
+                whole.challengeRefused(challenge)
+            } else {
+                state.withLock { _ = $0.handedOver.insert(task.taskIdentifier) }
+            }
             disposition = .cancelAuthenticationChallenge
         }
         // corelibs answers by cancelling or suspending the task, a `sync` onto the work queue.
@@ -174,8 +179,17 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     ) {
         // Called once; corelibs' handler hops to the task's own queue itself.
         nonisolated(unsafe) let completion = completionHandler
-        guard let events = events(for: task) else { return completion(nil) }
+        guard let events = events(for: task) else {
+            // A whole transfer's task, about which the platform asks the session's delegate.
+            guard let whole = wholeTransfer(of: task, in: session) else { return completion(nil) }
+            return whole.urlSession(session, task: task, willPerformHTTPRedirection: response, newRequest: request) { completion($0) }
+        }
         events.transportWillRedirect(response, to: request) { completion($0) }
+    }
+
+    /// The ``WholeTransfer`` of `task`, a task of the async API that routes nothing here.
+    private func wholeTransfer(of task: URLSessionTask, in session: URLSession) -> WholeTransfer? {
+        Platform.asyncAPIDelegate(of: task, in: session) as? WholeTransfer
     }
 
     /// corelibs lets go of the delegate right after this call, and a task that ends after that

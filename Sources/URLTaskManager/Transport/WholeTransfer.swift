@@ -10,10 +10,14 @@ import FoundationNetworking
 /// instructions a request, measured with callgrind).
 ///
 /// It is the transfer's task delegate: a redirect is the pipeline's to follow, as for every
-/// transfer (``Transport``).
+/// transfer (``Transport``). Where the platform asks the session's delegate instead (corelibs),
+/// the transport hands the redirect on, and tells of a 401 challenge it refused
+/// (``challengeRefused(_:)``).
 final class WholeTransfer: NSObject, TransferHandle, URLSessionTaskDelegate, Sendable {
     private let events: any TransportEvents
     private let work = LockedState<Task<Void, Never>?>(nil)
+    /// The 401 whose challenge the transport refused, so that the pipeline answers it.
+    private let refused = LockedState<HTTPURLResponse?>(nil)
 
     init(events: any TransportEvents) {
         self.events = events
@@ -32,11 +36,25 @@ final class WholeTransfer: NSObject, TransferHandle, URLSessionTaskDelegate, Sen
                 events.transportDidReceive(response: response)
                 if !data.isEmpty { events.transportDidReceive(data: data) }
                 events.transportDidComplete(error: nil)
+            } catch let error as URLError where error.code == .cancelled && !Task.isCancelled {
+                // The refusal of a 401's challenge ends the async API `cancelled`, and the 401's
+                // body, delivered before the challenge, is gone with it: the pipeline gets the
+                // 401's head alone, as the end of the transfer.
+                guard let refused = refused.withLock({ $0 }) else { return events.transportDidComplete(error: error) }
+                events.transportDidReceive(response: refused)
+                events.transportDidComplete(error: nil)
             } catch {
                 events.transportDidComplete(error: error)
             }
         }
         work.withLock { $0 = task }
+    }
+
+    /// The transport refused the inner task's 401 challenge (``PlatformSupport/handsChallengeToCaller(_:)``):
+    /// the pipeline answers it, as the caller's session answers it for every other transfer.
+    func challengeRefused(_ challenge: URLAuthenticationChallenge) {
+        guard let response = challenge.failureResponse as? HTTPURLResponse else { return }
+        refused.withLock { $0 = response }
     }
 
     /// Stops the transfer; its end is reported as `cancelled`. Off the calling thread: cancelling

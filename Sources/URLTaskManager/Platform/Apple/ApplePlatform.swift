@@ -55,6 +55,11 @@ enum ApplePlatform: PlatformSupport {
     /// The inner session's default handling completes a 401 with no credential as a response.
     static func handsChallengeToCaller(_ challenge: URLAuthenticationChallenge) -> Bool { false }
 
+    /// The task keeps the delegate its async API was given (and is asked before the session's).
+    static func asyncAPIDelegate(of task: URLSessionTask, in session: URLSession) -> (any URLSessionTaskDelegate)? {
+        task.delegate
+    }
+
     /// Apple's loader adds stored cookies to a request that handles cookies; how it combines them
     /// with a `Cookie` the request sets itself is not documented, so such a request is never
     /// shared.

@@ -232,6 +232,19 @@ enum CorelibsPlatform: PlatformSupport {
         (challenge.failureResponse as? HTTPURLResponse)?.statusCode == 401
     }
 
+    /// corelibs keeps the delegate given to `data(for:delegate:)` in the task registry alone (the
+    /// task's `delegate` falls back to the session's), and asks `task.delegate` about the task's
+    /// redirect (`HTTPURLProtocol.redirectFor`) and challenge: the session's delegate, then.
+    /// The registry is read on the session's work queue, where the transport's callbacks run;
+    /// from anywhere else, on that queue.
+    static func asyncAPIDelegate(of task: URLSessionTask, in session: URLSession) -> (any URLSessionTaskDelegate)? {
+        let read = {
+            TaskRegistryReader(session: session).flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier))?.taskDelegate }
+        }
+        if isOnSessionWorkQueue { return read() }
+        return workQueue(of: session)?.sync(execute: read)
+    }
+
     /// corelibs replaces a request's own `Cookie` with the stored cookies for its URL, whenever
     /// there are any and the configuration's `httpShouldSetCookies` is on, whatever the request's
     /// `httpShouldHandleCookies` says (`URLSession._Configuration.setCookies(on:)`, called from
