@@ -57,6 +57,14 @@ final class Call<Success: Sendable>: Sendable {
     }
 }
 
+/// The sink of a call of the manager's own methods, which has no outer task for the session's
+/// `invalidateAndCancel()` to cancel.
+protocol CallSink: TaskSink {
+    /// The manager was invalidated and cancelled: the call is cancelled as the session cancels
+    /// its tasks (``Call/cancel()``).
+    func cancelCall()
+}
+
 extension Pipeline {
     /// Runs one call of the manager's methods: `makeSink` makes the sink that ends `call`; the
     /// task starts on the calling thread (no outer session, so no work queue to stay off), and

@@ -5,7 +5,7 @@ import FoundationNetworking
 
 /// Collects a task's response and body for ``URLTaskManager/data(for:)`` and the uploads, and
 /// ends their ``Call`` with both, as URLSession's async methods return them.
-final class DataCallSink: TaskSink, Sendable {
+final class DataCallSink: CallSink, Sendable {
     private struct Collected {
         var response: URLResponse?
         var body = Data()
@@ -37,6 +37,10 @@ final class DataCallSink: TaskSink, Sendable {
 
     func fail(_ error: any Error) {
         call.end(.failure(error))
+    }
+
+    func cancelCall() {
+        call.cancel()
     }
 
     /// Answered as a session without a delegate answers: the credential storage's default

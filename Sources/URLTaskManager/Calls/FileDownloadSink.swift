@@ -8,7 +8,7 @@ import FoundationNetworking
 ///
 /// The file is written and closed on a serial queue of its own (each chunk waits for its
 /// write, so the transfer keeps the disk's pace), never under a lock.
-final class FileDownloadSink: TaskSink, Sendable {
+final class FileDownloadSink: CallSink, Sendable {
     /// The temporary file and its handle. Every write and the close run on `io`, so a close
     /// (the end, or a cancel) comes after every write queued before it.
     final class File: Sendable {
@@ -96,5 +96,10 @@ final class FileDownloadSink: TaskSink, Sendable {
     func fail(_ error: any Error) {
         file.discard()
         call.end(.failure(error))
+    }
+
+    /// The call removes the file once it answered `cancelled`.
+    func cancelCall() {
+        call.cancel()
     }
 }
