@@ -99,9 +99,9 @@ extension URLTaskManager {
         }
     }
 
-    /// A GET of `url` (the configuration's cache policy and timeout, as
-    /// `URLSession.bytes(from:)`), streamed as ``bytes(for:)`` streams it.
+    /// A GET of `url` (the request `URLRequest(url:)` makes, as ``data(from:)`` sends it),
+    /// streamed as ``bytes(for:)`` streams it.
     public func bytes(from url: URL) async throws -> (AsyncBytes, URLResponse) {
-        try await bytes(for: defaultRequest(url))
+        try await bytes(for: URLRequest(url: url))
     }
 }

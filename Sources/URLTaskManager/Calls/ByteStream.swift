@@ -48,6 +48,14 @@ final class ByteStream: Sendable {
         }
     }
 
+    /// The manager was invalidated and cancelled: the body ends with `cancelled`, and a transfer
+    /// still running is stopped.
+    func cancelledByManager() {
+        let (action, stop) = machine.withLock { $0.cancelledByManager(URLError.cancelled(url: url)) }
+        stop?.cancel()
+        if case .wake(let consumer, let wake) = action { consumer.resume(returning: wake) }
+    }
+
     func ended(_ error: (any Error)?) {
         if case .wake(let consumer, let wake) = machine.withLock({ $0.ended(error) }) { consumer.resume(returning: wake) }
     }
@@ -118,7 +126,7 @@ final class ByteStreamReader: Sendable {
 
 /// The sink of a ``URLTaskManager/bytes(for:)`` call: the response head ends the call, with a
 /// byte sequence reading the ``ByteStream`` the body goes to.
-final class ByteStreamSink: TaskSink, Sendable {
+final class ByteStreamSink: CallSink, Sendable {
     private let call: Call<(URLTaskManager.AsyncBytes, URLResponse)>
     let stream: ByteStream
 
@@ -145,6 +153,13 @@ final class ByteStreamSink: TaskSink, Sendable {
     func fail(_ error: any Error) {
         call.end(.failure(error))
         stream.ended(error)
+    }
+
+    /// Before the head: the caller gets `cancelled`; after it, the reader does, where the body
+    /// breaks off.
+    func cancelCall() {
+        call.cancel()
+        stream.cancelledByManager()
     }
 
     /// Answered as a session without a delegate answers (see ``DataCallSink``).

@@ -175,6 +175,13 @@ struct ByteStreamStateMachine<Consumer> {
         return .none
     }
 
+    /// The manager was invalidated and cancelled: the body ends with `error` (after what was
+    /// buffered), and the handle of a transfer still running is returned to be stopped.
+    mutating func cancelledByManager(_ error: any Error) -> (EndAction, stop: (any PipelineTaskHandle)?) {
+        let stop = transferEnded ? nil : handle
+        return (ended(error), stop)
+    }
+
     // MARK: The consumer's side
 
     enum NextAction {

@@ -74,6 +74,14 @@ final class Call<Success: Sendable>: Sendable {
     }
 }
 
+/// The sink of a call of the manager's own methods, which has no outer task for the session's
+/// `invalidateAndCancel()` to cancel.
+protocol CallSink: TaskSink {
+    /// The manager was invalidated and cancelled: the call is cancelled as the session cancels
+    /// its tasks (``Call/cancel()``).
+    func cancelCall()
+}
+
 extension Call {
     /// Keeps the answer's head (``DataCallSink``).
     func collect(response: URLResponse) {

@@ -5,7 +5,7 @@ import FoundationNetworking
 
 /// Collects a task's response and body for ``URLTaskManager/data(for:)`` and the uploads, and
 /// ends their ``Call`` with both, as URLSession's async methods return them.
-final class DataCallSink: TaskSink, Sendable {
+final class DataCallSink: CallSink, Sendable {
     private let call: Call<(Data, URLResponse)>
 
     init(_ call: Call<(Data, URLResponse)>) {
@@ -24,6 +24,10 @@ final class DataCallSink: TaskSink, Sendable {
         let (response, body) = call.takeCollected()
         guard let response else { return call.end(.failure(URLError(.badServerResponse))) }
         call.end(.success((body, response)))
+    }
+
+    func cancelCall() {
+        call.cancel()
     }
 
     func fail(_ error: any Error) {

@@ -8,7 +8,7 @@ import FoundationNetworking
 ///
 /// The file is written and closed on a serial queue of its own (each chunk waits for its
 /// write, so the transfer keeps the disk's pace), never under a lock.
-final class FileDownloadSink: TaskSink, Sendable {
+final class FileDownloadSink: CallSink, Sendable {
     /// The temporary file and its handle. Every write and the close run on `io`, so a close
     /// (the end, or a cancel) comes after every write queued before it.
     final class File: Sendable {
@@ -91,6 +91,11 @@ final class FileDownloadSink: TaskSink, Sendable {
         // answered the caller already.
         guard file.close() else { return }
         call.end(.success((file.location, response)))
+    }
+
+    /// The call removes the file once it answered `cancelled`.
+    func cancelCall() {
+        call.cancel()
     }
 
     func fail(_ error: any Error) {

@@ -26,10 +26,11 @@ extension URLTaskManager {
         try await pipeline.call(request, body: URLTaskBody(request: request)) { DataCallSink($0) }
     }
 
-    /// Sends a GET of `url` (the configuration's cache policy and timeout, as
-    /// `URLSession.data(from:)`) and returns its body and response (see ``data(for:)``).
+    /// Sends a GET of `url` and returns its body and response (see ``data(for:)``): the request
+    /// `URLRequest(url:)` makes, as the session's `data(from:)` sends it, which the
+    /// configuration's timeouts and cache policy then govern.
     public func data(from url: URL) async throws -> (Data, URLResponse) {
-        try await data(for: defaultRequest(url))
+        try await data(for: URLRequest(url: url))
     }
 
     /// Sends `request` with `bodyData` as its body and returns the answer's body and response,
@@ -44,12 +45,5 @@ extension URLTaskManager {
     /// ``data(for:)``).
     public func upload(for request: URLRequest, fromFile fileURL: URL) async throws -> (Data, URLResponse) {
         try await pipeline.call(request, body: .file(fileURL)) { DataCallSink($0) }
-    }
-
-    /// The request URLSession makes of a bare URL: a GET with the configuration's cache policy
-    /// and request timeout.
-    func defaultRequest(_ url: URL) -> URLRequest {
-        let configuration = pipeline.transport.session.configuration
-        return URLRequest(url: url, cachePolicy: configuration.requestCachePolicy, timeoutInterval: configuration.timeoutIntervalForRequest)
     }
 }

@@ -316,13 +316,16 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
     }
 
     /// The second half of ``invalidateAndCancel()``: held tasks complete with `cancelled` (those
-    /// the session already cancelled stay silent, see ``ProtocolSink``) and the inner session is
-    /// abandoned.
+    /// the session already cancelled stay silent, see ``ProtocolSink``), the calls of the
+    /// manager's own methods are cancelled, and the inner session is abandoned.
     func cancelHeldTasks(_ action: PipelineLifecycleStateMachine.CancelAction) {
         guard case .cancelHeldTasks(let inner) = action else { return }
         for batch in batches {
             for run in batch.removeAll() { run.failUnsent(URLError.cancelled(url: run.callerURL)) }
         }
+        // No outer task of theirs for the session to cancel: cancelled here as it cancels its
+        // own, the caller answered at once and the transfer abandoned (``abandonsTransfers``).
+        for run in engine.liveRuns { (run.sink as? any CallSink)?.cancelCall() }
         perform(inner)
     }
 

@@ -24,7 +24,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// The engine whose lock guards this task's machine, and which admits it to the network.
     private let engine: EngineStorage
     private var machine: TaskStateMachine
-    private let sink: any TaskSink
+    /// Where the outcome goes (read by the pipeline only to find the manager's own calls).
+    let sink: any TaskSink
     private let environment: any TaskEnvironment
     /// Records and emits this task's events; `nil` when nobody listened as it started.
     private let observer: TaskObserver?

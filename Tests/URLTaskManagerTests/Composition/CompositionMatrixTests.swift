@@ -12,11 +12,28 @@ import LoopbackServer
 /// real HTTP: each request's outcome must be the one the parts present promise (an answer, a
 /// `URLError` as a plain session gives it, or a `URLTaskError` with the documented code), a
 /// credential goes only to its origin, each request's policy holds, and every task completes
-/// exactly once. Adding a part to a stack changes no outcome that part does not decide.
+/// exactly once. Adding a part to a stack changes no outcome that part does not decide. The
+/// workload runs through both doors of each manager, its session and its own methods, with the
+/// same expected outcomes.
 final class CompositionMatrixTests: XCTestCase {
     /// The parts the matrix combines.
     enum Part: String, CaseIterable, Sendable {
         case oauth2, coalescing, breaker, limiter, offlineHold, retry, validation, batching, policies
+    }
+
+    /// How the workload's requests reach the manager.
+    enum Door: String, CaseIterable, Sendable {
+        /// `manager.session.data(for:)`.
+        case session
+        /// `manager.data(for:)`.
+        case methods
+
+        func fetch(_ manager: URLTaskManager, _ request: URLRequest) async -> Fetched {
+            switch self {
+            case .session: await fetched(manager.session, request)
+            case .methods: await fetched(manager, request)
+            }
+        }
     }
 
     /// The servers the workload talks to: the API (the credential's origin), a failing host, a
@@ -119,9 +136,9 @@ final class CompositionMatrixTests: XCTestCase {
         }
     }
 
-    /// Runs the workload through a manager with `parts` and checks every outcome.
-    static func check(_ parts: Set<Part>, world: World, file: StaticString = #filePath, line: UInt = #line) async throws {
-        let label = parts.map(\.rawValue).sorted().joined(separator: "+")
+    /// Runs the workload through a manager with `parts`, by `door`, and checks every outcome.
+    static func check(_ parts: Set<Part>, world: World, door: Door, file: StaticString = #filePath, line: UInt = #line) async throws {
+        let label = parts.map(\.rawValue).sorted().joined(separator: "+") + " through the \(door.rawValue) door"
         let manager = makeManager(parts, world: world)
         defer { manager.session.finishTasksAndInvalidate() }
         let completions = EventCollector(manager.events())
@@ -131,7 +148,7 @@ final class CompositionMatrixTests: XCTestCase {
 
         func expect(_ request: URLRequest, _ expected: Expected, _ what: String) async {
             requests += 1
-            let got = outcome(await fetched(manager.session, request))
+            let got = outcome(await door.fetch(manager, request))
             XCTAssertEqual(got, expected, "[\(label)] \(what)", file: file, line: line)
         }
 
@@ -145,7 +162,7 @@ final class CompositionMatrixTests: XCTestCase {
         await expect(URLRequest(url: world.foreign.url("/echo")), .answer(200, "auth=none"), "a foreign host")
         // Identical requests at once each get the answer.
         let concurrent = await withTaskGroup(of: Expected?.self) { group in
-            for _ in 0..<4 { group.addTask { outcome(await fetched(manager.session, URLRequest(url: world.api.url("/ok")))) } }
+            for _ in 0..<4 { group.addTask { outcome(await door.fetch(manager, URLRequest(url: world.api.url("/ok")))) } }
             return await group.reduce(into: []) { $0.append($1) }
         }
         requests += 4
@@ -179,15 +196,19 @@ final class CompositionMatrixTests: XCTestCase {
     func testEveryPartAlone() async throws {
         let world = try World()
         defer { world.shutdown() }
-        for part in Part.allCases { try await Self.check([part], world: world) }
+        for door in Door.allCases {
+            for part in Part.allCases { try await Self.check([part], world: world, door: door) }
+        }
     }
 
     func testEveryPairOfParts() async throws {
         let world = try World()
         defer { world.shutdown() }
         let parts = Part.allCases
-        for (i, first) in parts.enumerated() {
-            for second in parts[(i + 1)...] { try await Self.check([first, second], world: world) }
+        for door in Door.allCases {
+            for (i, first) in parts.enumerated() {
+                for second in parts[(i + 1)...] { try await Self.check([first, second], world: world, door: door) }
+            }
         }
     }
 
@@ -196,7 +217,10 @@ final class CompositionMatrixTests: XCTestCase {
     func testTheRecommendedStackAndEverythingTogether() async throws {
         let world = try World()
         defer { world.shutdown() }
-        try await Self.check([.oauth2, .coalescing, .breaker, .limiter, .offlineHold, .retry, .validation, .policies], world: world)
-        try await Self.check(Set(Part.allCases), world: world)
+        for door in Door.allCases {
+            try await Self.check(
+                [.oauth2, .coalescing, .breaker, .limiter, .offlineHold, .retry, .validation, .policies], world: world, door: door)
+            try await Self.check(Set(Part.allCases), world: world, door: door)
+        }
     }
 }

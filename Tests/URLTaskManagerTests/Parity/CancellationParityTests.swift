@@ -23,7 +23,7 @@ final class CancellationParityTests: XCTestCase {
     }
 
     private var harness: ParityHarness!
-    private let gates: [Side: Gate] = [.plain: Gate(), .manager: Gate()]
+    private let gates = Dictionary(uniqueKeysWithValues: Side.allCases.map { ($0, Gate()) })
 
     override func setUpWithError() throws {
         harness = try ParityHarness()

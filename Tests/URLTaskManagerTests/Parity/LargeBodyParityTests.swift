@@ -172,7 +172,7 @@ final class LargeBodyParityTests: XCTestCase {
     ) async throws -> (plain: (peak: Int, growth: Int), manager: (peak: Int, growth: Int)) {
         XCTAssertTrue(MemoryProbe.resetPeak(), "cannot reset VmHWM on this machine")
         var peaks: [Side: (base: Int, peak: Int)] = [:]
-        for side in Side.allCases {
+        for side in [Side.plain, .manager] {
             peaks[side] = try await harness.run(side) { client in
                 let delegate = RecordingDelegate(handling: handling)
                 let session = client.makeSession(delegate: delegate)

@@ -66,6 +66,16 @@ func fetched(_ session: URLSession, _ request: URLRequest) async -> Fetched {
     }
 }
 
+/// Runs `request` with the manager's own `data(for:)` (the methods door).
+func fetched(_ manager: URLTaskManager, _ request: URLRequest) async -> Fetched {
+    do {
+        let (data, response) = try await manager.data(for: request)
+        return Fetched(data: data, response: response, error: nil)
+    } catch {
+        return .failure(error)
+    }
+}
+
 extension URLTaskError.Component {
     /// An interceptor as the machine tests name it.
     static func named(_ name: String, index: Int = 0) -> Self { Self(kind: .interceptor, index: index, name: name) }

@@ -9,12 +9,16 @@ import URLTaskManager
 enum Side: String, CaseIterable, Sendable {
     /// `URLSession(configuration:)`.
     case plain
-    /// `URLTaskManager(configuration:).session`.
+    /// `URLTaskManager(configuration:).session`: the session door.
     case manager
+    /// The same manager's own methods (`manager.data(for:)` and its family): the methods door.
+    /// ``ParityHarness/both(configuration:methods:function:file:line:_:)`` runs a scenario here too when
+    /// it used only the async calls these methods mirror.
+    case methods
 
-    /// Paths are prefixed with the side (`/side-plain/x`, `/side-manager/x`) so that server
-    /// state (held gates, cookies, request records) is never shared by the two runs. Outcomes
-    /// replace the prefix with ``placeholder`` so the two sides compare equal.
+    /// Paths are prefixed with the side (`/side-plain/x`, `/side-manager/x`, `/side-methods/x`)
+    /// so that server state (held gates, cookies, request records) is never shared by two runs.
+    /// Outcomes replace the prefix with ``placeholder`` so the sides compare equal.
     var pathPrefix: String { "/side-" + rawValue }
 
     static let placeholder = "/{side}"

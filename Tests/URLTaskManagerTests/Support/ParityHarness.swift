@@ -6,9 +6,11 @@ import LoopbackServer
 import URLTaskManager
 import XCTest
 
-/// Runs one scenario twice against the same `LoopbackServer`: through a plain
+/// Runs one scenario against the same `LoopbackServer` through a plain
 /// `URLSession(configuration:)` and through `URLTaskManager(configuration:).session`, so a test
-/// can assert that the manager is a drop-in replacement.
+/// can assert that the manager is a drop-in replacement; and, when the scenario used only the
+/// async calls the manager's own methods mirror, a third time through those methods (the
+/// methods door), asserting that it sees what the session door saw.
 ///
 /// ```swift
 /// let result = try await harness.both { client in
@@ -17,7 +19,20 @@ import XCTest
 /// XCTAssertParity(result)
 /// ```
 final class ParityHarness {
+    /// Whether ``both(configuration:methods:function:file:line:_:)`` runs a scenario through
+    /// the methods door too.
+    enum MethodsDoor {
+        /// When the scenario used only calls the methods door has (``ParityClient`` tracks it),
+        /// and its result must equal the session door's.
+        case compare
+        /// Never: what the scenario observes has no equivalent without an outer `URLSessionTask`.
+        /// The reason is one line, for the table of what differs between the doors.
+        case exempt(String)
+    }
+
     let server: LoopbackServer
+    /// The sides the latest ``both(configuration:methods:function:file:line:_:)`` ran, in order.
+    private(set) var lastSides: [Side] = []
 
     init() throws {
         server = try LoopbackServer()
@@ -54,7 +69,7 @@ final class ParityHarness {
         return configuration
     }
 
-    /// Registers `handler` at `/side-plain<path>` and `/side-manager<path>`.
+    /// Registers `handler` at `/side-plain<path>`, `/side-manager<path>` and `/side-methods<path>`.
     func route(_ path: String, method: String? = nil, _ handler: @escaping @Sendable (Side, RecordedRequest) -> ServerResponse) {
         for side in Side.allCases {
             server.route(method, side.pathPrefix + path) { handler(side, $0) }
@@ -63,12 +78,38 @@ final class ParityHarness {
 
     /// Runs `scenario` through a plain session, then through a manager's session, each with a
     /// fresh configuration from `configuration` and its own sessions, invalidated afterwards.
+    ///
+    /// Then, unless `methods` exempts it or the manager's run used a call only a session has
+    /// (``ParityClient/sessionOnlyCalls``), runs it a third time on the ``Side/methods`` side,
+    /// whose async calls go to the manager's own methods, and asserts that its result equals
+    /// the manager's run (the session door's): a caller sees the same whichever door it uses.
     func both<T: Equatable>(
         configuration: () -> URLSessionConfiguration = ParityHarness.defaultConfiguration,
+        methods: MethodsDoor = .compare,
+        function: String = #function, file: StaticString = #filePath, line: UInt = #line,
         _ scenario: (ParityClient) async throws -> T
     ) async throws -> (plain: T, manager: T) {
+        lastSides = []
         let plain = try await run(.plain, configuration: configuration(), scenario)
-        let manager = try await run(.manager, configuration: configuration(), scenario)
+        let (manager, sessionOnly) = try await recordingRun(.manager, configuration: configuration(), scenario)
+        lastSides = [.plain, .manager]
+        let place = "\(function) (\(URL(fileURLWithPath: "\(file)").lastPathComponent):\(line))"
+        if case .exempt(let reason) = methods {
+            XCTAssertTrue(
+                sessionOnly.isEmpty, "\(place): exempted from the methods door, but it uses \(sessionOnly) anyway: drop the exemption",
+                file: file, line: line)
+            ParityLog.recordDoors(place, skipped: "exempt: \(reason)")
+            return (plain, manager)
+        }
+        if !sessionOnly.isEmpty {
+            ParityLog.recordDoors(place, skipped: "session only: \(sessionOnly.joined(separator: ", "))")
+            return (plain, manager)
+        }
+        let (viaMethods, methodsSessionOnly) = try await recordingRun(.methods, configuration: configuration(), scenario)
+        lastSides.append(.methods)
+        XCTAssertEqual(methodsSessionOnly, [], "\(place): the methods door's run used session-only calls", file: file, line: line)
+        XCTAssertEqual(viaMethods, manager, "\(place): the methods door differs from the session door", file: file, line: line)
+        ParityLog.recordDoors(place, session: manager, methods: viaMethods)
         return (plain, manager)
     }
 
@@ -77,9 +118,17 @@ final class ParityHarness {
         _ side: Side, configuration: URLSessionConfiguration = ParityHarness.defaultConfiguration(),
         _ scenario: (ParityClient) async throws -> T
     ) async throws -> T {
+        try await recordingRun(side, configuration: configuration, scenario).result
+    }
+
+    /// Runs `scenario` on one side and returns, with its result, the session-only calls it made.
+    private func recordingRun<T>(
+        _ side: Side, configuration: URLSessionConfiguration, _ scenario: (ParityClient) async throws -> T
+    ) async throws -> (result: T, sessionOnly: [String]) {
         let client = ParityClient(side: side, server: server, configuration: configuration)
         defer { client.invalidateAll() }
-        return try await scenario(client)
+        let result = try await scenario(client)
+        return (result, client.sessionOnlyCalls)
     }
 
     func shutdown() {
@@ -89,11 +138,17 @@ final class ParityHarness {
 
 /// One side of a parity scenario: makes that side's sessions and runs tasks through them,
 /// returning normalised ``Outcome``s.
+///
+/// On the ``Side/methods`` side the async calls that have a method of the manager's own
+/// (``asyncData(_:session:)``, ``asyncData(from:)``, ``asyncUpload(_:from:)``,
+/// ``asyncUpload(_:fromFile:)``, ``asyncDownload(_:)``) go to that method of the manager whose
+/// session they would have used. Every other call needs a session (``sessionOnlyCalls``).
 final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`; the rest is immutable.
     private struct Owned {
         var plainSessions: [URLSession] = []
         var managers: [URLTaskManager] = []
         var defaultSession: URLSession?
+        var sessionOnlyCalls: [String] = []
     }
 
     let side: Side
@@ -114,16 +169,43 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
     /// The server path for `path` on this side.
     func path(_ path: String) -> String { side.pathPrefix + path }
 
-    /// This side's session without a delegate, made on first use.
+    /// This side's session without a delegate, made on first use. A scenario that reads it
+    /// uses the session door alone (``sessionOnlyCalls``).
     var session: URLSession {
-        if let session = lock.withLock({ owned.defaultSession }) { return session }
-        let session = makeSession()
-        lock.withLock { owned.defaultSession = session }
-        return session
+        noteSessionOnly("session")
+        return defaultSession
     }
 
-    /// The managers this client made (manager side only), oldest first.
+    /// ``session``, for this client's own calls.
+    private var defaultSession: URLSession {
+        if let session = lock.withLock({ owned.defaultSession }) { return session }
+        let session = newSession()
+        return lock.withLock {
+            if let made = owned.defaultSession { return made }
+            owned.defaultSession = session
+            return session
+        }
+    }
+
+    /// The managers this client made (manager and methods sides), oldest first.
     var managers: [URLTaskManager] { lock.withLock { owned.managers } }
+
+    /// The calls of this scenario that only a session has, in the order first made: a scenario
+    /// with any is not run through the methods door.
+    var sessionOnlyCalls: [String] { lock.withLock { owned.sessionOnlyCalls } }
+
+    private func noteSessionOnly(_ call: String) {
+        lock.withLock {
+            if !owned.sessionOnlyCalls.contains(call) { owned.sessionOnlyCalls.append(call) }
+        }
+    }
+
+    /// The manager whose session is `session`, on the methods side (where the async calls go
+    /// to its methods); `nil` elsewhere.
+    private func methodsManager(_ session: URLSession) -> URLTaskManager? {
+        guard side == .methods else { return nil }
+        return managers.first { $0.session === session }
+    }
 
     /// A new session of this side: `URLSession(configuration:delegate:delegateQueue:)` or the
     /// session of a new `URLTaskManager` made with the same arguments.
@@ -132,13 +214,20 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
         delegate: (any URLSessionDelegate)? = nil,
         delegateQueue: OperationQueue? = nil
     ) -> URLSession {
+        noteSessionOnly("makeSession")
+        return newSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
+    }
+
+    private func newSession(
+        configuration: URLSessionConfiguration? = nil, delegate: (any URLSessionDelegate)? = nil, delegateQueue: OperationQueue? = nil
+    ) -> URLSession {
         let configuration = configuration ?? self.configuration
         switch side {
         case .plain:
             let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
             lock.withLock { owned.plainSessions.append(session) }
             return session
-        case .manager:
+        case .manager, .methods:
             let manager = URLTaskManager(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
             lock.withLock { owned.managers.append(manager) }
             return manager.session
@@ -147,6 +236,7 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
 
     /// `session.invalidateAndCancel()`, or `manager.invalidateAndCancel()` for a manager's session.
     func invalidateAndCancel(_ session: URLSession) {
+        noteSessionOnly("invalidateAndCancel")
         if let manager = managers.first(where: { $0.session === session }) {
             manager.invalidateAndCancel()
         } else {
@@ -156,6 +246,7 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
 
     /// `session.finishTasksAndInvalidate()`, or the manager's.
     func finishTasksAndInvalidate(_ session: URLSession) {
+        noteSessionOnly("finishTasksAndInvalidate")
         if let manager = managers.first(where: { $0.session === session }) {
             manager.finishTasksAndInvalidate()
         } else {
@@ -189,26 +280,39 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
         }
     }
 
+    /// `data(for:)` of `session` (this side's own by default), or of its manager on the
+    /// methods side.
     func asyncData(_ request: URLRequest, session: URLSession? = nil) async -> Outcome {
-        await captured { try await (session ?? self.session).data(for: request) }
+        let session = session ?? defaultSession
+        if let manager = methodsManager(session) { return await captured { try await manager.data(for: request) } }
+        return await captured { try await session.data(for: request) }
     }
 
     func asyncData(from url: URL) async -> Outcome {
-        await captured { try await session.data(from: url) }
+        let session = defaultSession
+        if let manager = methodsManager(session) { return await captured { try await manager.data(from: url) } }
+        return await captured { try await session.data(from: url) }
     }
 
     func asyncUpload(_ request: URLRequest, from body: Data) async -> Outcome {
-        await captured { try await session.upload(for: request, from: body) }
+        let session = defaultSession
+        if let manager = methodsManager(session) { return await captured { try await manager.upload(for: request, from: body) } }
+        return await captured { try await session.upload(for: request, from: body) }
     }
 
     func asyncUpload(_ request: URLRequest, fromFile file: URL) async -> Outcome {
-        await captured { try await session.upload(for: request, fromFile: file) }
+        let session = defaultSession
+        if let manager = methodsManager(session) { return await captured { try await manager.upload(for: request, fromFile: file) } }
+        return await captured { try await session.upload(for: request, fromFile: file) }
     }
 
     /// `download(for:)`; the outcome's body is the downloaded file, which is then removed.
     func asyncDownload(_ request: URLRequest) async -> Outcome {
+        let session = defaultSession
+        let manager = methodsManager(session)
         do {
-            let (location, response) = try await session.download(for: request)
+            let (location, response) =
+                if let manager { try await manager.download(for: request) } else { try await session.download(for: request) }
             defer { try? FileManager.default.removeItem(at: location) }
             let contents = try Data(contentsOf: location)
             return outcome(data: contents, response: response, error: nil)
@@ -231,6 +335,7 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
         resume: Bool = true,
         _ make: (URLSession, @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void) -> URLSessionTask
     ) async throws -> Completed {
+        noteSessionOnly("completion handler")
         let (task, done, calls) = start(make)
         if resume { task.resume() }
         return Completed(outcome: try await done.wait(timeout: timeout), calls: calls)
@@ -240,10 +345,11 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
     func start(
         _ make: (URLSession, @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void) -> URLSessionTask
     ) -> (URLSessionTask, Latch<Outcome>, CallCounter) {
+        noteSessionOnly("start")
         let done = Latch<Outcome>("completion handler")
         let calls = CallCounter()
         let side = self.side
-        let task = make(session) { data, response, error in
+        let task = make(defaultSession) { data, response, error in
             calls.increment()
             done.fulfill(Outcome(side: side, data: data, response: response, error: error))
         }
@@ -256,9 +362,10 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
 
     /// `downloadTask(with:completionHandler:)`; the body is read from the file inside the handler.
     func completionDownload(_ request: URLRequest) async throws -> Outcome {
+        noteSessionOnly("completionDownload")
         let done = Latch<Outcome>("download completion handler")
         let side = self.side
-        let task = session.downloadTask(with: request) { location, response, error in
+        let task = defaultSession.downloadTask(with: request) { location, response, error in
             let contents = location.flatMap { try? Data(contentsOf: $0) }
             done.fulfill(Outcome(side: side, data: contents, response: response, error: error))
         }
@@ -274,7 +381,8 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
         timeout: Duration = .seconds(60),
         _ make: (URLSession) -> URLSessionTask
     ) async throws -> (outcome: Outcome, record: RecordingDelegate.Record, task: URLSessionTask) {
-        let session = makeSession(delegate: delegate)
+        noteSessionOnly("delegateTask")
+        let session = newSession(delegate: delegate)
         let task = make(session)
         task.resume()
         try await delegate.completion(of: task, timeout: timeout)
@@ -283,9 +391,10 @@ final class ParityClient: @unchecked Sendable {  // `owned` is guarded by `lock`
 
     /// Runs a small GET through `session` and waits for it: callbacks of earlier tasks on the
     /// same session have been delivered by then, so "exactly once" can be checked without
-    /// sleeping.
+    /// sleeping. Not a session-only call: on the methods side it runs through the manager's
+    /// session (a scenario's own calls there have no callbacks to wait for).
     func barrier(_ session: URLSession? = nil) async throws {
-        let session = session ?? self.session
+        let session = session ?? defaultSession
         let done = Latch<Void>("barrier")
         let task = session.dataTask(with: server.url("/barrier")) { _, _, _ in done.fulfill(()) }
         task.resume()
@@ -312,6 +421,18 @@ enum ParityLog {
     static func record<T>(_ scenario: String, plain: T, manager: T) {
         guard isVerbose else { return }
         print(line(scenario, plain: plain, manager: manager))
+    }
+
+    /// A "DOORS|" line: what the session door and the methods door gave for a scenario.
+    static func recordDoors<T>(_ scenario: String, session: T, methods: T) {
+        guard isVerbose else { return }
+        print("DOORS| \(scenario) | \(summary(session)) | \(summary(methods))")
+    }
+
+    /// A "DOORS|" line for a scenario not run through the methods door, and why.
+    static func recordDoors(_ scenario: String, skipped reason: String) {
+        guard isVerbose else { return }
+        print("DOORS| \(scenario) | skipped | \(reason)")
     }
 
     /// The line `record` prints.

@@ -37,6 +37,9 @@ final class SupportSelfTests: XCTestCase {
         XCTAssertEqual(Side.plain.normalise("http://h:1/side-plain/a?b=/side-plain"), "http://h:1/{side}/a?b=/{side}")
         XCTAssertEqual(Side.manager.normalise("text/plain; /side-manager/x"), "text/plain; /{side}/x")
         XCTAssertEqual(Side.manager.normalise("/side-plain/x"), "/side-plain/x")
+        XCTAssertEqual(Side.methods.normalise("http://h:1/side-methods/a"), "http://h:1/{side}/a")
+        XCTAssertEqual(Side.methods.normalise("/side-manager/x"), "/side-manager/x")
+        XCTAssertEqual(Side.manager.normalise("/side-methods/x"), "/side-methods/x")
     }
 
     func testOutcomeCapturesWhatItShould() {
