@@ -253,6 +253,11 @@ struct TaskStateMachine {
     /// The attempt being prepared or sent.
     var attempt: Int { budgets.attempt }
 
+    /// Whether no reactor sent the task again and no credential of the caller's failed yet: its
+    /// transfer may be a ``WholeTransfer`` (one whose challenge was refused is sent again,
+    /// streamed, and what follows such trouble streams too, rather than being sent twice again).
+    var mayTakeWholeTransfer: Bool { budgets.attempt == 1 && budgets.challengeFailures == 0 }
+
     /// Whether a transport error now would be the task's outcome (no head has arrived).
     var isAwaitingResponseHead: Bool {
         if case .transferring(let transfer) = state { return transfer.isSending }

@@ -102,8 +102,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
     /// What admission's decision for the task (``admitted(_:in:)``) leads to.
     enum AdmittedAction {
         case none
-        /// Start the transfer.
-        case send(request: URLRequest, body: URLTaskBody, attempt: Int)
+        /// Start the transfer; `whole`: it may be a whole one (``TaskStateMachine/mayTakeWholeTransfer``).
+        case send(request: URLRequest, body: URLTaskBody, attempt: Int, whole: Bool)
         /// A slot was handed over on another task's event: read what the reactors report, then
         /// be judged again holding it (``confirmSlot()``).
         case confirmSlot
@@ -207,7 +207,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             if !read, !reporters.isEmpty, !machine.isCompleted { return (.confirmSlot, []) }
             switch machine.connectionGranted() {
             case .send(let request, let body, let attempt):
-                return (.send(request: request, body: body, attempt: attempt), [])
+                return (.send(request: request, body: body, attempt: attempt, whole: machine.mayTakeWholeTransfer), [])
             case .refuse(let error):
                 return (.refuse(error), state.admission.transferEnded(id))
             case .giveSlotBack:
@@ -302,8 +302,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         switch action {
         case .none:
             return
-        case .send(let request, let body, let attempt):
-            send(request, body: body, attempt: attempt)
+        case .send(let request, let body, let attempt, let whole):
+            send(request, body: body, attempt: attempt, whole: whole)
         case .confirmSlot:
             confirmSlot()
         case .waitForSlot(let generation, let host):
@@ -800,7 +800,7 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
         }
     }
 
-    private func send(_ request: URLRequest, body: URLTaskBody, attempt: Int) {
+    private func send(_ request: URLRequest, body: URLTaskBody, attempt: Int, whole: Bool) {
         // The bytes sent decide the framing, never a header that disagrees with them.
         let framed = BodyFraming.framed(request, body: body)
         var snapshot: URLTask?
@@ -810,7 +810,8 @@ final class TaskStorage: TransportEvents, PipelineTaskHandle, @unchecked Sendabl
             // Before the transfer starts: its response may arrive before the next line runs.
             announceSent(to: observer, task: snapshot, attempt: attempt, body: body)
         }
-        environment.startTransfer(framed, body: body, callerURL: callerURL, events: self, share: share, delivery: sink.delivery) {
+        let delivery = whole || sink.delivery != .whole ? sink.delivery : .streamed
+        environment.startTransfer(framed, body: body, callerURL: callerURL, events: self, share: share, delivery: delivery) {
             [self] started in
             switch started {
             case .success(let transfer):

@@ -53,12 +53,18 @@ protocol PlatformSupport {
 
     // MARK: The inner session
 
+    /// The delegate `session`'s async API (`data(for:delegate:)`) was given for `task`, read from
+    /// `session`'s delegate callbacks: where the platform asks the session's delegate about such
+    /// a task's redirect instead of the task's own, the transport hands the callback on
+    /// (``WholeTransfer``).
+    static func asyncAPIDelegate(of task: URLSessionTask, in session: URLSession) -> (any URLSessionTaskDelegate)?
+
     /// Whether a safe request of the manager's own methods goes out as a ``WholeTransfer``: the
     /// inner session's async `data(for:)`, which hands its answer over where the transfer ends
     /// (corelibs), where a delegate-driven task crosses the delegate queue three times. It relies
-    /// on the session's delegate being asked about an async task's redirects and on the redirect
-    /// response being the very object the task answers with, both read in corelibs' source:
-    /// elsewhere the methods stream as the session's tasks do.
+    /// on ``asyncAPIDelegate(of:in:)`` and on a refused challenge ending the async call with
+    /// `cancelled`, both read in corelibs' source: elsewhere the methods stream as the session's
+    /// tasks do.
     static var sendsWholeTransfers: Bool { get }
 
     /// Makes the inner session's delegate callbacks run where its transfers are read, if the

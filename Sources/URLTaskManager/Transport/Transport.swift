@@ -32,9 +32,6 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
         /// is the normal end of the 401 response.
         var handedOver: Set<Int> = []
-        /// The redirect responses whole transfers met, not followed, until the transfer claims
-        /// them (by identity: corelibs hands the caller the very response it asked about).
-        var refusedRedirects: [ObjectIdentifier: URLResponse] = [:]
     }
 
     private let state = LockedState(State())
@@ -85,16 +82,9 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// Starts `request` (``WholeTransfer/accepts(_:body:)``) as a ``WholeTransfer``: its answer
     /// arrives in one piece.
     func startWhole(_ request: URLRequest, events: any TransportEvents) -> WholeTransfer {
-        WholeTransfer(Self.prepared(request, body: .none), transport: self, events: events) { [self] events in
+        WholeTransfer(Self.prepared(request, body: .none), session: session, events: events) { [self] events in
             start(request, body: .none, events: events)
         }
-    }
-
-    /// Whether `response` is a redirect this transport refused to follow for a whole transfer
-    /// (which then sends its request again, streamed); forgets it.
-    func refusedRedirect(_ response: URLResponse) -> Bool {
-        guard response is HTTPURLResponse else { return false }
-        return state.withLock { $0.refusedRedirects.removeValue(forKey: ObjectIdentifier(response)) != nil }
     }
 
     /// `request` as the inner session sends it: without the policy's header, whatever put it
@@ -187,9 +177,9 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         // Called once; corelibs' handler hops to the task's own queue itself.
         nonisolated(unsafe) let completion = completionHandler
         guard let events = events(for: task) else {
-            // A whole transfer's: not followed here; it is sent again, streamed (``WholeTransfer``).
-            state.withLock { $0.refusedRedirects[ObjectIdentifier(response)] = response }
-            return completion(nil)
+            // A whole transfer's task, about which the platform asks the session's delegate.
+            guard let relay = Platform.asyncAPIDelegate(of: task, in: session) as? RedirectRelay else { return completion(nil) }
+            return relay.urlSession(session, task: task, willPerformHTTPRedirection: response, newRequest: request) { completion($0) }
         }
         events.transportWillRedirect(response, to: request) { completion($0) }
     }

@@ -9,12 +9,13 @@ import FoundationNetworking
 /// task crosses the delegate queue three times (the head, the body, the end: about 39,000
 /// instructions a request, measured with callgrind).
 ///
-/// Such a task has no events of its own for the transport: a redirect it meets is not followed,
-/// and an HTTP authentication challenge is refused (``Transport``), because the pipeline follows
-/// redirects and the caller's side answers challenges. Then the request, a safe one, is sent
-/// again as a streamed transfer, whose events reach the pipeline as every other transfer's do:
-/// the server sees the redirecting or challenging request twice (corelibs' async API drops a
-/// challenged answer's body).
+/// corelibs asks the session's delegate, the ``Transport``, about such a task's redirect: it
+/// finds the transfer's ``RedirectRelay`` (``PlatformSupport/asyncAPIDelegate(of:in:)``), which
+/// hands the redirect to the pipeline, as every transfer's. An HTTP authentication challenge the
+/// transport refuses (the caller's side answers it) ends the async call `cancelled` and drops the
+/// 401's body: then the request, a safe one, is sent again as a streamed transfer, which delivers
+/// the 401 with its body and hands its challenge over as every streamed transfer does. The
+/// server sees a challenged GET twice.
 final class WholeTransfer: TransferHandle {
     private let work: Task<Void, Never>
 
@@ -30,13 +31,13 @@ final class WholeTransfer: TransferHandle {
     /// - Parameter again: Sends the request again as a streamed transfer whose events go to
     ///   `events`.
     init(
-        _ request: URLRequest, transport: Transport, events: any TransportEvents,
+        _ request: URLRequest, session: URLSession, events: any TransportEvents,
         again: @escaping @Sendable (any TransportEvents) -> URLSessionTask
     ) {
+        let relay = RedirectRelay(events: events)
         work = Task {
             do {
-                let (data, response) = try await transport.session.data(for: request)
-                if transport.refusedRedirect(response) { return await Self.sendAgain(events, again) }
+                let (data, response) = try await session.data(for: request, delegate: relay)
                 events.transportDidReceive(response: response)
                 if !data.isEmpty { events.transportDidReceive(data: data) }
                 events.transportDidComplete(error: nil)
@@ -67,6 +68,25 @@ final class WholeTransfer: TransferHandle {
     func cancel() {
         let work = work
         DispatchQueue.global().async { work.cancel() }
+    }
+}
+
+/// The delegate a ``WholeTransfer`` gives the async API: the transport hands it the task's
+/// redirect, which goes to the pipeline as every transfer's.
+final class RedirectRelay: NSObject, URLSessionTaskDelegate, Sendable {
+    private let events: any TransportEvents
+
+    init(events: any TransportEvents) {
+        self.events = events
+    }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest,
+        completionHandler: @escaping (URLRequest?) -> Void
+    ) {
+        // Called once; corelibs' handler hops to the task's own queue itself.
+        nonisolated(unsafe) let completion = completionHandler
+        events.transportWillRedirect(response, to: request) { completion($0) }
     }
 }
 

@@ -30,6 +30,11 @@ enum ApplePlatform: PlatformSupport {
     /// queue's cost it avoids is corelibs': the methods stream here.
     static let sendsWholeTransfers = false
 
+    /// The task keeps the delegate its async API was given (and is asked before the session's).
+    static func asyncAPIDelegate(of task: URLSessionTask, in session: URLSession) -> (any URLSessionTaskDelegate)? {
+        task.delegate
+    }
+
     /// Creates the session a manager hands out: a plain `URLSession` with a protocol class of
     /// its own in front (``BridgeSlots``), owning `pipeline` through an associated object.
     static func makeSession(

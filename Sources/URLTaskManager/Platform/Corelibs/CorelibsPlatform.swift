@@ -110,10 +110,22 @@ enum CorelibsPlatform: PlatformSupport {
     static let bridgeMovesProgress = true
 
     /// corelibs asks the session's delegate about an async task's redirects and challenges
-    /// (`task.delegate` falls back to it; the delegate given to `data(for:delegate:)` is not
-    /// asked), and the response a refused redirect ends with is the one it asked about
-    /// (`HTTPURLProtocol.redirectFor`, `didCompleteRedirectCallback`, 6.3.1).
+    /// (``asyncAPIDelegate(of:in:)``), and a refused challenge ends the async call `cancelled`
+    /// (`URLSessionTask.swift`, 6.3.1).
     static let sendsWholeTransfers = true
+
+    /// corelibs keeps the delegate given to `data(for:delegate:)` in the task registry alone (the
+    /// task's `delegate` falls back to the session's), and asks `task.delegate` about the task's
+    /// redirect (`HTTPURLProtocol.redirectFor`) and challenge: the session's delegate, then.
+    /// The registry is read on the session's work queue, where the transport's callbacks run;
+    /// from anywhere else, on that queue.
+    static func asyncAPIDelegate(of task: URLSessionTask, in session: URLSession) -> (any URLSessionTaskDelegate)? {
+        let read = {
+            TaskRegistryReader(session: session).flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier))?.taskDelegate }
+        }
+        if isOnSessionWorkQueue { return read() }
+        return workQueue(of: session)?.sync(execute: read)
+    }
 
     /// Creates the session a manager hands out, owning `pipeline` for as long as it lives: a
     /// ``ManagedURLSession``, whose invalidation ends the pipeline.
