@@ -322,6 +322,17 @@ public actor OAuth2Authenticator {
     /// unless it has changed since (then the request should simply be sent again) or a refresh
     /// is already in flight (then this waits for it).
     ///
+    /// Why this checks the version itself rather than asking the manager's engine, which decides
+    /// whether an outcome is late for its own reactor runs
+    /// (`ReactorRunStateMachine.lateness(of:)`): one authenticator serves every manager built
+    /// with it, its `BearerInterceptor`'s proactive refresh and your own calls, and its versions
+    /// are the credential's, changed by stores and other processes too; an engine knows only its
+    /// own runs. So the single flight per credential is here (``refreshing``), and an engine's run
+    /// is one waiter of it: the engine keeps the tasks of its manager together behind one run,
+    /// this keeps every run, manager and caller behind one refresh. The engine asks the
+    /// authenticator through ``OAuth2RefreshReactor``'s reported versions, so both compare the
+    /// same numbers the same way (the engine's `isLate(sent:current:)`).
+    ///
     /// Throws the refresh's error, a token endpoint that could not be reached included (the
     /// refused request cannot be sent again with the token the server just refused); that
     /// failure starts no ``refreshBackoff``, so the next 401 tries again.

@@ -114,7 +114,7 @@ final class EngineStorage: Sendable {
     func outdatedVersions(of task: URLTask, by indices: [Int]) -> [Int: ReactorRunStateMachine.ReportedVersion] {
         var readings: [Int: ReactorRunStateMachine.ReportedVersion] = [:]
         for index in indices {
-            if let reading = reportedVersion(of: task, by: index), reading.sent < reading.current { readings[index] = reading }
+            if let reading = reportedVersion(of: task, by: index), reading.isOutdated { readings[index] = reading }
         }
         return readings
     }

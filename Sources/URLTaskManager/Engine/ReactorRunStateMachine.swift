@@ -46,7 +46,16 @@ struct ReactorRunStateMachine {
     struct ReportedVersion: Equatable {
         var sent: Int
         var current: Int
+
+        /// Whether the headers were decided under an older version than the reactor's current
+        /// one: the rule ``lateness(of:)`` applies, asked before a section so that a reading of
+        /// current headers (a send's usual case) needs no record.
+        var isOutdated: Bool { ReactorRunStateMachine.isLate(sent: sent, current: current) }
     }
+
+    /// The one comparison of credential versions behind every lateness decision: a version
+    /// sent is late once a newer one is current.
+    static func isLate(sent: Int, current: Int) -> Bool { sent < current }
 
     /// How headers stamped at some point compare with what the reactor has done since
     /// (``lateness(of:)``).
@@ -137,8 +146,8 @@ struct ReactorRunStateMachine {
     /// about to leave, is late. A successful run or a newer reported version wins over failures
     /// (the work a late task needs has been done).
     func lateness(of stamp: Stamp) -> Lateness {
-        if stamp.version < version { return .succeededSince }
-        if let sent = stamp.reported, let current = reportedVersion, sent < current { return .succeededSince }
+        if Self.isLate(sent: stamp.version, current: version) { return .succeededSince }
+        if let sent = stamp.reported, let current = reportedVersion, Self.isLate(sent: sent, current: current) { return .succeededSince }
         if stamp.failures < failures { return .failedSince }
         return .current
     }
