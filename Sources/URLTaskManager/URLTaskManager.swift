@@ -119,9 +119,10 @@ public final class URLTaskManager: Sendable {
     /// ``URLTaskError`` with its ``URLTaskError/request`` filled in): the one failure the
     /// ``URLTaskError`` rule leaves to the app, which chose the error.
     ///
-    /// `matches` sees each task as it stands (its request with the headers its interceptors
-    /// applied, its values) and is called under the task's lock: keep it quick, call nothing.
-    /// The OAuth2 kit's `signOut(of:)` uses it to stop every request that carries a credential being revoked.
+    /// `matches` sees each task as it stood when the call began (its request with the headers its
+    /// interceptors applied, its values), read in one section for every task and called with no
+    /// lock held, on the calling thread; a task that moved on since is still ended. The OAuth2
+    /// kit's `signOut(of:)` uses it to stop every request that carries a credential being revoked.
     public func failTasks(with error: any Error, where matches: @escaping (URLTask) -> Bool) {
         pipeline.failTasks(with: error, where: matches)
     }

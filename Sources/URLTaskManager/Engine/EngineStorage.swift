@@ -3,33 +3,15 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// The engine of one manager under its one lock: admission (``AdmissionStateMachine``: the
-/// reactors' runs and gates, credential stamps, connection slots), every live task, and every
-/// task's own machine.
+/// One manager's ``Engine`` under its one lock, and the I/O its actions for other tasks name.
 ///
-/// **One lock section per event.** A ``TaskStorage`` keeps its machine here, guarded by this
-/// storage's ``LockedState``: an event of a task is one section in which its machine and
-/// admission both move (a gate checked and waited at, a slot taken and the request let go, a
-/// transfer's end and its slot handed over). An event of the engine is one section too: a slot
-/// handed over moves the task that gets it (``TaskStorage/admitted(_:in:)``); a run that ends
-/// moves every task that waited on it. So no decision is made in one section and acted on in
-/// another, and no branch exists to ignore "the other section won the race". What a section
-/// decides is performed once the lock is released; a decision for another task is performed on
-/// another thread (the caller may be URLSession's work queue or a client callback).
-///
-/// The reactors' own code (which outcome they take, the credential version they report) runs
-/// outside the lock, just before the event it informs, and reaches the section as a value.
+/// Each method is one event, one lock section: it moves the engine and returns what the task
+/// whose event it was performs (``TaskStorage``); what it decided for other tasks (a slot handed
+/// over, a run ended) it performs itself once the lock is released, on another thread (the
+/// caller may be URLSession's work queue or a client callback). The reactors' own code (which
+/// outcome they take, the credential version they report) runs outside the lock, just before the
+/// event it informs, and reaches the section as a value.
 final class EngineStorage: Sendable {
-    /// What the lock guards, besides each live task's machine.
-    struct State {
-        var admission: AdmissionStateMachine
-        /// Every task the pipeline runs now: where a decision made on another task's event (a
-        /// slot handed over, a run ended) finds the task it is for.
-        var tasks: [URLTask.ID: TaskStorage] = [:]
-        /// Per reactor, the error of its last failed run: what tasks late for it fail with.
-        var lastFailures: [(any Error)?]
-    }
-
     let reactors: [ReactorRunner]
     /// Requests per host handed to the transport at once for covered tasks; `nil`: no limit.
     let slotsPerHost: Int?
@@ -38,7 +20,7 @@ final class EngineStorage: Sendable {
     /// Whether some reactor keeps a credential version of its own
     /// (``ReactorRunner/reportsCredentialVersions``): only then is one read as a transfer ends.
     let reportsCredentialVersions: Bool
-    private let state: LockedState<State>
+    private let state: LockedState<Engine>
     /// Where decisions reach their tasks, and the reactors' runs run.
     private let runtime: any PipelineRuntime
 
@@ -49,51 +31,82 @@ final class EngineStorage: Sendable {
         self.slotsPerHost = slotsPerHost
         self.holdsNewTasks = reactors.contains { $0.configuration.mode.holdsNewTasks }
         self.reportsCredentialVersions = reactors.contains(where: \.reportsCredentialVersions)
-        self.state = LockedState(
-            State(
-                admission: AdmissionStateMachine(reactors: reactors.map(\.configuration.mode), slotsPerHost: slotsPerHost),
-                lastFailures: Array(repeating: nil, count: reactors.count)))
+        self.state = LockedState(Engine(reactors: reactors, slotsPerHost: slotsPerHost))
     }
 
-    /// One lock section: for a task's event (``TaskStorage``), which moves its own machine and
-    /// admission together. No user code, continuation or client callback inside.
-    @inline(__always)
-    func withLock<Result>(_ body: (inout State) -> Result) -> Result {
-        state.withLock(body)
+    // MARK: A task's events
+
+    func register(_ run: TaskStorage, machine: TaskStateMachine, traits: Engine.Traits) {
+        state.withLock { $0.register(run, machine: machine, traits: traits) }
+    }
+
+    func proceed(_ id: URLTask.ID, _ event: Engine.ProceedEvent) -> Engine.TaskAction {
+        state.withLock { $0.proceed(id, event) }
+    }
+
+    func fail(_ id: URLTask.ID, _ event: Engine.FailureEvent) -> Engine.TaskAction {
+        state.withLock { $0.fail(id, event) }
+    }
+
+    func cancel(_ id: URLTask.ID) -> TaskStateMachine.CancelAction {
+        state.withLock { $0.cancel(id) }
+    }
+
+    func wait(_ id: URLTask.ID, _ event: Engine.WaitEvent) -> Engine.WaitAction {
+        state.withLock { $0.wait(id, event) }
+    }
+
+    func workStarted(_ id: URLTask.ID, _ work: Task<Void, Never>) -> Task<Void, Never>? {
+        state.withLock { $0.workStarted(id, work) }
+    }
+
+    func isCompleted(_ id: URLTask.ID) -> Bool {
+        state.withLock { $0.isCompleted(id) }
+    }
+
+    func observation(_ id: URLTask.ID, _ event: Engine.ObservationEvent) -> Engine.ObservationAction {
+        state.withLock { $0.observation(id, event) }
+    }
+
+    func admission(_ id: URLTask.ID, _ event: Engine.AdmissionEvent) -> Engine.TaskAction {
+        let (action, decided) = state.withLock { $0.admission(id, event) }
+        tell(decided)
+        return action
+    }
+
+    func transfer(_ id: URLTask.ID, _ event: Engine.TransferEvent) -> Engine.TransferAction {
+        let (action, decided) = state.withLock { $0.transfer(id, event) }
+        tell(decided)
+        return action
+    }
+
+    /// The task completed or was cancelled: it leaves every queue, its slot is handed over in the
+    /// same section, and its timers are cancelled.
+    func finished(_ run: TaskStorage) {
+        let (timers, decided) = state.withLock { $0.finished(run.id) }
+        for timer in timers { timer.cancel() }
+        tell(decided)
     }
 
     // MARK: Tasks
 
-    func register(_ run: TaskStorage) {
-        let admits = !reactors.isEmpty
-        state.withLock {
-            // Without reactors admission has nothing to decide (no gate, stamp or slot): a task it
-            // does not know is let go at once by every event, without a record to keep.
-            if admits { $0.admission.register(run.id, exemptedBy: run.exemptedBy) }
-            $0.tasks[run.id] = run
-        }
+    /// Every task the pipeline runs now, with its task as it stands (for code that runs outside
+    /// the lock: ``URLTaskManager/failTasks(with:where:)``'s predicate).
+    var liveTasks: [(TaskStorage, URLTask)] {
+        state.withLock { engine in engine.tasks.values.map { ($0.run, $0.machine.task) } }
     }
 
     /// Every task the pipeline runs now.
-    var liveRuns: [TaskStorage] { state.withLock { Array($0.tasks.values) } }
-
-    /// The task completed or was cancelled: it leaves every queue, and its slot is handed over
-    /// in the same section.
-    func finished(_ run: TaskStorage) {
-        let decided = state.withLock {
-            $0.tasks[run.id] = nil
-            return Self.admit($0.admission.finished(run.id), in: &$0)
-        }
-        tell(decided)
-    }
+    var liveRuns: [TaskStorage] { state.withLock { $0.tasks.values.map(\.run) } }
 
     /// Per reactor name, the credential version `task`'s headers were decided under: the
     /// reactor's own (``URLTaskReactor/credentialVersion(of:)``) or, for a reactor that holds
     /// new tasks (a credential's), its successful runs. Reactors with neither (a retry) have none.
     /// For the task's `sent` event only.
-    func credentialVersions(of run: TaskStorage, task: URLTask) -> [String: Int] {
+    /// - Parameter stamped: The task's credential stamps per reactor
+    ///   (``Engine/TaskAction/send(request:body:attempt:whole:task:)``).
+    func credentialVersions(of task: URLTask, stamped: [Int: Int]) -> [String: Int] {
         guard !reactors.isEmpty else { return [:] }
-        let stamped = state.withLock { $0.admission.stampedVersions(run.id) }
         var versions: [String: Int] = [:]
         for reactor in reactors {
             if let own = reactor.reactor.credentialVersion(of: task) {
@@ -137,25 +150,9 @@ final class EngineStorage: Sendable {
     }
 
     /// Run `number` of reactor `index` ended: one section ends it in admission and moves every
-    /// task that waited on it or at its gate (``TaskStorage/runEnded(reactor:outcome:in:)``).
+    /// task that waited on it or at its gate (``Engine/runFinished(reactor:run:result:)``).
     private func runFinished(reactor index: Int, run number: Int, result: ReactorRunner.Outcome) {
-        let moved: [(TaskStorage, TaskStorage.RunEndAction)] = state.withLock { state in
-            var failure: (any Error)?
-            if case .failed(let error) = result { failure = error }
-            guard let end = state.admission.runFinished(reactor: index, run: number, succeeded: failure == nil) else { return [] }
-            state.lastFailures[index] = failure
-            var moved: [(TaskStorage, TaskStorage.RunEndAction)] = []
-            for id in end.waiters {
-                guard let task = state.tasks[id] else { continue }
-                moved.append((task, task.reactionFinished(reactor: index, outcome: result, in: &state)))
-            }
-            for id in end.gated {
-                guard let task = state.tasks[id] else { continue }
-                moved.append((task, task.gateOpened(by: result, in: &state)))
-            }
-            return moved
-        }
-        for (task, action) in moved { runtime.async { task.perform(action) } }
+        tell(state.withLock { $0.runFinished(reactor: index, run: number, result: result) })
     }
 
     // MARK: For tests
@@ -171,30 +168,8 @@ final class EngineStorage: Sendable {
 
     // MARK: Decisions for other tasks
 
-    /// With the lock held: moves each task admission decided for (a slot handed over) in the same
-    /// section, and every task its move hands a slot to in turn. Returns what each must do.
-    static func admit(
-        _ decided: [(URLTask.ID, AdmissionStateMachine.SendAction)], in state: inout State
-    ) -> [(TaskStorage, TaskStorage.AdmittedAction)] {
-        guard !decided.isEmpty else { return [] }
-        var pending = decided[...]
-        var moved: [(TaskStorage, TaskStorage.AdmittedAction)] = []
-        while let (id, decision) = pending.popFirst() {
-            guard let task = state.tasks[id] else { continue }
-            let (action, handedOver) = task.admitted(decision, in: &state)
-            moved.append((task, action))
-            pending.append(contentsOf: handedOver)
-        }
-        return moved
-    }
-
-    /// With the lock held: the error a task late for reactor `index`'s failed runs fails with.
-    static func lastRunError(_ index: Int, in state: State, reactors: [ReactorRunner]) -> any Error {
-        state.lastFailures[index] ?? URLTaskError.delivered(CancellationError(), from: reactors[index].component, code: .reactorFailed)
-    }
-
     /// Performs, off the caller's thread, what sections decided for other tasks.
-    func tell(_ moved: [(TaskStorage, TaskStorage.AdmittedAction)]) {
+    private func tell(_ moved: [(TaskStorage, Engine.TaskAction)]) {
         for (task, action) in moved { runtime.async { task.perform(action) } }
     }
 }

@@ -105,9 +105,8 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
             sink.fail(URLTaskError.managerInvalidated)
             return RefusedTask()
         }
+        // Registered with the engine as it is made: the end of a task is always one it knows.
         let run = TaskStorage(id: .next(), request: request, body: body, sink: sink, environment: self)
-        // Before anything can cancel it: the end of a task is always one admission knows.
-        self.engine.register(run)
         if now {
             run.start()
         } else {
@@ -359,9 +358,12 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         }
     }
 
-    /// Ends every running task that `matches` with `error` (see ``TaskStorage/abort(with:if:)``).
+    /// Ends every running task that `matches` with `error` (see ``TaskStorage/abort(with:)``).
+    /// `matches` is the caller's code: it runs on each task as the engine handed it over, outside
+    /// the lock; a task that moved on since is still ended (an abort concerns the task wherever
+    /// it is).
     func failTasks(with error: any Error, where matches: (URLTask) -> Bool) {
-        for run in engine.liveRuns { run.abort(with: error, if: matches) }
+        for (run, task) in engine.liveTasks where matches(task) { run.abort(with: error) }
     }
 
     /// Releases held tasks: every batch, or the one of interceptor `index`.

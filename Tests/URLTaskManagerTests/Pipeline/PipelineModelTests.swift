@@ -674,7 +674,6 @@ final class PipelineModelTests: XCTestCase {
                     guard call.attach(ModelAnswer(task: t, world: world)) else { return world.markNeverStarted(t) }
                     let storage = TaskStorage(
                         id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: DataCallSink(call), environment: world)
-                    world.engine.register(storage)
                     storage.start()
                     call.started(storage)
                 }
@@ -682,7 +681,6 @@ final class PipelineModelTests: XCTestCase {
                 let made = TaskStorage(
                     id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: ModelSink(task: t, world: world),
                     environment: world)
-                world.engine.register(made)
                 world.schedule("start(\(t))") { made.start() }
                 storage = made
             }
@@ -695,9 +693,7 @@ final class PipelineModelTests: XCTestCase {
             if world.draw(0..<20) == 0 {
                 // As `failTasks` reaches them: every live task of the engine (a method's, once started).
                 world.schedule("abort(\(t))") {
-                    for run in world.engine.liveRuns where run.id == URLTask.ID(rawValue: UInt64(t)) {
-                        run.abort(with: Boom(), if: { _ in true })
-                    }
+                    for (run, _) in world.engine.liveTasks where run.id == URLTask.ID(rawValue: UInt64(t)) { run.abort(with: Boom()) }
                 }
             }
         }
