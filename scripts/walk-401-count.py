@@ -81,10 +81,10 @@ def library(file):
     return m.group(1) if m else None
 
 
-# The lock: taking it is not a step of the walk, as `NSLock.withLock` (Foundation's) was not when
-# the storages held NSLocks. The library's lock box (`LockedState`: creating it, `withLock`, its closure around
-# `Mutex.withLock`) and the engine's forwarder to it (`EngineStorage.withLock`) count as outside
-# the library, so the section's closure is called "by the lock", as it was by NSLock.
+# The lock: taking it is not a step of the walk, as `NSLock.withLock` (Foundation's) is not. The
+# library's lock box (`LockedState`: creating it, `withLock` around its `NSLock`) and the engine's
+# forwarder to it (`EngineStorage.withLock`) count as outside the library, so the section's
+# closure is called "by the lock", as it would be by `NSLock.withLock`.
 LOCK = re.compile(r"11LockedStateC|13EngineStorageC8withLock")
 
 

@@ -17,8 +17,8 @@
 # - A library function: a function whose debug info places it in a file under Sources/URLTask*.
 #   A DEBUG build (-Onone): calls follow the source's functions, nothing is inlined except what
 #   the source forces (`@_transparent`). Taking a lock is not a step: `LockedState.withLock` (the
-#   library's lock box, around `Mutex`) and `EngineStorage.withLock` count as outside the library,
-#   as Foundation's `NSLock.withLock` did when the storages held NSLocks. Nor are the compiler's
+#   library's lock box, around an `NSLock`) and `EngineStorage.withLock` count as outside the
+#   library, as Foundation's `NSLock.withLock` itself does. Nor are the compiler's
 #   outlined value operations (a copy or destroy of an enum: debug info names the file of the
 #   first function that needed them, not a call in the source).
 # - A hop: one call, as valgrind's callgrind records it, whose caller and callee are library

@@ -6,9 +6,10 @@
 // task's end: a success for the limiter, a refused connection for the breaker, so every host has
 // a failure on record), without the network, and
 // reads resident memory (after `malloc_trim`) before and after. The loop alone is measured first:
-// its growth is the harness's, not the parts'. 0.2.0 kept every host forever: limiter +72 MiB,
-// breaker +84 MiB, both +147 MiB, never reclaimed. MAXIMUM-HOSTS sets both parts'
-// `maximumHosts` (default theirs, 4,096); a bound above HOSTS shows what no bound costs.
+// its growth is the harness's, not the parts'. 0.2.0 kept every host forever (what this mode
+// measured then and since: the Performance article, "The resilience parts"). MAXIMUM-HOSTS sets
+// both parts' `maximumHosts` (default theirs, 4,096); a bound above HOSTS shows what no bound
+// costs.
 
 import Foundation
 #if canImport(FoundationNetworking)

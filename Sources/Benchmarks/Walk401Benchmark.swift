@@ -60,7 +60,7 @@ enum Walk401Benchmark {
     /// Sets the bearer from memory without suspending, as `BearerInterceptor` does while its token
     /// is fresh. Not `HeaderInterceptor` with a computed value: that runs in a Swift task of its
     /// own, and whether the request is answered before the pipeline notes the interceptor's wait
-    /// is a race (a timer armed or not: the count moved by 3 hops from run to run).
+    /// is a race (a timer armed or not), which moved the count from run to run.
     struct BearerFromMemory: SynchronousInterceptor {
         let tokens: Tokens
         func interceptWithoutSuspending(_ task: inout URLTask, context: InterceptContext) throws -> InterceptCommand? {
@@ -82,7 +82,8 @@ enum Walk401Benchmark {
             refreshes.increment()
             // A refresh takes a moment, as a token request does. With work that ends at once,
             // whether the engine is done with the run before the task's own bookkeeping of the
-            // 401 is a race, and the count moved by 3 hops from run to run.
+            // 401 is a race, which moved the count from run to run (by how much: the Performance
+            // article, "Figures behind other choices").
             try await Task.sleep(for: .milliseconds(100))
             tokens.refresh()
         }

@@ -44,11 +44,9 @@ extension URLTaskManager {
         /// before handing them to the streams together, in order. `nil` hands each over at once.
         ///
         /// A reader suspended in `for await` is woken for every element that arrives while it
-        /// waits, a thread wake-up per event and five events per request: measured with one
-        /// reader of sequential requests, that cost 0.28 ms of CPU per request (one run), a third
-        /// of the request itself; gathered for 20 ms, 0.02 to 0.08 ms (medians of 5 runs, from
-        /// sequential to 1,000 concurrent requests; `swift run -c release Benchmarks`, "with an
-        /// events reader"). Events are for logs and metrics; shorten the window where a reader
+        /// waits, a thread wake-up per event and five events per request; gathered, the events
+        /// of many requests wake it once (what each way costs: <doc:Performance>, "An events
+        /// reader"). Events are for logs and metrics; shorten the window where a reader
         /// must see an event sooner. Negative counts as zero and anything beyond 60 seconds as
         /// 60 seconds: a window that never closed would keep every event and hand none over.
         public var eventBatchWindow: Duration?

@@ -23,10 +23,11 @@ import FoundationNetworking
 /// second, and a failed refresh is tried again after the authenticator's back-off) and ask for
 /// `Connection: close`: refreshes are minutes apart, and a keep-alive connection left idle that
 /// long is the one a NAT or a load balancer has silently dropped, which the next refresh would
-/// only find out about when its timeout fires. Measured on Linux against a connection that
-/// stopped answering: 30 s to fail with a pooled connection, a fresh connection and an
-/// immediate answer with `Connection: close`. (Apple's URLSession may ignore a `Connection`
-/// header it manages itself; the timeout still bounds the wait there.)
+/// only find out about when its timeout fires. Against a connection that stopped answering, a
+/// refresh on a pooled connection waits until the connection is found dead, where one with
+/// `Connection: close` opens a fresh connection and is answered at once (measured on Linux:
+/// URLTaskManager's Performance article, "Figures behind other choices"). (Apple's URLSession
+/// may ignore a `Connection` header it manages itself; the timeout still bounds the wait there.)
 ///
 /// **A 401 with `WWW-Authenticate`.** A token endpoint that refuses the client's credentials
 /// answers 401 with `WWW-Authenticate: Basic` (RFC 6749 §5.2). URLSession takes that as a

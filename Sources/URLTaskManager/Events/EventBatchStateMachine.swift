@@ -1,9 +1,9 @@
 /// When an ``EventHub`` that delivers in batches hands its pending events to its subscribers.
 ///
 /// A subscriber suspended in `for await` is woken for each element yielded while it waits: a
-/// thread wake-up and a context switch per event, five per request, which cost an events reader
-/// about 0.28 ms of CPU per sequential request (Benchmarks), ten times the work of making the
-/// events. Events are therefore gathered for a short window after the first one and yielded
+/// thread wake-up and a context switch per event, five per request, so what an events reader
+/// cost was its wake-ups, not the events (measured: the Performance article, "An events
+/// reader"). Events are therefore gathered for a short window after the first one and yielded
 /// together, so the reader wakes once for many of them.
 struct EventBatchStateMachine<Event> {
     private enum State {

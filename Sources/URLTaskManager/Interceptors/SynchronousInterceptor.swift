@@ -4,10 +4,9 @@
 /// Why it exists: the manager calls ``URLTaskInterceptor/intercept(_:context:)`` in a Swift task
 /// of its own (an `async` method cannot be called from the threads the pipeline runs on without
 /// one), once per interceptor per send. For an interceptor that only sets a header from memory
-/// that task costs more than the header: measured on Linux with one header, 12,700 to 14,900
-/// instructions more per request sequentially (1.8 % to 2.1 % of a whole request) and 20,650
-/// with 10 requests at once (2.8 %), and more context switches in most timed runs
-/// (see <doc:Performance>).
+/// that task costs more than the header: starting it enqueues a job on the cooperative pool and
+/// wakes a thread to run it, which adds instructions and a thread hand-off to every request, for
+/// every such interceptor (measured: <doc:Performance>, "The synchronous path").
 /// ``HeaderInterceptor`` with fixed values, `BearerInterceptor` while its token is fresh and
 /// `CoalescingInterceptor` take this path.
 ///

@@ -9,12 +9,13 @@ extension URLRequest {
     /// on every request, and for yours.
     ///
     /// On corelibs `setValue` capitalizes the name with Foundation's locale-aware `capitalized`
-    /// and checks the value character by character on every call, about 12,000 instructions,
-    /// more than the rest of a bearer interceptor. Here the name was capitalized once
-    /// (``HeaderName``), and the value is not checked: every header of a task is checked byte
-    /// by byte before it is sent (``HeaderValidation/firstProblem(in:)``), which fails the task
-    /// with ``URLTaskError/Code-swift.struct/invalidHeader`` where corelibs' `setValue` would
-    /// have dropped the header without a word.
+    /// and checks the value character by character on every call, for a header an interceptor
+    /// sets on every request (its cost: <doc:Performance>, "Single operations on Linux"). Here
+    /// the name was capitalized once (``HeaderName``), and the value is not checked: every
+    /// header of a task is checked byte by byte before it is sent
+    /// (``HeaderValidation/firstProblem(in:)``), which fails the task with
+    /// ``URLTaskError/Code-swift.struct/invalidHeader`` where corelibs' `setValue` would have
+    /// dropped the header without a word.
     public mutating func replaceHeader(_ name: HeaderName, with value: String) {
         Platform.replaceHeader(name, with: value, in: &self)
     }
@@ -31,9 +32,10 @@ extension URLRequest {
     /// The value of `name` under any spelling: what `value(forHTTPHeaderField:)` answers.
     ///
     /// On corelibs `value(forHTTPHeaderField:)` compares every field name with Foundation's
-    /// case-insensitive, locale-aware string comparison, about 900 instructions for a request
-    /// with one header, and the send path asks two of them (`Content-Length`, the policy's
-    /// header) of every request; field names are ASCII tokens, compared here byte by byte.
+    /// case-insensitive, locale-aware string comparison (its cost: the Performance article,
+    /// "Single operations on Linux"), and the send path asks two of them (`Content-Length`, the
+    /// policy's header) of every request; field names are ASCII tokens, compared here byte by
+    /// byte.
     func headerValue(_ name: HeaderName) -> String? {
         Platform.headerValue(name, in: self)
     }

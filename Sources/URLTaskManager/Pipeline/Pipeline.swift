@@ -19,8 +19,9 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
     /// One per interceptor that intercepts one task at a time, `nil` for the others.
     let serialGates: [SerialGate?]
     /// Each interceptor as a ``SynchronousInterceptor`` when it is one and has no serial gate:
-    /// cast once here, because the cast (a protocol conformance lookup) cost about 1,600
-    /// instructions on every send on Linux.
+    /// cast once here, because the cast is a protocol conformance lookup, which the runtime would
+    /// otherwise make again on every send, for every interceptor (its cost on Linux: the
+    /// Performance article, "Single operations on Linux").
     private let synchronousInterceptors: [(any SynchronousInterceptor)?]
     let reactors: [ReactorRunner]
     let options: URLTaskManager.Options
@@ -29,9 +30,9 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
     let transport: Transport
     /// The inner session of ``URLTaskManager/bytes(for:)``, made on first use where
     /// ``transport`` runs its callbacks on the session's work queue (corelibs): a body streamed
-    /// through callbacks there costs memory that grows with it (about a ninth of the body, given
-    /// back only at its end), which a session whose callbacks run on a thread of their own does
-    /// not. Elsewhere it is ``transport``.
+    /// through callbacks there costs memory that grows with it, given back only at its end (see
+    /// the Performance article, "Streaming memory through the session"), which a session whose
+    /// callbacks run on a thread of their own does not. Elsewhere it is ``transport``.
     private let streaming: LockedState<Transport?>
     private let transportConfiguration: URLSessionConfiguration
     /// Who listens to the tasks' events (``URLTaskManager/events(bufferingNewest:)``).
@@ -349,11 +350,12 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         case .abandon:
             // Not `invalidateAndCancel()`, and no inner task is cancelled (see
             // `abandonsTransfers`): cancelling dozens of transfers at once, some of them ending
-            // on their own at that moment, crashed corelibs in 2 to 6 of 40 stress runs (a
-            // cancellation reported for a task its registry had already dropped), however the
-            // cancels were ordered. Their callers have already completed with `cancelled`; the
-            // bytes still arriving are dropped, and the inner session is released when the
-            // last transfer ends (at the latest, the request's timeout). 0 crashes in 60 runs.
+            // on their own at that moment, crashed corelibs in stress runs (a cancellation
+            // reported for a task its registry had already dropped), however the cancels were
+            // ordered, and abandoning them never did (the runs: the Performance article,
+            // "Figures behind other choices"). Their callers have already completed with
+            // `cancelled`; the bytes still arriving are dropped, and the inner session is
+            // released when the last transfer ends (at the latest, the request's timeout).
             for transport in transports { transport.session.finishTasksAndInvalidate() }
         }
     }

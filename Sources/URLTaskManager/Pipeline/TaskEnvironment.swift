@@ -129,8 +129,8 @@ struct LiveRuntime: PipelineRuntime {
 
     /// A timer source rather than `asyncAfter`, whose timer lives until its deadline whatever
     /// happens: a task's timeouts (60 s by default) then outlived the task, two for each task
-    /// that waited, and a soak of 120,000 requests kept 357 B a request more than a plain
-    /// session. A cancelled source is released at once.
+    /// that waited, and memory grew with the requests sent, beyond a plain session's (see the
+    /// Performance article, "Memory over a long run"). A cancelled source is released at once.
     @discardableResult
     func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) -> any PipelineTimer {
         DispatchPipelineTimer(deadline: deadline, work)

@@ -12,9 +12,10 @@ import Foundation
 /// Apple platforms' `Mutex` needs macOS 15 / iOS 18, and the package supports macOS 13 / iOS 16.
 /// On Linux `Mutex` is available, but it waits on a futex inside the standard library, which the
 /// thread sanitizer does not instrument: with it, the sanitizer cannot see that the lock orders
-/// the sections, and a run of the test suite reported 1,008 "Swift access races" in this file
-/// alone and hundreds more in the machines it guards, every one false (`scripts/tsan.sh`, whose
-/// run must stay at 0 warnings). A pthread mutex is seen by the sanitizer.
+/// the sections, and reports them as "Swift access races", in this file and in the machines it
+/// guards, every one false (`scripts/tsan.sh`, whose run must stay at 0 warnings; the count:
+/// the Performance article, "Figures behind other choices"). A pthread mutex is seen by the
+/// sanitizer.
 ///
 /// The state lives in memory of its own rather than in a stored `var`: the lock already makes
 /// each section exclusive, and a stored property of a class would add the runtime's dynamic

@@ -52,9 +52,9 @@ extension URLOrigin {
     /// `URLOrigin(url)?.description`, the name per-host state is kept under, worked out cheaply:
     /// a URL spelled plainly (`http` or `https`, a lowercase ASCII host, an optional port) has it
     /// read from its string in one pass, without parsing it through `URL`'s `scheme`, `host` and
-    /// `port` (about 2,500 instructions on Linux, for a part asked on every request); any other
-    /// spelling goes through ``init(_:)``, so the answer is the same either way. `nil` for a URL
-    /// without a scheme or host.
+    /// `port` (on Linux each parses the URL, for a part asked on every request; <doc:Performance>,
+    /// "Single operations on Linux"); any other spelling goes through ``init(_:)``, so the answer
+    /// is the same either way. `nil` for a URL without a scheme or host.
     public static func description(of url: URL?) -> String? {
         guard let url else { return nil }
         return plainDescription(of: url) ?? URLOrigin(url)?.description
@@ -66,9 +66,10 @@ extension URLOrigin {
     /// percent sign, an IPv6 literal, an uppercase letter, another scheme), which the caller then
     /// works out through `URLOrigin`, so the answer is the same either way.
     ///
-    /// Why: parsing a URL's scheme, host and port through `URL` cost about 2,500 instructions
-    /// on Linux, and a request's origin is asked for up to three times (the bearer's origin
-    /// check, the refresh reactor's exemption, the per-host connection slots).
+    /// Why: reading a URL's scheme, host and port through `URL` parses it on Linux (see the
+    /// Performance article, "Single operations on Linux"), and a request's origin is asked for up
+    /// to three times (the bearer's origin check, the refresh reactor's exemption, the per-host
+    /// connection slots).
     static func plainDescription(of url: URL) -> String? {
         var string = url.absoluteString
         return string.withUTF8 { bytes -> String? in

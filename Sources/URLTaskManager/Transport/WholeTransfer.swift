@@ -6,8 +6,8 @@ import FoundationNetworking
 /// A GET or HEAD of the inner session that delivers its answer in one piece, for the manager's
 /// own methods (on corelibs: ``PlatformSupport/sendsWholeTransfers``): the inner session's async `data(for:)`, which on corelibs hands the body to its
 /// caller right where the transfer ends (no delegate queue between), where a delegate-driven
-/// task crosses the delegate queue three times (the head, the body, the end: about 39,000
-/// instructions a request, measured with callgrind).
+/// task crosses the delegate queue three times (the head, the body, the end), a thread hand-off
+/// each (what that costs: the Performance article, "The manager's own methods").
 ///
 /// corelibs asks the session's delegate, the ``Transport``, about such a task's redirect: it
 /// finds the transfer's ``RedirectRelay`` (``PlatformSupport/asyncAPIDelegate(of:in:)``), which

@@ -28,12 +28,12 @@ import FoundationNetworking
 /// script that also returns the stored credential. If another process renewed it already, that
 /// credential is used and the token endpoint is not asked (the script then takes no lease: one
 /// round trip for every process but the one that refreshes, which makes two, the lease and the
-/// write; measured: 4 processes, 5 scripts, 1 lease); otherwise the holder asks, writes the
-/// answer with a compare-and-set that refuses a fence older than the stored one (a holder whose
-/// lease expired while it waited can never overwrite a newer credential), announces it on a
-/// pub/sub channel and releases the lease if it still holds it. The other processes wait for
-/// that announcement (not polling), at most as long as the lease lives; if it expired without a
-/// new credential (its holder died), one of them takes it over.
+/// write; counted in URLTaskManager's Performance article, "A fleet on Redis"); otherwise the
+/// holder asks, writes the answer with a compare-and-set that refuses a fence older than the
+/// stored one (a holder whose lease expired while it waited can never overwrite a newer
+/// credential), announces it on a pub/sub channel and releases the lease if it still holds it.
+/// The other processes wait for that announcement (not polling), at most as long as the lease
+/// lives; if it expired without a new credential (its holder died), one of them takes it over.
 ///
 /// **A refused refresh token** (`invalid_grant`) is not taken as final at once by the holder: a
 /// process whose lease expired while its token request was under way, or one that refreshed

@@ -16,8 +16,8 @@ import FoundationNetworking
 ///   own clock (`TIME` inside the script), so the processes' clocks never matter. Rate and burst
 ///   mean what they mean for `RateLimiter`: `rate` requests a second, up to `burst` at once
 ///   after a quiet spell. One round trip per request that goes at once; while requests wait,
-///   about one per waiting process per turn (4 processes × 50 requests at 50 a second: 3.8 to 4.6
-///   round trips a request).
+///   about one per waiting process per turn, since only the first request in line in each
+///   process asks (measured: URLTaskManager's Performance article, "A fleet on Redis").
 /// - **A request that must wait** sleeps for as long as the script says, then asks again. Inside
 ///   one process only the first request in line for a host asks; the others wait behind it in
 ///   arrival order. The wait counts toward the request's `timeoutInterval` (the manager fails

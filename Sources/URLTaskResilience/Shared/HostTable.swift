@@ -14,8 +14,9 @@ protocol HostState {
 /// circuits. Idle hosts are forgotten, and past `capacity` hosts the least recently used one
 /// that may be evicted goes first.
 ///
-/// 200,000 distinct hosts through a limiter and a breaker kept 147 MiB in 0.2.0 (about 380 B a
-/// host each, never reclaimed). Here the table is trimmed when a new host would pass
+/// 0.2.0 kept an entry for every host it ever saw, so memory grew with the number of distinct
+/// hosts and was never reclaimed (measured: URLTaskManager's Performance article, "The
+/// resilience parts"). Here the table is trimmed when a new host would pass
 /// `capacity`: every idle entry goes, then the least recently used evictable ones until a
 /// quarter of the room is free; and every `capacity` uses, idle entries are swept, so a quiet
 /// table shrinks too. Both cost O(1) per use, amortized. Entries that may not be evicted

@@ -10,9 +10,10 @@ extension CorelibsPlatform {
     }
 
     /// `setValue` capitalizes the name and checks the value character by character on every
-    /// call, about 12,000 instructions, more than the rest of a bearer interceptor: here the
-    /// name was capitalized once (``HeaderName``), and the value is checked later with every
-    /// other header of the task (``HeaderValidation/firstProblem(in:)``).
+    /// call, work an interceptor that sets a header on every request would repeat each time (its
+    /// cost: the Performance article, "Single operations on Linux"): here the name was
+    /// capitalized once (``HeaderName``), and the value is checked later with every other header
+    /// of the task (``HeaderValidation/firstProblem(in:)``).
     static func replaceHeader(_ name: HeaderName, with value: String, in request: inout URLRequest) {
         guard var fields = request.allHTTPHeaderFields, !fields.isEmpty else {
             request.allHTTPHeaderFields = [name.stored: value]
@@ -45,8 +46,8 @@ extension CorelibsPlatform {
     }
 
     /// `value(forHTTPHeaderField:)` compares every field name with Foundation's
-    /// case-insensitive, locale-aware string comparison, about 900 instructions for a request
-    /// with one header; field names are ASCII tokens, compared here byte by byte.
+    /// case-insensitive, locale-aware string comparison (its cost: the Performance article,
+    /// "Single operations on Linux"); field names are ASCII tokens, compared here byte by byte.
     static func headerValue(_ name: HeaderName, in request: URLRequest) -> String? {
         guard let fields = request.allHTTPHeaderFields, !fields.isEmpty else { return nil }
         if let value = fields[name.stored] { return value }

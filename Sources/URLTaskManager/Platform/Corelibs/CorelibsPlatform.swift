@@ -160,8 +160,9 @@ enum CorelibsPlatform: PlatformSupport {
     /// Why the multi handle's queue and not the work queue itself: while a socket stays
     /// readable (a fast server on loopback), libdispatch keeps draining that queue, reading the
     /// whole body, before anything else queued on the work queue runs. Callbacks queued on the
-    /// work queue then waited behind the entire body (50 MB held in memory, measured), and so
-    /// did a `suspend()` meant to pause the transfer. Queued on the same queue as the reads,
+    /// work queue then waited behind the entire body, which stayed in memory meanwhile (see the
+    /// Performance article, "Streaming memory through the session"), and so did a `suspend()`
+    /// meant to pause the transfer. Queued on the same queue as the reads,
     /// each chunk's callback runs right after the read that produced it.
     ///
     /// Must be called before the queue has any operation. Returns `false` (and changes nothing)
