@@ -93,11 +93,11 @@ final class EngineStorage: Sendable {
     /// Every task the pipeline runs now, with its task as it stands (for code that runs outside
     /// the lock: ``URLTaskManager/failTasks(with:where:)``'s predicate).
     var liveTasks: [(TaskStorage, URLTask)] {
-        state.withLock { engine in engine.tasks.values.map { ($0.run, $0.machine.task) } }
+        state.withLock { $0.live }
     }
 
     /// Every task the pipeline runs now.
-    var liveRuns: [TaskStorage] { state.withLock { $0.tasks.values.map(\.run) } }
+    var liveRuns: [TaskStorage] { liveTasks.map(\.0) }
 
     /// Per reactor name, the credential version `task`'s headers were decided under: the
     /// reactor's own (``URLTaskReactor/credentialVersion(of:)``) or, for a reactor that holds
@@ -169,7 +169,7 @@ final class EngineStorage: Sendable {
     // MARK: Decisions for other tasks
 
     /// Performs, off the caller's thread, what sections decided for other tasks.
-    private func tell(_ moved: [(TaskStorage, Engine.TaskAction)]) {
-        for (task, action) in moved { runtime.async { task.perform(action) } }
+    private func tell(_ moved: [Engine.Decision]) {
+        for decision in moved { runtime.async { decision.run.perform(decision.action) } }
     }
 }
