@@ -64,8 +64,14 @@ struct Engine {
     }
 
     var admission: AdmissionStateMachine
-    /// Every live task.
-    private var tasks: [URLTask.ID: Entry] = [:]
+    /// The live tasks, each in a slot of its own for as long as it lives (``TaskRef``): a task's
+    /// events find it without hashing its identifier.
+    private var entries: [Entry?] = []
+    /// Slots freed by tasks that ended, to be used again.
+    private var freeSlots: [Int] = []
+    /// Each live task's slot, for the decisions admission makes by identifier (a slot handed
+    /// over, a run ended).
+    private var slots: [URLTask.ID: Int] = [:]
     /// Per reactor, the error of its last failed run: what tasks late for it fail with.
     var lastFailures: [(any Error)?]
     let reactors: [ReactorRunner]
@@ -123,25 +129,59 @@ struct Engine {
         case reacted(requeued: Int?, then: Step)
     }
 
+    /// Where a task lives in the engine: its identifier and its slot, fixed as it is made.
+    struct TaskRef: Sendable {
+        let id: URLTask.ID
+        let slot: Int
+    }
+
     // MARK: Tasks
+
+    /// A slot for a task about to be made (``register(_:machine:traits:)`` fills it).
+    mutating func reserveSlot() -> Int {
+        if let slot = freeSlots.popLast() { return slot }
+        entries.append(nil)
+        return entries.count - 1
+    }
+
+    /// The live task at `ref`, if it still lives (a slot freed by a task that ended may hold
+    /// another by now).
+    private func entry(_ ref: TaskRef) -> Entry? {
+        guard let entry = entries[ref.slot], entry.run.id == ref.id else { return nil }
+        return entry
+    }
+
+    /// The live task `id`, found by its identifier.
+    private func entry(_ id: URLTask.ID) -> Entry? {
+        slots[id].flatMap { entries[$0] }
+    }
 
     /// A task starts: its machine and traits are kept until ``finished(_:)``.
     mutating func register(_ run: TaskStorage, machine: TaskStateMachine, traits: Traits) {
+        let slot = run.ref.slot
         // Without reactors admission has nothing to decide (no gate, stamp or slot): a task it
         // does not know is let go at once by every event, without a record to keep.
         if !reactors.isEmpty { admission.register(run.id, exemptedBy: run.exemptedBy) }
-        tasks[run.id] = Entry(run: run, machine: machine, traits: traits)
+        entries[slot] = Entry(run: run, machine: machine, traits: traits)
+        slots[run.id] = slot
     }
 
     /// The task completed or was cancelled: it leaves every queue, and its slot is handed over.
     /// Returns its timers, to be cancelled.
-    mutating func finished(_ id: URLTask.ID) -> (timers: [any PipelineTimer], decided: [Decision]) {
-        let timers = tasks.removeValue(forKey: id)?.timers ?? []
+    mutating func finished(_ ref: TaskRef) -> (timers: [any PipelineTimer], decided: [Decision]) {
+        let id = ref.id
+        var timers: [any PipelineTimer] = []
+        if let entry = entry(ref) {
+            timers = entry.timers
+            entries[ref.slot] = nil
+            slots[id] = nil
+            freeSlots.append(ref.slot)
+        }
         return (timers, admit(admission.finished(id)))
     }
 
     /// Every live task, with its task as it stands.
-    var live: [(TaskStorage, URLTask)] { tasks.values.map { ($0.run, $0.machine.task) } }
+    var live: [(TaskStorage, URLTask)] { entries.compactMap { $0.map { ($0.run, $0.machine.task) } } }
 
     // MARK: Proceeding
 
@@ -157,44 +197,47 @@ struct Engine {
         case reactionEnded(reactor: Int, outcome: ReactorRunner.Outcome)
     }
 
-    mutating func proceed(_ id: URLTask.ID, _ event: ProceedEvent) -> TaskAction {
-        guard let task = tasks[id] else { return .none }
+    mutating func proceed(_ ref: TaskRef, _ event: ProceedEvent) -> TaskAction {
+        let id = ref.id
+        guard let task = entry(ref) else { return .none }
         switch event {
         case .start(let replayable):
-            return .step(passGates(id, task.machine.start(replayableBody: replayable)))
+            return .step(passGates(task, task.machine.start(replayableBody: replayable)))
         case .released(let index):
-            return .step(passGates(id, task.machine.released(index: index)))
+            return .step(passGates(task, task.machine.released(index: index)))
         case .interceptorReturned(let index, let command, let snapshot, let flushes, let interceptor):
             let action = task.machine.interceptorReturned(
                 index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor)
-            return .step(passGates(id, action))
+            return .step(passGates(task, action))
         case .interceptorThrew(let index, let error, let interceptor):
-            return .step(passGates(id, task.machine.interceptorThrew(index: index, error: error, interceptor: interceptor)))
+            return .step(passGates(task, task.machine.interceptorThrew(index: index, error: error, interceptor: interceptor)))
         case .challengeAnswered(let answer, let now):
-            return .step(resend(id, task.machine.challengeAnswered(answer, now: now)))
+            return .step(resend(task, task.machine.challengeAnswered(answer, now: now)))
         case .reactionEnded(let reactor, let outcome):
-            return reactionFinished(id, reactor: reactor, outcome: outcome)
+            return reactionFinished(task, reactor: reactor, outcome: outcome)
         }
     }
 
     /// The task's machine as it stands, for code that runs outside the lock (whether
     /// ``URLTaskManager/failTasks(with:where:)``'s predicate matches).
-    func task(_ id: URLTask.ID) -> URLTask? { tasks[id]?.machine.task }
+    func task(_ ref: TaskRef) -> URLTask? { entry(ref)?.machine.task }
 
     /// Whether the task ended (a cancel that raced with a hold).
-    func isCompleted(_ id: URLTask.ID) -> Bool { tasks[id]?.machine.isCompleted ?? true }
+    func isCompleted(_ ref: TaskRef) -> Bool { entry(ref)?.machine.isCompleted ?? true }
 
     /// The interceptor's or reaction's Swift task for the task started: `work` to cancel if the
     /// task ended meanwhile.
-    mutating func workStarted(_ id: URLTask.ID, _ work: Task<Void, Never>) -> Task<Void, Never>? {
-        guard let task = tasks[id] else { return work }
+    mutating func workStarted(_ ref: TaskRef, _ work: Task<Void, Never>) -> Task<Void, Never>? {
+        let id = ref.id
+        guard let task = entry(ref) else { return work }
         if case .cancel(let work) = task.machine.workStarted(work) { return work }
         return nil
     }
 
     /// The caller cancelled.
-    mutating func cancel(_ id: URLTask.ID) -> TaskStateMachine.CancelAction {
-        guard let task = tasks[id] else { return .none }
+    mutating func cancel(_ ref: TaskRef) -> TaskStateMachine.CancelAction {
+        let id = ref.id
+        guard let task = entry(ref) else { return .none }
         return task.machine.cancel()
     }
 
@@ -214,8 +257,9 @@ struct Engine {
         case slotWaitExpired(generation: Int, error: any Error)
     }
 
-    mutating func fail(_ id: URLTask.ID, _ event: FailureEvent) -> TaskAction {
-        guard let task = tasks[id] else { return .none }
+    mutating func fail(_ ref: TaskRef, _ event: FailureEvent) -> TaskAction {
+        let id = ref.id
+        guard let task = entry(ref) else { return .none }
         let action: TaskStateMachine.FailAction
         switch event {
         case .abort(let error): action = task.machine.abort(error)
@@ -249,8 +293,9 @@ struct Engine {
 
     /// Returns the timer to arm for a stretch of waits that begins, if any; a timer armed for a
     /// task that ended meanwhile is returned to be cancelled.
-    mutating func wait(_ id: URLTask.ID, _ event: WaitEvent) -> WaitAction {
-        guard let task = tasks[id] else {
+    mutating func wait(_ ref: TaskRef, _ event: WaitEvent) -> WaitAction {
+        let id = ref.id
+        guard let task = entry(ref) else {
             if case .armed(let timer) = event { return .cancel(timer) }
             return .none
         }
@@ -282,16 +327,17 @@ struct Engine {
         case slotHandedOver(readings: [Int: ReactorRunStateMachine.ReportedVersion])
     }
 
-    mutating func admission(_ id: URLTask.ID, _ event: AdmissionEvent) -> (TaskAction, decided: [Decision]) {
-        guard let task = tasks[id] else { return (.none, []) }
+    mutating func admission(_ ref: TaskRef, _ event: AdmissionEvent) -> (TaskAction, decided: [Decision]) {
+        let id = ref.id
+        guard let task = entry(ref) else { return (.none, []) }
         switch event {
         case .wantsToSend(let host, let restamp, let readings):
             let decision = admission.wantsToSend(id, host: host, restamp: restamp, reported: readings)
-            let (action, handedOver) = admitted(id, decision, read: true)
+            let (action, handedOver) = admitted(task, decision, read: true)
             return (action, admit(handedOver))
         case .slotHandedOver(let readings):
             let (decision, passedOn) = admission.slotHandedOver(id, reported: readings)
-            let (action, handedOver) = admitted(id, decision, read: true)
+            let (action, handedOver) = admitted(task, decision, read: true)
             return (action, admit(passedOn + handedOver))
         }
     }
@@ -365,8 +411,9 @@ struct Engine {
         var timer: TaskStateMachine.WaitTimer?
     }
 
-    mutating func transfer(_ id: URLTask.ID, _ event: TransferEvent) -> (TransferAction, decided: [Decision]) {
-        guard let task = tasks[id] else {
+    mutating func transfer(_ ref: TaskRef, _ event: TransferEvent) -> (TransferAction, decided: [Decision]) {
+        let id = ref.id
+        guard let task = entry(ref) else {
             if case .started(let handle, _) = event { return (.stop(handle), []) }
             return (.none, [])
         }
@@ -401,7 +448,7 @@ struct Engine {
             task.machine.redirectAnswered(answer, refused: refused)
             return (.none, [])
         case .ended(let error, let choice, let reading, let now):
-            return transferEnded(id, error: error, choice: choice, reading: reading, now: now)
+            return transferEnded(task, error: error, choice: choice, reading: reading, now: now)
         }
     }
 
@@ -410,9 +457,9 @@ struct Engine {
     /// or joined (or the task answered at once) in the same transition, so the task that gets the
     /// slot finds the run going.
     private mutating func transferEnded(
-        _ id: URLTask.ID, error: (any Error)?, choice: Int??, reading asked: ReactorRunStateMachine.ReportedVersion??, now: DispatchTime
+        _ task: Entry, error: (any Error)?, choice: Int??, reading asked: ReactorRunStateMachine.ReportedVersion??, now: DispatchTime
     ) -> (TransferAction, decided: [Decision]) {
-        let task = tasks[id]!
+        let id = task.run.id
         let traits = task.traits
         // A transport error before the head may be an outcome: the reactors choose (and the
         // observers are told) outside the lock, then the end comes again.
@@ -435,7 +482,7 @@ struct Engine {
             case .complete(let completion): return (.ended(.complete(completion)), decided)
             case .consultChallenge(let response, let failures, let request):
                 return (.ended(.consultChallenge(response: response, previousFailures: failures, request: request)), decided)
-            case .restart: return (.ended(.restart(resend(id, .checkGates))), decided)
+            case .restart: return (.ended(.restart(resend(task, .checkGates))), decided)
             case .react: preconditionFailure("handled above")
             }
         }
@@ -460,7 +507,7 @@ struct Engine {
         var startRun: Int?
         if case .startRun(let number) = need { startRun = number }
         let run = admission.reactors[index].currentRun
-        let answered = immediate.map { reactionFinished(id, reactor: index, outcome: $0) }
+        let answered = immediate.map { reactionFinished(task, reactor: index, outcome: $0) }
         return (.ended(.reactTogether(reaction, startRun: startRun, run: run, immediate: answered)), decided)
     }
 
@@ -486,9 +533,10 @@ struct Engine {
         case step(Step)
     }
 
-    mutating func observation(_ id: URLTask.ID, _ event: ObservationEvent) -> ObservationAction {
+    mutating func observation(_ ref: TaskRef, _ event: ObservationEvent) -> ObservationAction {
+        let id = ref.id
         // Gone: the task already ended.
-        guard let task = tasks[id] else { return .none }
+        guard let task = entry(ref) else { return .none }
         switch event {
         case .finishRequested(let completion, let queueEnd):
             if queueEnd { task.observation.outcomeQueued() }
@@ -505,7 +553,7 @@ struct Engine {
             switch task.observation.outcomeObserved() {
             case .none: return .none
             case .finish(let completion): return .finish(completion)
-            case .resend(let action): return .step(passGates(id, action))
+            case .resend(let action): return .step(passGates(task, action))
             }
         }
     }
@@ -521,12 +569,12 @@ struct Engine {
         lastFailures[index] = failure
         var moved: [Decision] = []
         for id in end.waiters {
-            guard let run = tasks[id]?.run else { continue }
-            moved.append(Decision(run: run, action: reactionFinished(id, reactor: index, outcome: result)))
+            guard let task = entry(id) else { continue }
+            moved.append(Decision(run: task.run, action: reactionFinished(task, reactor: index, outcome: result)))
         }
         for id in end.gated {
-            guard let run = tasks[id]?.run else { continue }
-            moved.append(Decision(run: run, action: gateOpened(id, by: result)))
+            guard let task = entry(id) else { continue }
+            moved.append(Decision(run: task.run, action: gateOpened(task, by: result)))
         }
         return moved
     }
@@ -537,9 +585,9 @@ struct Engine {
     /// running reactor's gate, or its credential stamps are recorded and it goes on to the
     /// interceptors (stamped before they run, not at send: an interceptor, or a batch hold, may
     /// apply a token, then a run may start and end before the task is sent).
-    private mutating func passGates(_ id: URLTask.ID, _ action: TaskStateMachine.ProceedAction) -> Step {
-        let task = tasks[id]!
-        guard case .checkGates = action else { return step(id, action) }
+    private mutating func passGates(_ task: Entry, _ action: TaskStateMachine.ProceedAction) -> Step {
+        let id = task.run.id
+        guard case .checkGates = action else { return step(task, action) }
         // Ended meanwhile (a cancel between a restart and this section): nothing to decide.
         guard !task.machine.isCompleted else { return .none }
         switch admission.headersWillBeDecided(id) {
@@ -547,13 +595,13 @@ struct Engine {
             task.machine.waitingAtGate(reactor: reactor)
             return .waitAtGate(reactor: reactor)
         case .proceed:
-            return step(id, task.machine.gateOpened())
+            return step(task, task.machine.gateOpened())
         }
     }
 
     /// The machine's action as the task performs it (never a `.checkGates`: ``passGates(_:_:)``).
-    private func step(_ id: URLTask.ID, _ action: TaskStateMachine.ProceedAction) -> Step {
-        let task = tasks[id]!
+    private func step(_ task: Entry, _ action: TaskStateMachine.ProceedAction) -> Step {
+        let id = task.run.id
         switch action {
         case .none: return .none
         case .checkGates: preconditionFailure("a .checkGates never leaves the section that returned it (passGates)")
@@ -571,8 +619,8 @@ struct Engine {
     /// `action` may send the task again after an outcome; with observers, only once they were
     /// told of every outcome of the task (``OutcomeObservationStateMachine``). The gates are then
     /// checked in the same section.
-    private mutating func resend(_ id: URLTask.ID, _ action: TaskStateMachine.ProceedAction) -> Step {
-        let task = tasks[id]!
+    private mutating func resend(_ task: Entry, _ action: TaskStateMachine.ProceedAction) -> Step {
+        let id = task.run.id
         var action = action
         switch action {
         case .checkGates, .acquireConnection:
@@ -584,7 +632,7 @@ struct Engine {
         default:
             break
         }
-        return passGates(id, action)
+        return passGates(task, action)
     }
 
     /// Admission decided `decision` for the task, on its own event or on another task's (a slot
@@ -594,9 +642,9 @@ struct Engine {
     ///   the engine last heard: a task whose reactors keep versions of their own reads them
     ///   first (their state may change outside any run: the app renewing a token).
     private mutating func admitted(
-        _ id: URLTask.ID, _ decision: AdmissionStateMachine.SendAction, read: Bool = false
+        _ task: Entry, _ decision: AdmissionStateMachine.SendAction, read: Bool = false
     ) -> (TaskAction, handedOver: [(URLTask.ID, AdmissionStateMachine.SendAction)]) {
-        guard let task = tasks[id] else { return (.none, admission.transferEnded(id)) }
+        let id = task.run.id
         switch decision {
         case .send:
             let traits = task.traits
@@ -623,7 +671,7 @@ struct Engine {
             task.machine.admissionGated(reactor: reactor)
             return (.step(.waitAtGate(reactor: reactor)), [])
         case .reintercept:
-            return (.step(passGates(id, task.machine.headersStale())), [])
+            return (.step(passGates(task, task.machine.headersStale())), [])
         case .fail(let reactor):
             return (Self.taskAction(task.machine.fail(lastRunError(reactor))), [])
         }
@@ -636,17 +684,17 @@ struct Engine {
         var pending = decided[...]
         var moved: [Decision] = []
         while let (id, decision) = pending.popFirst() {
-            guard let run = tasks[id]?.run else { continue }
-            let (action, handedOver) = admitted(id, decision)
-            moved.append(Decision(run: run, action: action))
+            guard let task = entry(id) else { continue }
+            let (action, handedOver) = admitted(task, decision)
+            moved.append(Decision(run: task.run, action: action))
             pending.append(contentsOf: handedOver)
         }
         return moved
     }
 
     /// The run of reactor `index` this task waited on (or ran for it alone) ended.
-    private mutating func reactionFinished(_ id: URLTask.ID, reactor index: Int, outcome: ReactorRunner.Outcome) -> TaskAction {
-        guard let task = tasks[id] else { return .none }
+    private mutating func reactionFinished(_ task: Entry, reactor index: Int, outcome: ReactorRunner.Outcome) -> TaskAction {
+        let id = task.run.id
         var action = task.machine.reactionFinished(reactor: index, result: reactionResult(index, outcome))
         var requeued: Int?
         switch action {
@@ -662,17 +710,17 @@ struct Engine {
         default:
             break
         }
-        return .reacted(requeued: requeued, then: passGates(id, action))
+        return .reacted(requeued: requeued, then: passGates(task, action))
     }
 
     /// A run whose gate held this task ended.
-    private mutating func gateOpened(_ id: URLTask.ID, by outcome: ReactorRunner.Outcome) -> TaskAction {
-        let task = tasks[id]!
+    private mutating func gateOpened(_ task: Entry, by outcome: ReactorRunner.Outcome) -> TaskAction {
+        let id = task.run.id
         switch outcome {
         case .succeeded, .declined:
             // Another covering reactor's run may be going: the gates are checked again.
             guard !task.machine.isCompleted else { return .none }
-            return .step(passGates(id, .checkGates))
+            return .step(passGates(task, .checkGates))
         case .failed(let error):
             return Self.taskAction(task.machine.fail(error))
         }

@@ -36,46 +36,51 @@ final class EngineStorage: Sendable {
 
     // MARK: A task's events
 
+    /// A slot for a task about to be made (``Engine/TaskRef``).
+    func reserveSlot() -> Int {
+        state.withLock { $0.reserveSlot() }
+    }
+
     func register(_ run: TaskStorage, machine: TaskStateMachine, traits: Engine.Traits) {
         state.withLock { $0.register(run, machine: machine, traits: traits) }
     }
 
-    func proceed(_ id: URLTask.ID, _ event: Engine.ProceedEvent) -> Engine.TaskAction {
-        state.withLock { $0.proceed(id, event) }
+    func proceed(_ ref: Engine.TaskRef, _ event: Engine.ProceedEvent) -> Engine.TaskAction {
+        state.withLock { $0.proceed(ref, event) }
     }
 
-    func fail(_ id: URLTask.ID, _ event: Engine.FailureEvent) -> Engine.TaskAction {
-        state.withLock { $0.fail(id, event) }
+    func fail(_ ref: Engine.TaskRef, _ event: Engine.FailureEvent) -> Engine.TaskAction {
+        state.withLock { $0.fail(ref, event) }
     }
 
-    func cancel(_ id: URLTask.ID) -> TaskStateMachine.CancelAction {
-        state.withLock { $0.cancel(id) }
+    func cancel(_ ref: Engine.TaskRef) -> TaskStateMachine.CancelAction {
+        state.withLock { $0.cancel(ref) }
     }
 
-    func wait(_ id: URLTask.ID, _ event: Engine.WaitEvent) -> Engine.WaitAction {
-        state.withLock { $0.wait(id, event) }
+    func wait(_ ref: Engine.TaskRef, _ event: Engine.WaitEvent) -> Engine.WaitAction {
+        state.withLock { $0.wait(ref, event) }
     }
 
-    func workStarted(_ id: URLTask.ID, _ work: Task<Void, Never>) -> Task<Void, Never>? {
-        state.withLock { $0.workStarted(id, work) }
+    func workStarted(_ ref: Engine.TaskRef, _ work: Task<Void, Never>) -> Task<Void, Never>? {
+        state.withLock { $0.workStarted(ref, work) }
     }
 
-    func isCompleted(_ id: URLTask.ID) -> Bool {
-        state.withLock { $0.isCompleted(id) }
+    func isCompleted(_ ref: Engine.TaskRef) -> Bool {
+        state.withLock { $0.isCompleted(ref) }
     }
 
-    func observation(_ id: URLTask.ID, _ event: Engine.ObservationEvent) -> Engine.ObservationAction {
-        state.withLock { $0.observation(id, event) }
+    func observation(_ ref: Engine.TaskRef, _ event: Engine.ObservationEvent) -> Engine.ObservationAction {
+        state.withLock { $0.observation(ref, event) }
     }
 
-    func admission(_ id: URLTask.ID, _ event: Engine.AdmissionEvent) -> Engine.TaskAction {
-        let (action, decided) = state.withLock { $0.admission(id, event) }
+    func admission(_ ref: Engine.TaskRef, _ event: Engine.AdmissionEvent) -> Engine.TaskAction {
+        let (action, decided) = state.withLock { $0.admission(ref, event) }
         tell(decided)
         return action
     }
 
-    func transfer(_ id: URLTask.ID, _ event: Engine.TransferEvent) -> Engine.TransferAction {
-        let (action, decided) = state.withLock { $0.transfer(id, event) }
+    func transfer(_ ref: Engine.TaskRef, _ event: Engine.TransferEvent) -> Engine.TransferAction {
+        let (action, decided) = state.withLock { $0.transfer(ref, event) }
         tell(decided)
         return action
     }
@@ -83,7 +88,7 @@ final class EngineStorage: Sendable {
     /// The task completed or was cancelled: it leaves every queue, its slot is handed over in the
     /// same section, and its timers are cancelled.
     func finished(_ run: TaskStorage) {
-        let (timers, decided) = state.withLock { $0.finished(run.id) }
+        let (timers, decided) = state.withLock { $0.finished(run.ref) }
         for timer in timers { timer.cancel() }
         tell(decided)
     }

@@ -16,6 +16,8 @@ import FoundationNetworking
 /// over, and the event brings its answer.
 final class TaskStorage: PipelineTaskHandle, Sendable {
     let id: URLTask.ID
+    /// Where the task lives in the engine.
+    let ref: Engine.TaskRef
     /// The URL the caller asked for, which the errors a plain session would give name.
     let callerURL: URL?
     /// What the caller changed for this request alone (read from it, and removed, at creation).
@@ -42,6 +44,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// Makes the task and registers its machine with the engine.
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
         self.id = id
+        self.ref = Engine.TaskRef(id: id, slot: environment.engine.reserveSlot())
         self.callerURL = request.url
         let (request, policy) = URLTaskPolicy.take(from: request)
         self.policy = policy
@@ -109,7 +112,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// still send the task; the action is performed elsewhere, because stopping an inner task
     /// syncs onto that very work queue.
     func cancel() {
-        let action = engine.cancel(id)
+        let action = engine.cancel(ref)
         if case .none = action { return }
         environment.runtime.async { self.perform(action) }
     }
@@ -167,31 +170,31 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     // MARK: Sections, one per family of events
 
     private func proceed(_ event: Engine.ProceedEvent) {
-        perform(engine.proceed(id, event))
+        perform(engine.proceed(ref, event))
     }
 
     /// - Parameter performedElsewhere: The action is performed on another thread (the caller's
     ///   must not stop a transfer: that syncs onto URLSession's work queue).
     private func fail(_ event: Engine.FailureEvent, performedElsewhere: Bool = false) {
-        let action = engine.fail(id, event)
+        let action = engine.fail(ref, event)
         guard performedElsewhere else { return perform(action) }
         environment.runtime.async { self.perform(action) }
     }
 
     private func wait(_ event: Engine.WaitEvent) -> Engine.WaitAction {
-        engine.wait(id, event)
+        engine.wait(ref, event)
     }
 
     private func transfer(_ event: Engine.TransferEvent) -> Engine.TransferAction {
-        engine.transfer(id, event)
+        engine.transfer(ref, event)
     }
 
     private func admission(_ event: Engine.AdmissionEvent) {
-        perform(engine.admission(id, event))
+        perform(engine.admission(ref, event))
     }
 
     private func observation(_ event: Engine.ObservationEvent) {
-        switch engine.observation(id, event) {
+        switch engine.observation(ref, event) {
         case .none:
             return
         case .finish(let completion):
@@ -207,7 +210,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// Starts one of the task's Swift tasks (an interceptor's, a reaction's): cancelled at once
     /// if the task ended meanwhile.
     private func workStarted(_ work: Task<Void, Never>) {
-        engine.workStarted(id, work)?.cancel()
+        engine.workStarted(ref, work)?.cancel()
     }
 
     // MARK: Actions
@@ -225,7 +228,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             batch.hold(self, maximumWait: maximumWait, flushesSeen: flushes)
             // A cancel that raced with the hold found nothing to leave (the batch is a storage of
             // its own: its lock is not the engine's).
-            if engine.isCompleted(id) { batch.remove(self) }
+            if engine.isCompleted(ref) { batch.remove(self) }
             armHoldTimeout(index: index, generation: generation)
         case .releaseBatch(let index):
             environment.batches[index].release(with: self)
