@@ -154,8 +154,8 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         self.tolerance = (Double(burst - 1) * self.interval).rounded(.up)
     }
 
+    /// `Duration.longestWait` in µs.
     private static let longestWaitMicroseconds = 3_155_760_000.0 * 1_000_000
-    private static let longestWait = Duration.seconds(3_155_760_000)
 
     /// A stream of the limiter's decisions; it ends when the limiter is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
@@ -172,7 +172,7 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         guard !policy.exempts(task.originalRequest), !(policy.rate == .infinity) else { return .execute }
         guard policy.rate > 0 else {
             // No request may go: wait until the caller gives up (its timeout, a cancel).
-            try await Task.sleep(for: Self.longestWait)
+            try await Task.sleep(for: .longestWait)
             throw CancellationError()
         }
         let host = URLOrigin.description(of: task.request.url) ?? ""
@@ -265,7 +265,7 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         guard case .response(let response) = outcome, policy.pausingStatuses.contains(response.statusCode),
             !policy.exempts(task.originalRequest), let retryAfter = RetryAfter(response: response)
         else { return }
-        let duration = min(retryAfter.delay, max(.zero, min(policy.maximumPause, Self.longestWait)))
+        let duration = min(retryAfter.delay, policy.maximumPause.clampedWait)
         // A Retry-After of 0 s asks for no wait.
         guard duration > .zero else { return }
         let host = URLOrigin.description(of: task.request.url) ?? ""
