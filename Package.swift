@@ -24,9 +24,10 @@ let package = Package(
         // own over the platform's sockets, built on the public API of the three libraries above
         // (and the same `package` plumbing).
         .target(name: "URLTaskRedis", dependencies: ["URLTaskManager", "URLTaskOAuth2", "URLTaskResilience"]),
-        // SHA-256 and secure random bytes (PKCE, trace ids): no dependency, not a product.
+        // SHA-256 and secure random bytes (PKCE, trace ids, LoopbackServer's body digests): no
+        // dependency, not a product.
         .target(name: "URLTaskCrypto"),
-        .target(name: "LoopbackServer"),
+        .target(name: "LoopbackServer", dependencies: ["URLTaskCrypto"]),
         // The system's zlib, for the gzip-upload example alone (not a package dependency).
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", providers: [.apt(["zlib1g-dev"])]),
         .executableTarget(
