@@ -16,15 +16,18 @@ let package = Package(
         // The engine: the session, interceptors, transport, reactors, events and the parts every
         // app needs (headers, batching, retries, validation, cURL, trace context).
         .target(name: "URLTaskManager", dependencies: ["URLTaskCrypto"]),
-        // Built on URLTaskManager's public API alone, as an app's own parts would be.
+        // Built on URLTaskManager's public API, as an app's own parts would be; beside it they use
+        // only the package's plumbing (`package` access: the lock box and the duration clamp).
         .target(name: "URLTaskResilience", dependencies: ["URLTaskManager"]),
         .target(name: "URLTaskOAuth2", dependencies: ["URLTaskManager", "URLTaskCrypto"]),
         // One refresh and one rate limit per fleet of processes, on Redis: a Redis client of its
-        // own over the platform's sockets, built on the public API of the three libraries above.
+        // own over the platform's sockets, built on the public API of the three libraries above
+        // (and the same `package` plumbing).
         .target(name: "URLTaskRedis", dependencies: ["URLTaskManager", "URLTaskOAuth2", "URLTaskResilience"]),
-        // SHA-256 and secure random bytes (PKCE, trace ids): no dependency, not a product.
+        // SHA-256 and secure random bytes (PKCE, trace ids, LoopbackServer's body digests): no
+        // dependency, not a product.
         .target(name: "URLTaskCrypto"),
-        .target(name: "LoopbackServer"),
+        .target(name: "LoopbackServer", dependencies: ["URLTaskCrypto"]),
         // The system's zlib, for the gzip-upload example alone (not a package dependency).
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", providers: [.apt(["zlib1g-dev"])]),
         .executableTarget(

@@ -3,17 +3,17 @@
 /// (`Int64(seconds * 1_000)`, `Task.sleep(for: .seconds(Int64.max))`, `.seconds(Double.nan)`),
 /// and so does corelibs for a `timeoutInterval` beyond about 9.2e15 s.
 ///
-/// The same few lines live in each library (URLTaskResilience and URLTaskOAuth2 import the core
-/// as an app does, so they cannot see this internal one).
+/// `package`: URLTaskResilience, URLTaskOAuth2 and URLTaskRedis clamp with these same lines (an
+/// app does not see them).
 extension Duration {
     /// The longest wait a timer of the library takes: 100 years (3,155,760,000 s). Longer is
     /// "never" for any process, and every clock and `timeoutInterval` the library hands it to
     /// can add it to "now" without overflowing.
-    static let longestWait = Duration.seconds(3_155_760_000)
+    package static let longestWait = Duration.seconds(3_155_760_000)
 
     /// `seconds` as a wait: zero for a negative number or NaN, ``longestWait`` for anything
     /// longer (infinity included). Never traps.
-    init(clampingSeconds seconds: Double) {
+    package init(clampingSeconds seconds: Double) {
         if !(seconds > 0) {
             self = .zero
         } else if seconds >= 3_155_760_000 {
@@ -24,5 +24,5 @@ extension Duration {
     }
 
     /// This duration as a wait: zero if negative, at most ``longestWait``.
-    var clampedWait: Duration { min(max(self, .zero), .longestWait) }
+    package var clampedWait: Duration { min(max(self, .zero), .longestWait) }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import URLTaskManager
 
 /// The life of one authorization code attempt, as far as its exchange goes: a code is
 /// exchanged at most once (RFC 6749 §4.1.2: a server seeing a code twice should revoke what it
@@ -34,12 +35,11 @@ struct AuthorizationAttemptStateMachine {
 
 /// An attempt's ``AuthorizationAttemptStateMachine``, shared by the copies of its
 /// `OAuth2AuthorizationRequest`.
-final class AuthorizationAttemptStorage: @unchecked Sendable {  // `machine` is guarded by `lock`.
-    private let lock = NSLock()
-    private var machine = AuthorizationAttemptStateMachine()
+final class AuthorizationAttemptStorage: Sendable {
+    private let machine = LockedState(AuthorizationAttemptStateMachine())
 
     /// Whether the exchange may send its token request (only the first may).
     func exchangeRequested() -> Bool {
-        lock.withLock { machine.exchangeRequested() } == .send
+        machine.withLock { $0.exchangeRequested() } == .send
     }
 }

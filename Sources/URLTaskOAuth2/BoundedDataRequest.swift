@@ -191,12 +191,11 @@ struct BoundedDataRequestStateMachine {
 
 /// The storage of one ``BoundedDataRequestStateMachine``, and the receiver of its task's
 /// delegate calls when ``TokenSessionDelegate`` routes them.
-final class BoundedDataRequest: @unchecked Sendable {  // `machine` is guarded by `lock`.
-    private let lock = NSLock()
-    private var machine: BoundedDataRequestStateMachine
+final class BoundedDataRequest: Sendable {
+    private let machine: LockedState<BoundedDataRequestStateMachine>
 
     init(url: URL?, sizeLimit: Int) {
-        machine = BoundedDataRequestStateMachine(url: url, sizeLimit: sizeLimit)
+        machine = LockedState(BoundedDataRequestStateMachine(url: url, sizeLimit: sizeLimit))
     }
 
     func locked(
@@ -204,7 +203,7 @@ final class BoundedDataRequest: @unchecked Sendable {  // `machine` is guarded b
     )
         -> BoundedDataRequestStateMachine.Action
     {
-        lock.withLock { event(&machine) }
+        machine.withLock { event(&$0) }
     }
 
     /// Runs `action`; call it with no lock held. Returns whether it cancels the task.

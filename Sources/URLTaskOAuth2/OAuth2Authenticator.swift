@@ -532,7 +532,7 @@ public actor OAuth2Authenticator {
 }
 
 /// The authenticator's state as the bearer interceptor needs it, readable from any thread.
-private final class PublishedCredential: @unchecked Sendable {  // `snapshot` is guarded by `lock`.
+private final class PublishedCredential: Sendable {
     struct Snapshot {
         var credential: OAuth2Credential?
         /// `Bearer <token>` for `credential`.
@@ -543,13 +543,12 @@ private final class PublishedCredential: @unchecked Sendable {  // `snapshot` is
         var leeway = Duration.zero
     }
 
-    private let lock = NSLock()
-    private var snapshot = Snapshot()
+    private let snapshot = LockedState(Snapshot())
 
-    var value: Snapshot { lock.withLock { snapshot } }
+    var value: Snapshot { snapshot.withLock { $0 } }
 
     func set(_ new: Snapshot) {
-        lock.withLock { snapshot = new }
+        snapshot.withLock { $0 = new }
     }
 }
 

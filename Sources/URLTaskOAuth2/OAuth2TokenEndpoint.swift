@@ -394,23 +394,26 @@ extension OAuth2TokenEndpoint: CustomStringConvertible, CustomDebugStringConvert
 /// and remembers the status, so the refusal can be reported as the rejection it is; and hands
 /// each token request's head, body pieces and end to its ``BoundedDataRequest``, which bounds
 /// the body's size while it streams (a completion handler would get it only once whole).
-final class TokenSessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // `refused`, `requests` are guarded by `lock`.
+final class TokenSessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     private static let httpAuthentication: Set<String> = [
         NSURLAuthenticationMethodDefault, NSURLAuthenticationMethodHTTPBasic, NSURLAuthenticationMethodHTTPDigest,
         NSURLAuthenticationMethodNTLM, NSURLAuthenticationMethodNegotiate,
     ]
-    private let lock = NSLock()
-    private var refused: [URLRequest: Int] = [:]
-    /// The request each running task answers, until the task completes.
-    private var requests: [ObjectIdentifier: BoundedDataRequest] = [:]
+    private struct State {
+        var refused: [URLRequest: Int] = [:]
+        /// The request each running task answers, until the task completes.
+        var requests: [ObjectIdentifier: BoundedDataRequest] = [:]
+    }
+
+    private let state = LockedState(State())
 
     /// Routes `task`'s delegate calls to `request` until the task completes; before it resumes.
     func register(_ request: BoundedDataRequest, for task: URLSessionDataTask) {
-        lock.withLock { requests[ObjectIdentifier(task)] = request }
+        state.withLock { $0.requests[ObjectIdentifier(task)] = request }
     }
 
     private func request(of task: URLSessionTask) -> BoundedDataRequest? {
-        lock.withLock { requests[ObjectIdentifier(task)] }
+        state.withLock { $0.requests[ObjectIdentifier(task)] }
     }
 
     func urlSession(
@@ -428,7 +431,7 @@ final class TokenSessionDelegate: NSObject, URLSessionDataDelegate, @unchecked S
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        guard let request = lock.withLock({ requests.removeValue(forKey: ObjectIdentifier(task)) }) else { return }
+        guard let request = state.withLock({ $0.requests.removeValue(forKey: ObjectIdentifier(task)) }) else { return }
         request.perform(request.locked { $0.finished(error) })
     }
 
@@ -442,13 +445,13 @@ final class TokenSessionDelegate: NSObject, URLSessionDataDelegate, @unchecked S
             return
         }
         if let request = task.originalRequest, let status = (challenge.failureResponse as? HTTPURLResponse)?.statusCode {
-            lock.withLock { refused[request] = status }
+            state.withLock { $0.refused[request] = status }
         }
         completionHandler(.rejectProtectionSpace, nil)
     }
 
     /// The status of the challenge refused for `request`, if there was one; forgets it.
     func takeRefusal(of request: URLRequest) -> Int? {
-        lock.withLock { refused.removeValue(forKey: request) }
+        state.withLock { $0.refused.removeValue(forKey: request) }
     }
 }

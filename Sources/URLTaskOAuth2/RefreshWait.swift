@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import URLTaskManager
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -74,12 +75,11 @@ struct RefreshWaitStateMachine {
 }
 
 /// The storage of one ``RefreshWaitStateMachine``, and the wait itself.
-final class RefreshWait: @unchecked Sendable {  // `machine` is guarded by `lock`.
-    private let lock = NSLock()
-    private var machine: RefreshWaitStateMachine
+final class RefreshWait: Sendable {
+    private let machine: LockedState<RefreshWaitStateMachine>
 
     private init(url: URL) {
-        machine = RefreshWaitStateMachine(url: url)
+        machine = LockedState(RefreshWaitStateMachine(url: url))
     }
 
     /// The credential `refresh` produces, or its error, if it ends within `limit`; otherwise
@@ -105,7 +105,7 @@ final class RefreshWait: @unchecked Sendable {  // `machine` is guarded by `lock
     }
 
     private func locked(_ event: (inout RefreshWaitStateMachine) -> RefreshWaitStateMachine.Action) -> RefreshWaitStateMachine.Action {
-        lock.withLock { event(&machine) }
+        machine.withLock { event(&$0) }
     }
 
     private func perform(_ action: RefreshWaitStateMachine.Action) {

@@ -290,7 +290,7 @@ final class FleetCredentialRedisTests: XCTestCase {
         let rotated = OAuth2Credential(accessToken: "access-1", refreshToken: "refresh-1", expiresAt: Date(timeIntervalSinceNow: 3600))
         let started = AsyncLatch()
         let answer = AsyncLatch()
-        let calls = RedisLocked(0)
+        let calls = LockedState(0)
         let fleet = FleetCredential(
             client: client, configuration: .init(keyPrefix: prefix()),
             refresh: { _ in

@@ -1,6 +1,9 @@
 import Foundation
 
-/// A value and the one lock that guards it: the lock type of every storage in the library.
+/// A value and the one lock that guards it: the lock type of every storage in the package.
+///
+/// `package`, not public: URLTaskResilience, URLTaskOAuth2 and URLTaskRedis keep their storages
+/// in it too (the one lock box of the package), and an app never sees it.
 ///
 /// A storage keeps its state machine (and nothing else that changes) in one `LockedState`, takes
 /// the lock for one transition (``withLock(_:)``), and performs the returned action after the
@@ -20,11 +23,11 @@ import Foundation
 /// The state lives in memory of its own rather than in a stored `var`: the lock already makes
 /// each section exclusive, and a stored property of a class would add the runtime's dynamic
 /// exclusivity check (`swift_beginAccess`/`swift_endAccess`) to every section.
-final class LockedState<State>: @unchecked Sendable {  // `state` is read and written only under `lock`.
-    private let lock = NSLock()
-    private let state: UnsafeMutablePointer<State>
+package final class LockedState<State>: @unchecked Sendable {  // `state` is read and written only under `lock`.
+    @usableFromInline let lock = NSLock()
+    @usableFromInline let state: UnsafeMutablePointer<State>
 
-    init(_ state: State) {
+    package init(_ state: State) {
         self.state = .allocate(capacity: 1)
         self.state.initialize(to: state)
     }
@@ -36,8 +39,11 @@ final class LockedState<State>: @unchecked Sendable {  // `state` is read and wr
 
     /// Runs `body` on the state with the lock held, and returns what it returns (an action to
     /// perform once the lock is released).
-    @inline(__always)
-    func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
+    ///
+    /// `@inlinable`, so that a section in another target of the package is specialized and
+    /// inlined there as it is in this one.
+    @inlinable @inline(__always)
+    package func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
         lock.lock()
         defer { lock.unlock() }
         return try body(&state.pointee)

@@ -1,4 +1,5 @@
 import Foundation
+import URLTaskManager
 
 /// A script run with `EVALSHA`, loaded with `SCRIPT LOAD` the first time the server does not
 /// know it (`NOSCRIPT`).
@@ -133,12 +134,12 @@ public final class RedisClient: Sendable {
 
     /// The settings this client was made with.
     public let configuration: Configuration
-    private let state: RedisLocked<State>
+    private let state: LockedState<State>
 
     /// Makes a client; nothing connects until the first command (or subscription).
     public init(configuration: Configuration) {
         self.configuration = configuration
-        self.state = RedisLocked(
+        self.state = LockedState(
             State(
                 lifecycle: ConnectionLifecycle(
                     reconnectDelay: configuration.reconnectDelay, maximumReconnectDelay: configuration.maximumReconnectDelay)))

@@ -1,4 +1,5 @@
 import Foundation
+import URLTaskManager
 
 /// One open connection for commands: writes are serialised (the order of the bytes on the wire is
 /// the order of the queue) and replies are matched to the queue in order (FIFO) by a reader thread
@@ -34,9 +35,10 @@ final class RedisConnection: Sendable {
     private let wakeReader: Int32
     private let wakeWriter: Int32
     private let replyTimeout: Duration
-    private let state = RedisLocked(State())
-    /// Held while a command is queued and written: the wire order is the queue order.
-    private let writeLock = NSLock()
+    private let state = LockedState(State())
+    /// Held while a command is queued and written: the wire order is the queue order. A plain
+    /// mutex held across the socket write (never a continuation), always taken before `state`'s.
+    private let writeLock = LockedState(())
     private let onClose: @Sendable (RedisConnection) -> Void
 
     /// Takes over `fd` (connected, authenticated) and starts its reader thread.
@@ -70,27 +72,31 @@ final class RedisConnection: Sendable {
     /// Writes `bytes` (one or more encoded commands) and returns the next `expected` replies.
     func request(_ bytes: [UInt8], expected: Int, command: String) async throws -> [RESPValue] {
         try await withCheckedThrowingContinuation { continuation in
-            writeLock.lock()
-            let (refused, wasIdle): (Bool, Bool) = state.withLock { state in
-                guard state.open else { return (true, false) }
-                let wasIdle = !state.hasPending
-                if wasIdle { state.lastProgress = .now }
-                state.pending.append(
-                    Pending(command: command, expected: expected, replies: [], sentAt: .now, continuation: continuation))
-                return (false, wasIdle)
+            let written: Result<Void, RedisError>? = writeLock.withLock { _ in
+                let (refused, wasIdle): (Bool, Bool) = state.withLock { state in
+                    guard state.open else { return (true, false) }
+                    let wasIdle = !state.hasPending
+                    if wasIdle { state.lastProgress = .now }
+                    state.pending.append(
+                        Pending(command: command, expected: expected, replies: [], sentAt: .now, continuation: continuation))
+                    return (false, wasIdle)
+                }
+                if refused { return nil }
+                // The reader polls without a deadline while nothing is in flight: give it one.
+                if wasIdle { RedisSocket.wake(wakeWriter) }
+                do throws(RedisError) {
+                    try RedisSocket.sendAll(fd, bytes)
+                    return .success(())
+                } catch {
+                    return .failure(error)
+                }
             }
-            if refused {
-                writeLock.unlock()
+            switch written {
+            case nil:
                 continuation.resume(throwing: NotSent())
-                return
-            }
-            // The reader polls without a deadline while nothing is in flight: give it one.
-            if wasIdle { RedisSocket.wake(wakeWriter) }
-            do throws(RedisError) {
-                try RedisSocket.sendAll(fd, bytes)
-                writeLock.unlock()
-            } catch {
-                writeLock.unlock()
+            case .success?:
+                break
+            case .failure(let error)?:
                 fail(first: error, rest: .closed("the connection failed while \(command) was written"))
             }
         }

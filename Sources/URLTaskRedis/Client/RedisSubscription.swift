@@ -1,4 +1,5 @@
 import Foundation
+import URLTaskManager
 
 /// One `subscribe(to:)` stream: a connection of its own on a thread of its own, which
 /// subscribes, yields each message's payload, and on a lost connection reconnects with back-off
@@ -16,7 +17,7 @@ final class RedisSubscription: Sendable {
     private let continuation: AsyncThrowingStream<Data, any Error>.Continuation
     private let onSubscribed: @Sendable () -> Void
     private let onEnd: @Sendable (ObjectIdentifier) -> Void
-    private let state = RedisLocked(State())
+    private let state = LockedState(State())
     private let wake: (reader: Int32, writer: Int32)?
 
     init(

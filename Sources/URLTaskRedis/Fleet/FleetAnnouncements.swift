@@ -1,4 +1,5 @@
 import Foundation
+import URLTaskManager
 
 /// The fences announced on a fleet credential's update channel, and the refreshes waiting for
 /// one: a waiter is resumed by an announcement above the fence it knows, by the end of its
@@ -17,7 +18,7 @@ final class FleetAnnouncements: Sendable {
         var readyWaiters: [UUID: CheckedContinuation<Bool, Never>] = [:]
     }
 
-    private let state = RedisLocked(State())
+    private let state = LockedState(State())
 
     /// Whether the subscription heard its own test message and has not been lost since.
     var isReady: Bool { state.withLock { $0.ready } }
@@ -141,7 +142,7 @@ private final class ResumeOnce<Value: Sendable>: Sendable {
         var resumed = false
     }
 
-    private let state = RedisLocked(State())
+    private let state = LockedState(State())
 
     func set(_ continuation: CheckedContinuation<Value, any Error>) {
         let early = state.withLock { state -> Result<Value, any Error>? in

@@ -138,8 +138,8 @@ public final class FleetCredential: Sendable {
 
     private let refresher: OAuth2Authenticator.Refresh
     private let keys: FleetCredentialKeys
-    private let state: RedisLocked<FleetCredentialStateMachine>
-    private let tasks = RedisLocked(Tasks())
+    private let state: LockedState<FleetCredentialStateMachine>
+    private let tasks = LockedState(Tasks())
     private let announcements = FleetAnnouncements()
     private let decisions = DecisionEvents<Event>()
 
@@ -162,7 +162,7 @@ public final class FleetCredential: Sendable {
         self.isTokenRequest = isTokenRequest
         self.refresher = refresh
         self.keys = FleetCredentialKeys(prefix: configuration.keyPrefix)
-        self.state = RedisLocked(FleetCredentialStateMachine(refusalWait: configuration.leaseTimeToLive))
+        self.state = LockedState(FleetCredentialStateMachine(refusalWait: configuration.leaseTimeToLive))
     }
 
     /// A fleet credential renewed with the refresh-token grant at `tokenEndpoint`.

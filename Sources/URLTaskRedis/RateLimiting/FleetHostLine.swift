@@ -1,4 +1,5 @@
 import Foundation
+import URLTaskManager
 
 /// One line per host inside one process: only the request at its head asks Redis for a turn, the
 /// others wait behind it in arrival order. Without it every waiting request of the process would
@@ -7,36 +8,39 @@ import Foundation
 ///
 /// A request that is cancelled while in line leaves at once; the holder passes the head on with
 /// ``leave(_:)``. A host nobody is in line for keeps no state.
-final class FleetHostLine: @unchecked Sendable {  // `lines`, `waiting` and `lastTicket` are guarded by `lock`.
+final class FleetHostLine: Sendable {
     private struct Line {
         var queue: [UInt64] = []
     }
 
-    private let lock = NSLock()
-    /// The hosts someone holds the head of, with who waits behind.
-    private var lines: [String: Line] = [:]
-    private var waiting: [UInt64: CheckedContinuation<Void, any Error>] = [:]
-    private var lastTicket: UInt64 = 0
+    private struct State {
+        /// The hosts someone holds the head of, with who waits behind.
+        var lines: [String: Line] = [:]
+        var waiting: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var lastTicket: UInt64 = 0
+    }
+
+    private let state = LockedState(State())
 
     /// Returns when the caller is at the head of `host`'s line; throws `CancellationError` if
     /// the caller is cancelled first.
     func enter(_ host: String) async throws {
-        let ticket: UInt64 = lock.withLock {
-            lastTicket += 1
-            return lastTicket
+        let ticket: UInt64 = state.withLock { state in
+            state.lastTicket += 1
+            return state.lastTicket
         }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let go: Bool? = lock.withLock {
+                let go: Bool? = state.withLock { state in
                     // Cancelled before it got here: the handler found nothing to remove.
                     if Task.isCancelled { return false }
-                    guard var line = lines[host] else {
-                        lines[host] = Line()
+                    guard var line = state.lines[host] else {
+                        state.lines[host] = Line()
                         return true
                     }
                     line.queue.append(ticket)
-                    lines[host] = line
-                    waiting[ticket] = continuation
+                    state.lines[host] = line
+                    state.waiting[ticket] = continuation
                     return nil
                 }
                 switch go {
@@ -46,9 +50,9 @@ final class FleetHostLine: @unchecked Sendable {  // `lines`, `waiting` and `las
                 }
             }
         } onCancel: {
-            let continuation: CheckedContinuation<Void, any Error>? = lock.withLock {
-                guard let continuation = waiting.removeValue(forKey: ticket) else { return nil }
-                lines[host]?.queue.removeAll { $0 == ticket }
+            let continuation: CheckedContinuation<Void, any Error>? = state.withLock { state in
+                guard let continuation = state.waiting.removeValue(forKey: ticket) else { return nil }
+                state.lines[host]?.queue.removeAll { $0 == ticket }
                 return continuation
             }
             continuation?.resume(throwing: CancellationError())
@@ -57,24 +61,24 @@ final class FleetHostLine: @unchecked Sendable {  // `lines`, `waiting` and `las
 
     /// The head leaves: the next in line (if any) becomes the head.
     func leave(_ host: String) {
-        let next: CheckedContinuation<Void, any Error>? = lock.withLock {
-            guard var line = lines[host] else { return nil }
+        let next: CheckedContinuation<Void, any Error>? = state.withLock { state in
+            guard var line = state.lines[host] else { return nil }
             guard !line.queue.isEmpty else {
-                lines[host] = nil
+                state.lines[host] = nil
                 return nil
             }
             let ticket = line.queue.removeFirst()
-            lines[host] = line
-            return waiting.removeValue(forKey: ticket)
+            state.lines[host] = line
+            return state.waiting.removeValue(forKey: ticket)
         }
         next?.resume()
     }
 
     /// How many hosts have a line (for tests: a host nobody waits for keeps nothing).
-    var hostCount: Int { lock.withLock { lines.count } }
+    var hostCount: Int { state.withLock { $0.lines.count } }
 }
 
 extension FleetHostLine {
     /// How many wait behind the head of `host`'s line (for tests).
-    func queuedCount(_ host: String) -> Int { lock.withLock { lines[host]?.queue.count ?? 0 } }
+    func queuedCount(_ host: String) -> Int { state.withLock { $0.lines[host]?.queue.count ?? 0 } }
 }

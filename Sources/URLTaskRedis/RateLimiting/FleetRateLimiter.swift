@@ -154,8 +154,8 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         self.tolerance = (Double(burst - 1) * self.interval).rounded(.up)
     }
 
+    /// `Duration.longestWait` in µs.
     private static let longestWaitMicroseconds = 3_155_760_000.0 * 1_000_000
-    private static let longestWait = Duration.seconds(3_155_760_000)
 
     /// A stream of the limiter's decisions; it ends when the limiter is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
@@ -172,7 +172,7 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         guard !policy.exempts(task.originalRequest), !(policy.rate == .infinity) else { return .execute }
         guard policy.rate > 0 else {
             // No request may go: wait until the caller gives up (its timeout, a cancel).
-            try await Task.sleep(for: Self.longestWait)
+            try await Task.sleep(for: .longestWait)
             throw CancellationError()
         }
         let host = URLOrigin.description(of: task.request.url) ?? ""
@@ -265,7 +265,7 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         guard case .response(let response) = outcome, policy.pausingStatuses.contains(response.statusCode),
             !policy.exempts(task.originalRequest), let retryAfter = RetryAfter(response: response)
         else { return }
-        let duration = min(retryAfter.delay, max(.zero, min(policy.maximumPause, Self.longestWait)))
+        let duration = min(retryAfter.delay, policy.maximumPause.clampedWait)
         // A Retry-After of 0 s asks for no wait.
         guard duration > .zero else { return }
         let host = URLOrigin.description(of: task.request.url) ?? ""
@@ -331,40 +331,43 @@ private enum FleetTurnTaken: URLTaskValueKey {
 }
 
 /// The mode machine and the pauses this process saw, under one lock.
-final class FleetRateLimiterState: @unchecked Sendable {  // `mode` and `pauses` are guarded by `lock`.
-    private let lock = NSLock()
-    private var mode: FleetRateLimitMode
-    /// Pauses this process set, until Redis has them (and after, while they last).
-    private var pauses: [String: ContinuousClock.Instant] = [:]
-
-    init(mode: FleetRateLimitMode) {
-        self.mode = mode
+final class FleetRateLimiterState: Sendable {
+    private struct State {
+        var mode: FleetRateLimitMode
+        /// Pauses this process set, until Redis has them (and after, while they last).
+        var pauses: [String: ContinuousClock.Instant] = [:]
     }
 
-    var isShared: Bool { lock.withLock { mode.isShared } }
+    private let state: LockedState<State>
 
-    func requestArrived(now: ContinuousClock.Instant) -> FleetRateLimitMode.Route { lock.withLock { mode.requestArrived(now: now) } }
-    func redisAnswered() -> FleetRateLimitMode.Action { lock.withLock { mode.redisAnswered() } }
-    func redisFailed(now: ContinuousClock.Instant) -> FleetRateLimitMode.Action { lock.withLock { mode.redisFailed(now: now) } }
-    func probeAbandoned(now: ContinuousClock.Instant) { lock.withLock { mode.probeAbandoned(now: now) } }
+    init(mode: FleetRateLimitMode) {
+        self.state = LockedState(State(mode: mode))
+    }
+
+    var isShared: Bool { state.withLock { $0.mode.isShared } }
+
+    func requestArrived(now: ContinuousClock.Instant) -> FleetRateLimitMode.Route { state.withLock { $0.mode.requestArrived(now: now) } }
+    func redisAnswered() -> FleetRateLimitMode.Action { state.withLock { $0.mode.redisAnswered() } }
+    func redisFailed(now: ContinuousClock.Instant) -> FleetRateLimitMode.Action { state.withLock { $0.mode.redisFailed(now: now) } }
+    func probeAbandoned(now: ContinuousClock.Instant) { state.withLock { $0.mode.probeAbandoned(now: now) } }
 
     /// Records a pause of `host` until `until`, unless a longer one is recorded; forgets the
     /// pauses that ended.
     func pause(_ host: String, until: ContinuousClock.Instant) {
         let now = ContinuousClock.now
-        lock.withLock {
-            pauses = pauses.filter { $0.value > now }
-            if let current = pauses[host], current >= until { return }
-            pauses[host] = until
+        state.withLock { state in
+            state.pauses = state.pauses.filter { $0.value > now }
+            if let current = state.pauses[host], current >= until { return }
+            state.pauses[host] = until
         }
     }
 
     /// What is left of `host`'s pause, if one is in force.
     func localPause(_ host: String, now: ContinuousClock.Instant) -> Duration? {
-        lock.withLock {
-            guard let until = pauses[host] else { return nil }
+        state.withLock { state in
+            guard let until = state.pauses[host] else { return nil }
             guard until > now else {
-                pauses[host] = nil
+                state.pauses[host] = nil
                 return nil
             }
             return now.duration(to: until)

@@ -267,18 +267,21 @@ public struct CircuitOpenError: Error, Sendable, CustomStringConvertible, Locali
 /// One ``CircuitBreakerStateMachine`` per host, in a ``HostTable`` (idle circuits forgotten, at
 /// most ``CircuitBreaker/Policy/maximumHosts`` kept), and the last attempt's verdict of each task
 /// in flight (what its end is counted by), behind a lock.
-final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` and `verdicts` are guarded by `lock`.
+final class CircuitBreakerStorage: Sendable {
     typealias Machine = CircuitBreakerStateMachine
 
-    private let lock = NSLock()
-    private var circuits: HostTable<Machine>
-    /// Each task's last attempt verdict and host, until the task ends.
-    private var verdicts: [URLTask.ID: (host: String, verdict: Machine.Verdict)] = [:]
+    private struct State {
+        var circuits: HostTable<Machine>
+        /// Each task's last attempt verdict and host, until the task ends.
+        var verdicts: [URLTask.ID: (host: String, verdict: Machine.Verdict)] = [:]
+    }
+
+    private let state: LockedState<State>
     private let policy: CircuitBreaker.Policy
 
     init(policy: CircuitBreaker.Policy) {
         self.policy = policy
-        self.circuits = HostTable(capacity: policy.maximumHosts)
+        self.state = LockedState(State(circuits: HostTable(capacity: policy.maximumHosts)))
     }
 
     private func fresh() -> Machine {
@@ -288,10 +291,10 @@ final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` and `ver
     }
 
     func requestArrives(_ task: URLTask.ID, host: String, now: ContinuousClock.Instant, mark: UInt64) -> Machine.Admission {
-        lock.withLock {
+        state.withLock { state in
             // A host without a circuit is closed: nothing to record.
-            guard circuits[host] != nil else { return .pass }
-            return circuits.update(host, now: now, make: fresh) { circuit in
+            guard state.circuits[host] != nil else { return .pass }
+            return state.circuits.update(host, now: now, make: fresh) { circuit in
                 let admission = circuit.requestArrives(task, now: now, mark: mark)
                 return (!circuit.isIdle(at: now), admission)
             }
@@ -301,20 +304,20 @@ final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` and `ver
     func attemptEnded(
         _ task: URLTask.ID, host: String, verdict: Machine.Verdict, now: ContinuousClock.Instant, mark: UInt64
     ) -> Machine.Transition {
-        lock.withLock {
-            verdicts[task] = (host, verdict)
-            guard circuits[host] != nil else { return .none }
-            return circuits.updateIfPresent(host) { $0.attemptEnded(task, verdict: verdict, now: now, mark: mark) } ?? .none
+        state.withLock { state in
+            state.verdicts[task] = (host, verdict)
+            guard state.circuits[host] != nil else { return .none }
+            return state.circuits.updateIfPresent(host) { $0.attemptEnded(task, verdict: verdict, now: now, mark: mark) } ?? .none
         }
     }
 
     func taskEnded(_ task: URLTask.ID, host: String, cancelled: Bool, now: ContinuousClock.Instant, mark: UInt64) -> Machine.Transition {
-        lock.withLock {
-            guard let last = verdicts.removeValue(forKey: task), !cancelled else { return .none }
+        state.withLock { state in
+            guard let last = state.verdicts.removeValue(forKey: task), !cancelled else { return .none }
             // A success for a host without a circuit changes nothing: nothing to record (the
             // ratio counts from the host's first recent failure).
-            guard last.verdict == .failure || circuits[last.host] != nil else { return .none }
-            return circuits.update(last.host, now: now, make: fresh) { circuit in
+            guard last.verdict == .failure || state.circuits[last.host] != nil else { return .none }
+            return state.circuits.update(last.host, now: now, make: fresh) { circuit in
                 let transition = circuit.taskEnded(verdict: last.verdict, now: now, mark: mark)
                 // A closed circuit with nothing recent is the default: forget it.
                 return (!circuit.isIdle(at: now), transition)
@@ -323,11 +326,11 @@ final class CircuitBreakerStorage: @unchecked Sendable {  // `circuits` and `ver
     }
 
     func isOpen(host: String) -> Bool {
-        lock.withLock { circuits[host]?.isOpen ?? false }
+        state.withLock { $0.circuits[host]?.isOpen ?? false }
     }
 
     /// How many hosts have a circuit on record (for tests and the `hosts` benchmark).
     var hostCount: Int {
-        lock.withLock { circuits.count }
+        state.withLock { $0.circuits.count }
     }
 }

@@ -173,7 +173,7 @@ public final class OfflineHold: URLTaskReactor {
 
 /// The held requests' continuations, one probing loop per host and the probe session. Nothing is
 /// resumed, started or cancelled while the lock is held.
-final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is guarded by `lock`.
+final class OfflineHoldStorage: Sendable {
     enum Resolution: Sendable {
         case reachable
         case expired
@@ -186,17 +186,22 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         var deadline: Task<Void, Never>?
     }
 
+    private struct State {
+        var machine = OfflineHoldStateMachine()
+        var held: [OfflineHoldStateMachine.Waiter: Held] = [:]
+        var cancelledEarly: Set<OfflineHoldStateMachine.Waiter> = []
+        var probers: [String: Task<Void, Never>] = [:]
+        /// A held request's URL per probed host, from which ``OfflineHold/Policy/probeURL`` makes
+        /// each probe's URL.
+        var targets: [String: URL] = [:]
+        var lastWaiter: UInt64 = 0
+        /// This storage's listener in `health`, removed as it goes.
+        var listener: UInt64 = 0
+    }
+
     let decisions = DecisionEvents<OfflineHold.Event>()
     private let policy: OfflineHold.Policy
-    private let lock = NSLock()
-    private var machine = OfflineHoldStateMachine()
-    private var held: [OfflineHoldStateMachine.Waiter: Held] = [:]
-    private var cancelledEarly: Set<OfflineHoldStateMachine.Waiter> = []
-    private var probers: [String: Task<Void, Never>] = [:]
-    /// A held request's URL per probed host, from which ``OfflineHold/Policy/probeURL`` makes
-    /// each probe's URL.
-    private var targets: [String: URL] = [:]
-    private var lastWaiter: UInt64 = 0
+    private let state = LockedState(State())
     private let probeSession: URLSession
     #if canImport(Network)
     private let monitor = NWPathMonitor()
@@ -204,8 +209,6 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
 
     /// Told when a host answers a probe, and tells of the answers other parts saw.
     private let health: HostHealth
-    /// This storage's listener in `health`, removed as it goes.
-    private var listener: UInt64 = 0
 
     init(policy: OfflineHold.Policy, health: HostHealth) {
         self.policy = policy
@@ -221,11 +224,11 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
         monitor.start(queue: DispatchQueue.global())
         #endif
         let id = health.addListener { [weak self] host in self?.hostIsReachable(host) }
-        lock.withLock { listener = id }
+        state.withLock { $0.listener = id }
     }
 
     deinit {
-        health.removeListener(listener)
+        health.removeListener(state.withLock { $0.listener })
         #if canImport(Network)
         monitor.cancel()
         #endif
@@ -236,17 +239,17 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     /// ``OfflineHold/Event/held(task:host:code:)`` is told once it is held, so an answer from then
     /// on releases it.
     func hold(_ task: URLTask.ID, host: String, url: URL, limit: Duration?, code: URLError.Code) async -> Resolution {
-        let waiter: OfflineHoldStateMachine.Waiter = lock.withLock {
-            lastWaiter += 1
-            return OfflineHoldStateMachine.Waiter(rawValue: lastWaiter)
+        let waiter: OfflineHoldStateMachine.Waiter = state.withLock { state in
+            state.lastWaiter += 1
+            return OfflineHoldStateMachine.Waiter(rawValue: state.lastWaiter)
         }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let start: Bool? = lock.withLock {
-                    if cancelledEarly.remove(waiter) != nil { return nil }
-                    held[waiter] = Held(task: task, continuation: continuation)
-                    targets[host] = url
-                    return machine.held(waiter, host: host) == .startProbing
+                let start: Bool? = state.withLock { state in
+                    if state.cancelledEarly.remove(waiter) != nil { return nil }
+                    state.held[waiter] = Held(task: task, continuation: continuation)
+                    state.targets[host] = url
+                    return state.machine.held(waiter, host: host) == .startProbing
                 }
                 guard let start else { return continuation.resume(returning: .cancelled) }
                 decisions.emit(.held(task: task, host: host, code: code))
@@ -256,9 +259,9 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
                         guard !Task.isCancelled else { return }
                         self?.release(waiter, with: .expired)
                     }
-                    let resolved = lock.withLock {
-                        guard held[waiter] != nil else { return true }
-                        held[waiter]?.deadline = deadline
+                    let resolved = state.withLock { state in
+                        guard state.held[waiter] != nil else { return true }
+                        state.held[waiter]?.deadline = deadline
                         return false
                     }
                     if resolved { deadline.cancel() }
@@ -272,15 +275,15 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
 
     /// Ends one request's hold (cancelled, or its time ran out).
     private func release(_ waiter: OfflineHoldStateMachine.Waiter, with resolution: Resolution) {
-        let (entry, stop): (Held?, Task<Void, Never>?) = lock.withLock {
-            guard let entry = held.removeValue(forKey: waiter) else {
-                if resolution == .cancelled { cancelledEarly.insert(waiter) }
+        let (entry, stop): (Held?, Task<Void, Never>?) = state.withLock { state in
+            guard let entry = state.held.removeValue(forKey: waiter) else {
+                if resolution == .cancelled { state.cancelledEarly.insert(waiter) }
                 return (nil, nil)
             }
             var stop: Task<Void, Never>?
-            if case .stopProbing(let host) = machine.left(waiter) {
-                stop = probers.removeValue(forKey: host)
-                targets[host] = nil
+            if case .stopProbing(let host) = state.machine.left(waiter) {
+                stop = state.probers.removeValue(forKey: host)
+                state.targets[host] = nil
             }
             return (entry, stop)
         }
@@ -300,10 +303,10 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
                 interval = OfflineHold.Policy.probeWait(min(interval * 2, OfflineHold.Policy.probeWait(policy.maximumProbeInterval)))
             }
         }
-        let stale: Task<Void, Never>? = lock.withLock {
-            guard machine.probedHosts.contains(host) else { return prober }
-            let old = probers[host]
-            probers[host] = prober
+        let stale: Task<Void, Never>? = state.withLock { state in
+            guard state.machine.probedHosts.contains(host) else { return prober }
+            let old = state.probers[host]
+            state.probers[host] = prober
             return old
         }
         stale?.cancel()
@@ -312,7 +315,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     /// Probes `host` once; on an answer, releases every request held for it. Returns whether it
     /// answered.
     private func probe(_ host: String) async -> Bool {
-        guard let target = lock.withLock({ targets[host] }), let url = policy.probeURL(target) else { return false }
+        guard let target = state.withLock({ $0.targets[host] }), let url = policy.probeURL(target) else { return false }
         var request = URLRequest(
             url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: policy.probeTimeoutInterval)
         request.httpMethod = "HEAD"
@@ -324,7 +327,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
             hostIsReachable(host)
             return true
         }
-        guard let failures = lock.withLock({ machine.probeFailed(host: host) }) else { return true }
+        guard let failures = state.withLock({ $0.machine.probeFailed(host: host) }) else { return true }
         decisions.emit(.probeFailed(host: host, failures: failures))
         return false
     }
@@ -333,11 +336,11 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
     /// ``HostHealth``): every request held for it is sent again, and its probing stops. Nothing
     /// when none is held (an answer told twice).
     private func hostIsReachable(_ host: String) {
-        let (released, prober): ([Held], Task<Void, Never>?) = lock.withLock {
-            guard machine.probedHosts.contains(host) else { return ([], nil) }
-            targets[host] = nil
-            let prober = probers.removeValue(forKey: host)
-            return (machine.probeSucceeded(host: host).compactMap { held.removeValue(forKey: $0) }, prober)
+        let (released, prober): ([Held], Task<Void, Never>?) = state.withLock { state in
+            guard state.machine.probedHosts.contains(host) else { return ([], nil) }
+            state.targets[host] = nil
+            let prober = state.probers.removeValue(forKey: host)
+            return (state.machine.probeSucceeded(host: host).compactMap { state.held.removeValue(forKey: $0) }, prober)
         }
         prober?.cancel()
         guard !released.isEmpty else { return }
@@ -350,7 +353,7 @@ final class OfflineHoldStorage: @unchecked Sendable {  // all mutable state is g
 
     /// The network path became usable (Apple platforms): probe every held host now.
     private func probeEveryHostNow() {
-        let hosts = lock.withLock { machine.probedHosts }
+        let hosts = state.withLock { $0.machine.probedHosts }
         for host in hosts {
             Task { [weak self] in _ = await self?.probe(host) }
         }

@@ -1,4 +1,5 @@
 import Foundation
+import URLTaskManager
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -30,18 +31,17 @@ enum ProbeRequest {
 }
 
 /// The probe's inner task, cancelled once it exists, or as it starts if cancelled before.
-private final class ProbeHandle: @unchecked Sendable {  // `state` is guarded by `lock`.
+private final class ProbeHandle: Sendable {
     private enum State {
         case idle
         case running(URLSessionDataTask)
         case cancelled
     }
 
-    private let lock = NSLock()
-    private var state = State.idle
+    private let state = LockedState(State.idle)
 
     func start(_ task: URLSessionDataTask) {
-        let cancelledFirst = lock.withLock {
+        let cancelledFirst = state.withLock { state in
             guard case .idle = state else { return true }
             state = .running(task)
             return false
@@ -51,7 +51,7 @@ private final class ProbeHandle: @unchecked Sendable {  // `state` is guarded by
     }
 
     func cancel() {
-        let running: URLSessionDataTask? = lock.withLock {
+        let running: URLSessionDataTask? = state.withLock { state in
             defer { state = .cancelled }
             if case .running(let task) = state { return task }
             return nil

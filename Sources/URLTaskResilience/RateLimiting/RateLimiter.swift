@@ -214,36 +214,47 @@ public struct RateLimitQueueFullError: Error, Sendable, CustomStringConvertible,
 /// One ``TokenBucketStateMachine`` per host in a ``HostTable`` (refilled buckets forgotten, at
 /// most ``RateLimiter/Policy/maximumHosts`` kept), the waiting requests' continuations and one
 /// timer per host. Nothing is resumed while the lock is held.
-final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is guarded by `lock`.
+final class RateLimiterStorage: Sendable {
     enum Turn: Sendable {
         case go(waited: Bool)
         case refused(queued: Int)
         case cancelled
     }
 
-    private let lock = NSLock()
+    private struct State {
+        var buckets: HostTable<TokenBucketStateMachine>
+        var waiting: [TokenBucketStateMachine.Waiter: CheckedContinuation<Turn, Never>] = [:]
+        var cancelledEarly: Set<TokenBucketStateMachine.Waiter> = []
+        /// The earliest wake-up armed per host.
+        var armed: [String: ContinuousClock.Instant] = [:]
+        var lastWaiter: UInt64 = 0
+
+        /// Records a wake-up for `host` at `instant` unless an earlier one is armed; returns it if
+        /// a timer must be started.
+        mutating func arm(_ host: String, at instant: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+            if let current = armed[host], current <= instant { return nil }
+            armed[host] = instant
+            return instant
+        }
+    }
+
     private let policy: RateLimiter.Policy
-    private var buckets: HostTable<TokenBucketStateMachine>
-    private var waiting: [TokenBucketStateMachine.Waiter: CheckedContinuation<Turn, Never>] = [:]
-    private var cancelledEarly: Set<TokenBucketStateMachine.Waiter> = []
-    /// The earliest wake-up armed per host.
-    private var armed: [String: ContinuousClock.Instant] = [:]
-    private var lastWaiter: UInt64 = 0
+    private let state: LockedState<State>
 
     init(policy: RateLimiter.Policy) {
         self.policy = policy
-        self.buckets = HostTable(capacity: policy.maximumHosts)
+        self.state = LockedState(State(buckets: HostTable(capacity: policy.maximumHosts)))
     }
 
     /// How many hosts have a bucket on record (for tests and the `hosts` benchmark).
     var hostCount: Int {
-        lock.withLock { buckets.count }
+        state.withLock { $0.buckets.count }
     }
 
     func makeWaiter() -> TokenBucketStateMachine.Waiter {
-        lock.withLock {
-            lastWaiter += 1
-            return TokenBucketStateMachine.Waiter(rawValue: lastWaiter)
+        state.withLock { state in
+            state.lastWaiter += 1
+            return TokenBucketStateMachine.Waiter(rawValue: state.lastWaiter)
         }
     }
 
@@ -257,15 +268,15 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
         -> TokenBucketStateMachine.ArrivalAction
     {
         let now = ContinuousClock.now
-        let (action, wake): (TokenBucketStateMachine.ArrivalAction, ContinuousClock.Instant?) = lock.withLock {
-            if cancelledEarly.remove(waiter) != nil { return (.refuse(queued: -1), nil) }
-            let action = buckets.update(host, now: now, make: { freshBucket(now: now) }) { bucket in
+        let (action, wake): (TokenBucketStateMachine.ArrivalAction, ContinuousClock.Instant?) = state.withLock { state in
+            if state.cancelledEarly.remove(waiter) != nil { return (.refuse(queued: -1), nil) }
+            let action = state.buckets.update(host, now: now, make: { freshBucket(now: now) }) { bucket in
                 let action = bucket.arrive(waiter, now: now)
                 return (!bucket.isIdle(at: now), action)
             }
             guard case .wait(_, let wakeAt) = action else { return (action, nil) }
-            waiting[waiter] = continuation
-            return (action, arm(host, at: wakeAt))
+            state.waiting[waiter] = continuation
+            return (action, state.arm(host, at: wakeAt))
         }
         switch action {
         case .go: continuation.resume(returning: .go(waited: false))
@@ -277,12 +288,12 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
     }
 
     func leave(_ waiter: TokenBucketStateMachine.Waiter, host: String) {
-        let continuation: CheckedContinuation<Turn, Never>? = lock.withLock {
-            guard let continuation = waiting.removeValue(forKey: waiter) else {
-                cancelledEarly.insert(waiter)
+        let continuation: CheckedContinuation<Turn, Never>? = state.withLock { state in
+            guard let continuation = state.waiting.removeValue(forKey: waiter) else {
+                state.cancelledEarly.insert(waiter)
                 return nil
             }
-            _ = buckets.updateIfPresent(host) { $0.leave(waiter) }
+            _ = state.buckets.updateIfPresent(host) { $0.leave(waiter) }
             return continuation
         }
         continuation?.resume(returning: .cancelled)
@@ -290,21 +301,13 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
 
     func pause(host: String, for duration: Duration) {
         let now = ContinuousClock.now
-        let wake: ContinuousClock.Instant? = lock.withLock {
-            let wakeAt = buckets.update(host, now: now, make: { freshBucket(now: now) }) { bucket in
+        let wake: ContinuousClock.Instant? = state.withLock { state in
+            let wakeAt = state.buckets.update(host, now: now, make: { freshBucket(now: now) }) { bucket in
                 (true, bucket.pause(for: duration, now: now))
             }
-            return wakeAt.flatMap { arm(host, at: $0) }
+            return wakeAt.flatMap { state.arm(host, at: $0) }
         }
         if let wake { schedule(host, at: wake) }
-    }
-
-    /// Records a wake-up for `host` at `instant` unless an earlier one is armed; returns it if a
-    /// timer must be started. Called under the lock.
-    private func arm(_ host: String, at instant: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        if let current = armed[host], current <= instant { return nil }
-        armed[host] = instant
-        return instant
     }
 
     private func schedule(_ host: String, at instant: ContinuousClock.Instant) {
@@ -318,10 +321,10 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
     /// forgotten had refilled: a new one starts full.
     func refund(host: String) {
         let now = ContinuousClock.now
-        let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = lock.withLock {
-            guard let action = buckets.updateIfPresent(host, { $0.refund(now: now) }) else { return ([], nil) }
-            let released = action.released.compactMap { waiting.removeValue(forKey: $0) }
-            return (released, action.wakeAt.flatMap { arm(host, at: $0) })
+        let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = state.withLock { state in
+            guard let action = state.buckets.updateIfPresent(host, { $0.refund(now: now) }) else { return ([], nil) }
+            let released = action.released.compactMap { state.waiting.removeValue(forKey: $0) }
+            return (released, action.wakeAt.flatMap { state.arm(host, at: $0) })
         }
         for continuation in released { continuation.resume(returning: .go(waited: true)) }
         if let wake { schedule(host, at: wake) }
@@ -329,11 +332,11 @@ final class RateLimiterStorage: @unchecked Sendable {  // all mutable state is g
 
     private func tick(_ host: String, armedAt instant: ContinuousClock.Instant) {
         let now = ContinuousClock.now
-        let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = lock.withLock {
-            if armed[host] == instant { armed[host] = nil }
-            guard let action = buckets.updateIfPresent(host, { $0.tick(now: now) }) else { return ([], nil) }
-            let released = action.released.compactMap { waiting.removeValue(forKey: $0) }
-            return (released, action.wakeAt.flatMap { arm(host, at: $0) })
+        let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = state.withLock { state in
+            if state.armed[host] == instant { state.armed[host] = nil }
+            guard let action = state.buckets.updateIfPresent(host, { $0.tick(now: now) }) else { return ([], nil) }
+            let released = action.released.compactMap { state.waiting.removeValue(forKey: $0) }
+            return (released, action.wakeAt.flatMap { state.arm(host, at: $0) })
         }
         for continuation in released { continuation.resume(returning: .go(waited: true)) }
         if let wake { schedule(host, at: wake) }

@@ -18,17 +18,20 @@ import URLTaskManager
 /// Every part uses ``shared`` unless it is given another: parts of one process that talk to one
 /// host see one host. Give your own instance to parts that must not learn from the rest of the
 /// process (tests that reuse a port).
-public final class HostHealth: @unchecked Sendable {  // `answers`, `counter`, `listeners` and `lastListener` are guarded by `lock`.
+public final class HostHealth: Sendable {
     /// The process's view, which every part uses by default.
     public static let shared = HostHealth()
 
-    private let lock = NSLock()
-    /// For each host that answered a probe, the number of that answer in this view's sequence.
-    private var answers: [String: UInt64] = [:]
-    private var counter: UInt64 = 0
-    /// Told of each answer (an ``OfflineHold`` sends the requests it holds for that host).
-    private var listeners: [UInt64: @Sendable (String) -> Void] = [:]
-    private var lastListener: UInt64 = 0
+    private struct State {
+        /// For each host that answered a probe, the number of that answer in this view's sequence.
+        var answers: [String: UInt64] = [:]
+        var counter: UInt64 = 0
+        /// Told of each answer (an ``OfflineHold`` sends the requests it holds for that host).
+        var listeners: [UInt64: @Sendable (String) -> Void] = [:]
+        var lastListener: UInt64 = 0
+    }
+
+    private let state = LockedState(State())
     /// The most hosts remembered; past it the older half is forgotten (a forgotten host reads as
     /// never answered, which closes nothing early).
     private let capacity: Int
@@ -46,34 +49,34 @@ public final class HostHealth: @unchecked Sendable {  // `answers`, `counter`, `
     /// Every part learns it: a breaker closes the circuit that host's outage opened, a hold sends
     /// the requests it holds for it without waiting for its own next probe.
     public func hostAnswered(_ host: String) {
-        let listeners = lock.withLock {
-            counter += 1
-            answers[host] = counter
-            if answers.count > capacity {
-                let keep = answers.sorted { $0.value > $1.value }.prefix(capacity / 2)
-                answers = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
+        let listeners = state.withLock { state in
+            state.counter += 1
+            state.answers[host] = state.counter
+            if state.answers.count > capacity {
+                let keep = state.answers.sorted { $0.value > $1.value }.prefix(capacity / 2)
+                state.answers = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
             }
-            return Array(self.listeners.values)
+            return Array(state.listeners.values)
         }
         for listener in listeners { listener(host) }
     }
 
     /// Calls `listener` with each host that answers from now on, until ``removeListener(_:)``.
     func addListener(_ listener: @escaping @Sendable (String) -> Void) -> UInt64 {
-        lock.withLock {
-            lastListener += 1
-            listeners[lastListener] = listener
-            return lastListener
+        state.withLock { state in
+            state.lastListener += 1
+            state.listeners[state.lastListener] = listener
+            return state.lastListener
         }
     }
 
     func removeListener(_ id: UInt64) {
-        lock.withLock { _ = listeners.removeValue(forKey: id) }
+        state.withLock { _ = $0.listeners.removeValue(forKey: id) }
     }
 
     /// A mark of the last answer of `host`: compared with a mark taken earlier, it says whether
     /// the host answered in between (a greater mark). 0 when it never did.
     func answerMark(of host: String) -> UInt64 {
-        lock.withLock { answers[host] ?? 0 }
+        state.withLock { $0.answers[host] ?? 0 }
     }
 }
