@@ -24,8 +24,8 @@
 /// loop-guarded reactor it is stamped for hears of it (``ReactorRunStateMachine/outcomeAccepted(sentUnder:)``):
 /// its loop guard counts only runs whose product was never accepted.
 ///
-/// Events return actions for the tasks they decide; ``EngineStorage`` performs them with its
-/// lock released.
+/// Events return actions for the tasks they decide; the ``Engine`` turns them into the tasks'
+/// actions in the same section, and ``EngineStorage`` performs them with its lock released.
 struct AdmissionStateMachine {
     typealias TaskID = URLTask.ID
 

@@ -35,7 +35,9 @@ import FoundationNetworking
 /// a credential restarts the task the same way.
 ///
 /// Each event returns an action type of its own, declared beside it and holding only what that
-/// event can lead to; the storage (``TaskStorage``) performs it once its lock is released.
+/// event can lead to. The ``Engine``, which holds every task's machine beside admission, turns
+/// it into the task's action in the same section; ``TaskStorage`` performs that once the lock is
+/// released.
 /// Events that other threads send (a transport callback, a batch released, a run finished, a
 /// timer) may find the task already ended, or moved on by a race that each method names: those
 /// are ignored. An event that no interleaving can bring in a state is a bug in the storage, and
@@ -293,7 +295,8 @@ extension TaskStateMachine {
     enum ProceedAction {
         /// Nothing: the event came late (see the event).
         case none
-        /// Check the gates of the reactors that hold new tasks (`TaskStorage`, through ``AdmissionStateMachine/headersWillBeDecided(_:)``).
+        /// Check the gates of the reactors that hold new tasks (the ``Engine``, through
+        /// ``AdmissionStateMachine/headersWillBeDecided(_:)``, in the same section).
         case checkGates
         /// Run interceptor `index` on `task`.
         case runInterceptor(index: Int, task: URLTask)
@@ -330,7 +333,7 @@ extension TaskStateMachine {
     }
 
     /// The gates were checked and the task waits at reactor `reactor`'s gate. Admission records
-    /// the wait in the same lock section (``TaskStorage``), so the task is at the gates; ignored
+    /// the wait in the same lock section (the ``Engine``), so the task is at the gates; ignored
     /// only once it ended.
     mutating func waitingAtGate(reactor: Int) {
         switch state {
