@@ -327,9 +327,9 @@ public actor OAuth2Authenticator {
     /// (`ReactorRunStateMachine.lateness(of:)`): one authenticator serves every manager built
     /// with it, its `BearerInterceptor`'s proactive refresh and your own calls, and its versions
     /// are the credential's, changed by stores and other processes too; an engine knows only its
-    /// own runs. So the single flight per credential is here (``refreshing``), and an engine's run
-    /// is one waiter of it: the engine keeps the tasks of its manager together behind one run,
-    /// this keeps every run, manager and caller behind one refresh. The engine asks the
+    /// own runs. So the single flight per credential is here (its refresh in flight), and an
+    /// engine's run is one waiter of it: the engine keeps the tasks of its manager together
+    /// behind one run, this keeps every run, manager and caller behind one refresh. The engine asks the
     /// authenticator through ``OAuth2RefreshReactor``'s reported versions, so both compare the
     /// same numbers the same way (the engine's `isLate(sent:current:)`).
     ///

@@ -198,7 +198,6 @@ struct Engine {
     }
 
     mutating func proceed(_ ref: TaskRef, _ event: ProceedEvent) -> TaskAction {
-        let id = ref.id
         guard let task = entry(ref) else { return .none }
         switch event {
         case .start(let replayable):
@@ -228,7 +227,6 @@ struct Engine {
     /// The interceptor's or reaction's Swift task for the task started: `work` to cancel if the
     /// task ended meanwhile.
     mutating func workStarted(_ ref: TaskRef, _ work: Task<Void, Never>) -> Task<Void, Never>? {
-        let id = ref.id
         guard let task = entry(ref) else { return work }
         if case .cancel(let work) = task.machine.workStarted(work) { return work }
         return nil
@@ -236,7 +234,6 @@ struct Engine {
 
     /// The caller cancelled.
     mutating func cancel(_ ref: TaskRef) -> TaskStateMachine.CancelAction {
-        let id = ref.id
         guard let task = entry(ref) else { return .none }
         return task.machine.cancel()
     }
@@ -294,7 +291,6 @@ struct Engine {
     /// Returns the timer to arm for a stretch of waits that begins, if any; a timer armed for a
     /// task that ended meanwhile is returned to be cancelled.
     mutating func wait(_ ref: TaskRef, _ event: WaitEvent) -> WaitAction {
-        let id = ref.id
         guard let task = entry(ref) else {
             if case .armed(let timer) = event { return .cancel(timer) }
             return .none
@@ -534,7 +530,6 @@ struct Engine {
     }
 
     mutating func observation(_ ref: TaskRef, _ event: ObservationEvent) -> ObservationAction {
-        let id = ref.id
         // Gone: the task already ended.
         guard let task = entry(ref) else { return .none }
         switch event {
@@ -601,7 +596,6 @@ struct Engine {
 
     /// The machine's action as the task performs it (never a `.checkGates`: ``passGates(_:_:)``).
     private func step(_ task: Entry, _ action: TaskStateMachine.ProceedAction) -> Step {
-        let id = task.run.id
         switch action {
         case .none: return .none
         case .checkGates: preconditionFailure("a .checkGates never leaves the section that returned it (passGates)")
@@ -620,7 +614,6 @@ struct Engine {
     /// told of every outcome of the task (``OutcomeObservationStateMachine``). The gates are then
     /// checked in the same section.
     private mutating func resend(_ task: Entry, _ action: TaskStateMachine.ProceedAction) -> Step {
-        let id = task.run.id
         var action = action
         switch action {
         case .checkGates, .acquireConnection:
@@ -694,7 +687,6 @@ struct Engine {
 
     /// The run of reactor `index` this task waited on (or ran for it alone) ended.
     private mutating func reactionFinished(_ task: Entry, reactor index: Int, outcome: ReactorRunner.Outcome) -> TaskAction {
-        let id = task.run.id
         var action = task.machine.reactionFinished(reactor: index, result: reactionResult(index, outcome))
         var requeued: Int?
         switch action {
@@ -715,7 +707,6 @@ struct Engine {
 
     /// A run whose gate held this task ended.
     private mutating func gateOpened(_ task: Entry, by outcome: ReactorRunner.Outcome) -> TaskAction {
-        let id = task.run.id
         switch outcome {
         case .succeeded, .declined:
             // Another covering reactor's run may be going: the gates are checked again.
