@@ -27,7 +27,7 @@ work="${1:-.build-installation}"
 case "$work" in /*) ;; *) work="$root/$work" ;; esac
 mkdir -p "$work"
 app="$work/MyApp"
-version="0.2.0"
+version="0.3.0"
 url_line=".package(url: \"https://github.com/OWNER/URLTaskManager.git\", from: \"$version\")"
 
 # A fresh copy of the depending package (its .build is kept between runs, so a rerun is quick).

@@ -9,7 +9,7 @@ let package = Package(
     name: "MyApp",
     platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9)],
     dependencies: [
-        .package(url: "https://github.com/OWNER/URLTaskManager.git", from: "0.2.0")
+        .package(url: "https://github.com/OWNER/URLTaskManager.git", from: "0.3.0")
     ],
     targets: [
         .executableTarget(
