@@ -92,7 +92,8 @@ extension TransferSharing.Configuration {
     /// 0.2's coalescing configuration without `answerChangingHeaders`.
     @available(
         *, unavailable,
-        message: "use init(methods:headersThatNeverIdentifyACaller:lateJoinLimit:): answers of any size are shared now (drop maximumSharedBodySize:; lateJoinLimit: bounds a late join)"
+        message:
+            "use init(methods:headersThatNeverIdentifyACaller:lateJoinLimit:): answers of any size are shared now (drop maximumSharedBodySize:; lateJoinLimit: bounds a late join)"
     )
     public init(methods: Set<String> = ["GET", "HEAD"], maximumSharedBodySize: Int) {
         fatalError("unavailable")
@@ -109,7 +110,10 @@ extension TransferSharing.Configuration {
 
 extension Set where Element == URLTaskPolicy.ComponentType {
     /// 0.2 named a policy's parts by their type's name.
-    @available(*, unavailable, message: "a policy names parts by type now: use policy.skipsInterceptor(X.self), skipsReactor(X.self) or adds(X.self)")
+    @available(
+        *, unavailable,
+        message: "a policy names parts by type now: use policy.skipsInterceptor(X.self), skipsReactor(X.self) or adds(X.self)"
+    )
     public func contains(_ name: String) -> Bool { fatalError("unavailable") }
 }
 

@@ -254,7 +254,8 @@ public struct URLTaskReactorConfiguration: Sendable {
         get { mode.loopGuard }
         @available(
             *, unavailable,
-            message: "the loop guard is the mode's: use mode = .refresh(loopGuard: g) or .singleFlight(loopGuard: g, afterwards: .sendAgain)"
+            message:
+                "the loop guard is the mode's: use mode = .refresh(loopGuard: g) or .singleFlight(loopGuard: g, afterwards: .sendAgain)"
         )
         set { fatalError("unavailable") }
     }

@@ -14,7 +14,8 @@ import URLTaskManager
 /// not take the conformance, which a dynamic cast still finds, for a reactor's.
 @available(
     *, unavailable,
-    message: "CircuitBreaker is no longer a reactor (it observes outcomes as an interceptor): remove it from reactors: and pass it in interceptors: only"
+    message:
+        "CircuitBreaker is no longer a reactor (it observes outcomes as an interceptor): remove it from reactors: and pass it in interceptors: only"
 )
 extension CircuitBreaker: URLTaskReactor {
     /// Unavailable: the breaker counts outcomes in ``observe(_:of:)`` and ``observeEnd(of:error:)``.
@@ -27,7 +28,8 @@ extension CircuitBreaker: URLTaskReactor {
 /// observer now: `reactors: [limiter, ...]` is refused with this message.
 @available(
     *, unavailable,
-    message: "RateLimiter is no longer a reactor (it reads Retry-After as an outcome observer): remove it from reactors: and pass it in interceptors: only"
+    message:
+        "RateLimiter is no longer a reactor (it reads Retry-After as an outcome observer): remove it from reactors: and pass it in interceptors: only"
 )
 extension RateLimiter: URLTaskReactor {
     /// Unavailable: the limiter reads `Retry-After` in ``observe(_:of:)``.

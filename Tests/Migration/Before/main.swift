@@ -14,7 +14,8 @@ import URLTaskResilience
 func makeManager(auth: OAuth2Authenticator) -> URLTaskManager {
     let breaker = CircuitBreaker(policy: .init(exempts: { auth.isTokenRequest($0) }))
     let limiter = RateLimiter(policy: .init(rate: 20, burst: 10))
-    let coalescing = CoalescingInterceptor(configuration: .init(answerChangingHeaders: ["authorization", "x-tenant"], maximumSharedBodySize: 1 << 20))
+    let coalescing = CoalescingInterceptor(
+        configuration: .init(answerChangingHeaders: ["authorization", "x-tenant"], maximumSharedBodySize: 1 << 20))
     let manager = URLTaskManager(
         interceptors: [breaker, BearerInterceptor(authenticator: auth), coalescing, limiter],
         reactors: [breaker, limiter, OAuth2RefreshReactor(authenticator: auth), OfflineHold(), RetryReactor()]
