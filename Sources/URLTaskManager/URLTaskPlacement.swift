@@ -131,7 +131,7 @@ extension URLTaskManager {
                 + "learns from each outcome; given to one list only, one half never runs)."
         }
         let missingReactors = interceptorObjects.filter { object in
-            object is any URLTaskReactor && !reactorObjects.contains { $0 === object }
+            object is any URLTaskReactor && !(object is any NoLongerAReactor) && !reactorObjects.contains { $0 === object }
         }
         let missingInterceptors = reactorObjects.filter { object in
             object is any URLTaskInterceptor && !interceptorObjects.contains { $0 === object }

@@ -76,7 +76,9 @@ final class InterceptorAndReactorPlacementTests: XCTestCase {
             let asInterceptor = placement(in: cells[1])
             let asReactor = placement(in: cells[2])
             XCTAssertEqual(asInterceptor, (part as? any URLTaskInterceptor).map { "\($0.interceptorPlacement)" }, name)
-            XCTAssertEqual(asReactor, (part as? any URLTaskReactor).map { "\($0.reactorPlacement)" }, name)
+            // 0.2's reactors keep an unavailable conformance for its diagnostic, which a cast finds.
+            let reactor = part is any NoLongerAReactor ? nil : part as? any URLTaskReactor
+            XCTAssertEqual(asReactor, reactor.map { "\($0.reactorPlacement)" }, name)
         }
         XCTAssertEqual(rows, parts.count, "every part of the table was read")
     }

@@ -247,7 +247,18 @@ public struct URLTaskReactorConfiguration: Sendable {
     }
 
     /// The mode's loop guard (see ``Mode/loopGuard``); `nil` for work per task.
-    public var loopGuard: LoopGuard? { mode.loopGuard }
+    ///
+    /// Read-only: the loop guard is the mode's. Its setter is 0.2's spelling, kept unavailable so
+    /// that `configuration.loopGuard = g` says what to write instead (Migration/ZeroTwo.swift).
+    public var loopGuard: LoopGuard? {
+        get { mode.loopGuard }
+        @available(
+            *, unavailable,
+            message:
+                "the loop guard is the mode's: use mode = .refresh(loopGuard: g) or .singleFlight(loopGuard: g, afterwards: .sendAgain)"
+        )
+        set { fatalError("unavailable") }
+    }
 
     /// Single flight with a loop guard of 10 in 10 seconds, sent again through the interceptors,
     /// no gate.
@@ -268,18 +279,4 @@ public struct URLTaskReactorConfiguration: Sendable {
     public static var retry: Self {
         Self(mode: .perTask(afterwards: .sendAgain), timeout: nil, maximumReactionsPerTask: .max)
     }
-}
-
-extension URLTaskReactorConfiguration {
-    /// Whether tasks not sent yet wait while the work runs: only ``Mode/refresh(loopGuard:)``.
-    @available(*, deprecated, message: "Read `mode`: only `.refresh(loopGuard:)` holds new tasks.")
-    public var holdsNewTasks: Bool { mode.holdsNewTasks }
-
-    /// Whether a task is sent again after the work succeeds.
-    @available(*, deprecated, message: "Read `mode.afterwards`: every case but `.deliverResponse` sends again.")
-    public var requeue: Bool { mode.afterwards != .deliverResponse }
-
-    /// Whether a task sent again goes through the interceptors first.
-    @available(*, deprecated, message: "Read `mode.afterwards`: `.sendAgain` runs the interceptors again.")
-    public var reintercept: Bool { mode.afterwards == .sendAgain }
 }

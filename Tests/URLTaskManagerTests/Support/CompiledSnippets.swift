@@ -8,13 +8,14 @@ enum CompiledSnippets {
     static let root = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    /// Blocks marked `// <marker> <name>: begin` ... `end` in the examples, both test targets,
-    /// and the package that depends on this one (`Tests/Installation`, built by
-    /// `scripts/check-installation.sh`).
+    /// Blocks marked `// <marker> <name>: begin` ... `end` in the examples, the test targets,
+    /// and the packages that depend on this one (`Tests/Installation`, built by
+    /// `scripts/check-installation.sh`; `Tests/Migration`, built by `scripts/check-migration.sh`).
     static func markedBlocks(marker: String) throws -> [(file: String, block: String)] {
         var found: [(String, String)] = []
         for folder in [
             "Sources/Examples", "Tests/URLTaskManagerTests", "Tests/ContractTests", "Tests/LoopbackServerTests", "Tests/Installation",
+            "Tests/Migration",
         ] {
             let base = root.appendingPathComponent(folder)
             guard let files = FileManager.default.enumerator(atPath: base.path) else { continue }
