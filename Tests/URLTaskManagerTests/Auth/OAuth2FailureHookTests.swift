@@ -79,7 +79,7 @@ final class OAuth2FailureHookTests: XCTestCase {
         XCTAssertEqual(hook.calls.value, 1)
         XCTAssertEqual(hook.errors.snapshot, ["\(expected)"])
         let refused = try XCTUnwrap(refusedAt.snapshot)
-        print(
+        printFigures(
             "[failure hook] 20 waiters failed \(refused.duration(to: endedAt).formatted(.units(allowed: [.milliseconds]))) after the token request reached the server, hook still blocked"
         )
     }

@@ -103,7 +103,7 @@ final class OAuth2StormTests: XCTestCase {
         XCTAssertEqual(Kit.tally(baseline), ["200": Self.stormSize])
         XCTAssertEqual(api.tokenRequestCount, 1)
 
-        print(
+        printFigures(
             """
             [storm] \(Self.stormSize) requests, stale token: refreshes=\(api.tokenRequestCount), \
             wall=\(stormTime.formatted(.units(allowed: [.milliseconds]))), \
@@ -135,7 +135,7 @@ final class OAuth2StormTests: XCTestCase {
         XCTAssertEqual(recorder.hookCalls.count, 1, "\(recorder.hookCalls)")
         XCTAssertEqual(api.tokenRequestCount, 1)
         let sent = api.apiRequests.count
-        print(
+        printFigures(
             "[storm] \(Self.stormSize) requests, refresh answered 400: all failed typed in \(stormTime.formatted(.units(allowed: [.milliseconds]))), \(sent) reached the API, hook calls=\(recorder.hookCalls.count)"
         )
 

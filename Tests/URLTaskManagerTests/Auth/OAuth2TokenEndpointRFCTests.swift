@@ -190,7 +190,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         let requests = server.requests(path: "/token")
         XCTAssertEqual(requests.map { $0.headers["connection"] }, ["close", "close"])
         XCTAssertEqual(Set(requests.map(\.connectionID)).count, 2, "each token request had a connection of its own")
-        print(
+        printFigures(
             "[token endpoint] second refresh after the first connection stopped answering: \(elapsed.formatted(.units(allowed: [.milliseconds])))"
         )
     }
@@ -225,7 +225,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         }
         XCTAssertEqual(timedOut.count, 5, "\(Kit.tally(results))")
         XCTAssertEqual(api.tokenRequestCount, 1)
-        print(
+        printFigures(
             "[token endpoint] 5 requests behind a hung refresh (timeout 1 s) failed after \(elapsed.formatted(.units(allowed: [.milliseconds])))"
         )
     }
