@@ -125,7 +125,8 @@ final class OAuth2StormTests: XCTestCase {
         let results = await Kit.storm(manager.session, count: Self.stormSize) { _ in URLRequest(url: url) }
         let stormTime = started.duration(to: .now)
 
-        let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server")
+        let expected = OAuth2Error.tokenRequestRejected(
+            status: 400, error: "invalid_grant", description: "refused by the server", url: api.endpoint.url)
         let typed = results.filter {
             guard let failure = $0.taskError, failure.code == .authenticationFailed else { return false }
             return failure.component?.name == "OAuth2RefreshReactor" && failure.underlying as? OAuth2Error == expected

@@ -81,7 +81,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         }
         // The server answers 401 invalid_client with `WWW-Authenticate: Basic`, as §5.2 says.
         // URLSession on Linux drops the body of a refused challenge, so the code may be absent.
-        guard case .tokenRequestRejected(401, let code, _) = error, code == nil || code == "invalid_client" else {
+        guard case .tokenRequestRejected(401, let code, _, api.endpoint.url) = error, code == nil || code == "invalid_client" else {
             return XCTFail("\(error)")
         }
         XCTAssertTrue(error.isConfigurationError)
@@ -142,7 +142,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         }
         for invalid: Any in [-1, 0, -0.5, "-60", "0", "nan", "inf", "soon", Double.nan, Double.infinity] {
             XCTAssertThrowsError(try credential(invalid), "\(invalid)") { error in
-                guard case .invalidTokenResponse(let reason)? = error as? OAuth2Error else { return XCTFail("\(error)") }
+                guard case .invalidTokenResponse(let reason, _)? = error as? OAuth2Error else { return XCTFail("\(error)") }
                 XCTAssertTrue(reason.contains("expires_in"), reason)
             }
         }
