@@ -18,9 +18,11 @@ extension Scenario {
             interceptors: [HeaderInterceptor(["Authorization": "Bearer app-token"])], reactors: [RetryReactor(policy: .default)])
         defer { manager.invalidateAndCancel() }
 
+        // DocC per-request policy: begin
         var request = URLRequest(url: server.url("/public/status"))
         URLTaskPolicy(skipping: [HeaderInterceptor.self], skippingReactors: [RetryReactor.self]).apply(to: &request)
         let (open, _) = try await manager.session.data(for: request)
+        // DocC per-request policy: end
         let (me, _) = try await manager.session.data(from: server.url("/me"))
         transcript.client("GET /public/status with a policy → \(String(decoding: open, as: UTF8.self))")
         transcript.client("GET /me → \(String(decoding: me, as: UTF8.self))")

@@ -14,7 +14,7 @@ extension URLSession {
     /// as it drips. Past `deadline` the caller gets `URLError.timedOut` at once and the transfer is
     /// cancelled; its late answer is dropped.
     ///
-    /// A body longer than `sizeLimit` bytes fails with ``OAuth2Error/tokenAnswerTooLarge(limit:)``
+    /// A body longer than `sizeLimit` bytes fails with ``OAuth2Error/tokenAnswerTooLarge(limit:url:)``
     /// and the transfer is cancelled: at the response's head when its `Content-Length` announces
     /// more, else as soon as the bytes received pass it. The body streams to the request only
     /// through a session whose delegate is the kit's ``TokenSessionDelegate`` (the

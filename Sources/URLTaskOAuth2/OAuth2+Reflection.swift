@@ -52,7 +52,7 @@ extension OAuth2Error: CustomReflectable {
     /// leaves it out: a server may echo a token in it. Read ``serverDescription`` for it.
     public var customMirror: Mirror {
         var children: [(label: String?, value: Any)] = [("description", description)]
-        if case .tokenRequestRejected(let status, _, _) = self { children.append(("status", status)) }
+        if case .tokenRequestRejected(let status, _, _, _) = self { children.append(("status", status)) }
         if let code = serverErrorCode {
             children.append(("error", Self.registeredErrorCodes.contains(code) ? code : "<unregistered, \(code.count) characters>"))
         }

@@ -145,7 +145,7 @@ public struct OAuth2AuthorizationCodeFlow: Sendable {
 
     /// Exchanges `code` and the request's verifier for a credential at the token endpoint
     /// (`grant_type=authorization_code`, RFC 6749 §4.1.3, RFC 7636 §4.5). A code that is wrong,
-    /// used before or bound to another verifier is ``OAuth2Error/tokenRequestRejected(status:error:description:)``
+    /// used before or bound to another verifier is ``OAuth2Error/tokenRequestRejected(status:error:description:url:)``
     /// with `invalid_grant`. Once per attempt: a second call for `request` (or a copy of it)
     /// throws ``OAuth2AuthorizationError/attemptAlreadyExchanged`` and sends nothing.
     public func exchange(code: String, for request: OAuth2AuthorizationRequest) async throws -> OAuth2Credential {

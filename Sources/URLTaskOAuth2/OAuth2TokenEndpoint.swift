@@ -34,7 +34,7 @@ import FoundationNetworking
 /// challenge; without a delegate, swift-corelibs-foundation then never completes the `POST`,
 /// not even at its timeout. ``defaultSession`` therefore refuses such challenges (the kit has
 /// no other credentials to offer), and the refusal becomes
-/// ``OAuth2Error/tokenRequestRejected(status:error:description:)`` with the 401 (on Linux
+/// ``OAuth2Error/tokenRequestRejected(status:error:description:url:)`` with the 401 (on Linux
 /// without the body's `error` code, which URLSession drops; a 401 counts as a
 /// configuration error either way). A session of your own needs a delegate that does the same.
 ///
@@ -88,7 +88,7 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// bound, a broken or hostile endpoint (or a wrong URL serving a large file) could make the
     /// app hold any amount in memory, twice over while it is parsed. Past it the transfer is
     /// cancelled (at once when a `Content-Length` announces more) and the request fails with
-    /// ``OAuth2Error/tokenAnswerTooLarge(limit:)``. Zero or negative refuses every answer with
+    /// ``OAuth2Error/tokenAnswerTooLarge(limit:url:)``. Zero or negative refuses every answer with
     /// a body.
     public var answerSizeLimit: Int
     /// The session the requests go through.
@@ -215,7 +215,19 @@ public struct OAuth2TokenEndpoint: Sendable {
         try await requestToken(parameters, previous: previous, within: timeout)
     }
 
+    /// Every ``OAuth2Error`` about the answer names ``url`` (without its query, user, password or
+    /// fragment): see ``OAuth2Error/url``.
     private func requestToken(
+        _ parameters: [String: String], previous: OAuth2Credential?, within limit: Duration?
+    ) async throws -> OAuth2Credential {
+        do {
+            return try await answer(parameters, previous: previous, within: limit)
+        } catch let error as OAuth2Error {
+            throw error.naming(url)
+        }
+    }
+
+    private func answer(
         _ parameters: [String: String], previous: OAuth2Credential?, within limit: Duration?
     ) async throws -> OAuth2Credential {
         // The transport's own timeout is the whole request's: for a refresh that lets its

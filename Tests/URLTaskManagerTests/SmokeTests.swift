@@ -58,7 +58,7 @@ final class SmokeTests: XCTestCase {
         }
         XCTAssertEqual(results, Array(repeating: 200, count: 50))
         XCTAssertEqual(token.snapshot.refreshes, 1)
-        print("requests seen", server.requestCount(path: "/api"))
+        printFigures("requests seen \(server.requestCount(path: "/api"))")
     }
 
     func testBatchReleasesOnTenth() async throws {

@@ -35,7 +35,7 @@ final class OAuth2AnswerSizeLimitTests: XCTestCase {
                 let refreshed = try await endpoint.refresh(credential)
                 XCTFail("chunked: \(chunked): an oversized answer was accepted: \(refreshed)")
             } catch let error as OAuth2Error {
-                XCTAssertEqual(error, .tokenAnswerTooLarge(limit: Self.limit), "chunked: \(chunked)")
+                XCTAssertEqual(error, .tokenAnswerTooLarge(limit: Self.limit, url: server.url("/token")), "chunked: \(chunked)")
                 XCTAssertFalse(error.requiresSignIn)
                 XCTAssertFalse(error.isConfigurationError)
                 XCTAssertTrue(error.description.contains("\(Self.limit)"), error.description)

@@ -116,7 +116,7 @@ final class OAuth2AuthorizationCodeTests: XCTestCase {
             try await flow.signIn(auth, callback: callback, for: attacker)
             XCTFail("a wrong verifier was accepted")
         } catch let error as OAuth2Error {
-            XCTAssertEqual(error, .tokenRequestRejected(status: 400, error: "invalid_grant", description: nil))
+            XCTAssertEqual(error, .tokenRequestRejected(status: 400, error: "invalid_grant", description: nil, url: oauth.endpoint.url))
         }
         XCTAssertEqual(oauth.authorizationCodeRefusals, ["code_verifier mismatch"])
         let stored = try await store.load()

@@ -60,7 +60,8 @@ final class OAuth2FailureHookTests: XCTestCase {
         let (results, endedAt) = try await ended.wait(timeout: .seconds(10))
         XCTAssertNil(hook.finished.current, "the 20 failures arrived while the hook was still blocked")
 
-        let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server")
+        let expected = OAuth2Error.tokenRequestRejected(
+            status: 400, error: "invalid_grant", description: "refused by the server", url: api.endpoint.url)
         let typed = results.filter {
             guard let failure = $0.taskError, failure.code == .authenticationFailed, failure.component?.name == "OAuth2RefreshReactor"
             else {
@@ -79,7 +80,7 @@ final class OAuth2FailureHookTests: XCTestCase {
         XCTAssertEqual(hook.calls.value, 1)
         XCTAssertEqual(hook.errors.snapshot, ["\(expected)"])
         let refused = try XCTUnwrap(refusedAt.snapshot)
-        print(
+        printFigures(
             "[failure hook] 20 waiters failed \(refused.duration(to: endedAt).formatted(.units(allowed: [.milliseconds]))) after the token request reached the server, hook still blocked"
         )
     }

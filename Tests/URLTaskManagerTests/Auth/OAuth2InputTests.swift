@@ -27,6 +27,7 @@ final class OAuth2InputTests: XCTestCase {
         server.route("/proxy") { _ in page(502) }
         server.route("/empty400") { _ in .status(400) }
         server.route("/unauthorized") { _ in page(401) }
+        server.route("/api/me") { _ in .json(Data(#"{"error":"unauthorized"}"#.utf8), status: 401) }
     }
 
     override func tearDown() {
@@ -64,6 +65,45 @@ final class OAuth2InputTests: XCTestCase {
         }
     }
 
+    /// Issue 42: a token URL that points at the API host, which answers 401 with JSON, is
+    /// reported with the URL it went to (scheme, host, port and path; never the query, user or
+    /// password), not only as a client-credentials problem. So are a proxy's 5xx page and a
+    /// registered error code.
+    func testATokenEndpointsErrorNamesItsURLWithoutTheQueryUserOrPassword() async throws {
+        for (path, status) in [("/api/me", 401), ("/proxy", 502), ("/empty400", 400)] {
+            var parts = URLComponents(url: server.url(path), resolvingAgainstBaseURL: false)!
+            parts.user = "S3CR3T-USER-42"
+            parts.password = "S3CR3T-PW-42"
+            parts.query = "client_secret=S3CR3T-QUERY-42"
+            let endpoint = OAuth2TokenEndpoint(url: parts.url!, clientID: "app", clientSecret: "S3CR3T-CS-42")
+            do {
+                _ = try await endpoint.refresh(OAuth2Credential(accessToken: "a", refreshToken: "S3CR3T-RT-42", expiresAt: .distantPast))
+                XCTFail("\(path) gave a credential")
+            } catch let error as OAuth2Error {
+                let shown = server.url(path)
+                guard case .tokenRequestRejected(status, _, _, shown) = error else { return XCTFail("\(path): \(error)") }
+                XCTAssertEqual(error.url, shown, path)
+                for text in [error.description, error.localizedDescription, String(reflecting: error), "\(error as NSError)"] {
+                    XCTAssertTrue(text.contains(shown.absoluteString), "\(path): \(text)")
+                    XCTAssertFalse(text.contains("S3CR3T"), "\(path): \(text)")
+                    XCTAssertFalse(text.contains("?"), "\(path): \(text)")
+                }
+            }
+        }
+        let wrong = OAuth2TokenEndpoint(url: server.url("/api/me"), clientID: "app")
+        do {
+            _ = try await wrong.refresh(OAuth2Credential(accessToken: "a", refreshToken: "r", expiresAt: .distantPast))
+            XCTFail("/api/me gave a credential")
+        } catch let error as OAuth2Error {
+            XCTAssertTrue(error.isConfigurationError)
+            XCTAssertEqual(
+                error.description,
+                "The token endpoint at \(server.url("/api/me").absoluteString) answered 401 with an unregistered error code"
+                    + " (a client configuration problem: check the token endpoint URL, the client ID, secret, authentication method,"
+                    + " grant and scope)")
+        }
+    }
+
     /// Answers a token endpoint itself gives keep their meaning: a proxy's 502 page is
     /// temporary, an empty 400 too, a 401 is the client's authentication.
     func testATokenEndpointsOwnFailuresKeepTheirMeaning() async throws {
@@ -73,7 +113,7 @@ final class OAuth2InputTests: XCTestCase {
                 _ = try await endpoint.refresh(OAuth2Credential(accessToken: "a", refreshToken: "r", expiresAt: .distantPast))
                 XCTFail("\(path) gave a credential")
             } catch let error as OAuth2Error {
-                guard case .tokenRequestRejected(status, nil, nil) = error else { return XCTFail("\(path): \(error)") }
+                guard case .tokenRequestRejected(status, nil, nil, server.url(path)) = error else { return XCTFail("\(path): \(error)") }
                 XCTAssertEqual(error.isConfigurationError, configuration, path)
             }
         }

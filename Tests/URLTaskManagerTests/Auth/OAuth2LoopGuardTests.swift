@@ -73,7 +73,7 @@ final class OAuth2LoopGuardTests: XCTestCase {
         let refreshes = api.tokenRequestCount
         XCTAssertEqual(refreshes, requests / uses - 1, "one refresh per revoked token")
         XCTAssertEqual(api.apiRequests.count - api.unauthorizedCount, requests)
-        print(
+        printFigures(
             "[loop guard soak] \(requests) requests, 40 in flight, token revoked every \(uses) requests: "
                 + "refreshes=\(refreshes), 401s absorbed=\(api.unauthorizedCount), reactionLoop=\(loops), "
                 + "wall=\(wall.formatted(.units(allowed: [.milliseconds])))")

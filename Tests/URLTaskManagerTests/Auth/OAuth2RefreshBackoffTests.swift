@@ -54,7 +54,8 @@ final class OAuth2RefreshBackoffTests: XCTestCase {
             }
             let stormTime = started.duration(to: .now)
             let attempts = api.server.requestCount(path: "/oauth/failing")
-            print("[backoff] \(failure): 60 requests in \(stormTime), \(attempts) token request(s), \(hooks.snapshot.count) hook call(s)")
+            printFigures(
+                "[backoff] \(failure): 60 requests in \(stormTime), \(attempts) token request(s), \(hooks.snapshot.count) hook call(s)")
             XCTAssertLessThan(stormTime, backoff, "\(failure): the storm ran within one back-off")
             XCTAssertEqual(attempts, 1, "\(failure): one token request for the episode")
             let labels = Set(results.map(\.label))

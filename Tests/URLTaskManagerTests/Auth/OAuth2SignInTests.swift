@@ -75,7 +75,8 @@ final class OAuth2SignInTests: XCTestCase {
             try await services.signIn()
             XCTFail("the chain should fail")
         } catch let error as OAuth2Error {
-            XCTAssertEqual(error, .tokenRequestRejected(status: 400, error: "invalid_grant", description: nil))
+            XCTAssertEqual(
+                error, .tokenRequestRejected(status: 400, error: "invalid_grant", description: nil, url: services.payments.endpoint.url))
         }
         XCTAssertEqual(services.identity.tokenRequestCount, 1, "the first login happened")
         let identityCurrent = try await services.identityAuth.currentCredential()
@@ -152,7 +153,9 @@ final class OAuth2SignInTests: XCTestCase {
             _ = try await api.endpoint.refresh(credential)
             XCTFail("rejected")
         } catch let error as OAuth2Error {
-            XCTAssertEqual(error, .tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server"))
+            XCTAssertEqual(
+                error,
+                .tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server", url: api.endpoint.url))
             XCTAssertTrue(error.requiresSignIn)
         }
         api.setTokenAnswer(.reject(status: 503, error: "temporarily_unavailable"))

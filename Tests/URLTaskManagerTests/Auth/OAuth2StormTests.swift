@@ -103,7 +103,7 @@ final class OAuth2StormTests: XCTestCase {
         XCTAssertEqual(Kit.tally(baseline), ["200": Self.stormSize])
         XCTAssertEqual(api.tokenRequestCount, 1)
 
-        print(
+        printFigures(
             """
             [storm] \(Self.stormSize) requests, stale token: refreshes=\(api.tokenRequestCount), \
             wall=\(stormTime.formatted(.units(allowed: [.milliseconds]))), \
@@ -125,7 +125,8 @@ final class OAuth2StormTests: XCTestCase {
         let results = await Kit.storm(manager.session, count: Self.stormSize) { _ in URLRequest(url: url) }
         let stormTime = started.duration(to: .now)
 
-        let expected = OAuth2Error.tokenRequestRejected(status: 400, error: "invalid_grant", description: "refused by the server")
+        let expected = OAuth2Error.tokenRequestRejected(
+            status: 400, error: "invalid_grant", description: "refused by the server", url: api.endpoint.url)
         let typed = results.filter {
             guard let failure = $0.taskError, failure.code == .authenticationFailed else { return false }
             return failure.component?.name == "OAuth2RefreshReactor" && failure.underlying as? OAuth2Error == expected
@@ -135,7 +136,7 @@ final class OAuth2StormTests: XCTestCase {
         XCTAssertEqual(recorder.hookCalls.count, 1, "\(recorder.hookCalls)")
         XCTAssertEqual(api.tokenRequestCount, 1)
         let sent = api.apiRequests.count
-        print(
+        printFigures(
             "[storm] \(Self.stormSize) requests, refresh answered 400: all failed typed in \(stormTime.formatted(.units(allowed: [.milliseconds]))), \(sent) reached the API, hook calls=\(recorder.hookCalls.count)"
         )
 

@@ -81,7 +81,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         }
         // The server answers 401 invalid_client with `WWW-Authenticate: Basic`, as §5.2 says.
         // URLSession on Linux drops the body of a refused challenge, so the code may be absent.
-        guard case .tokenRequestRejected(401, let code, _) = error, code == nil || code == "invalid_client" else {
+        guard case .tokenRequestRejected(401, let code, _, api.endpoint.url) = error, code == nil || code == "invalid_client" else {
             return XCTFail("\(error)")
         }
         XCTAssertTrue(error.isConfigurationError)
@@ -142,7 +142,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         }
         for invalid: Any in [-1, 0, -0.5, "-60", "0", "nan", "inf", "soon", Double.nan, Double.infinity] {
             XCTAssertThrowsError(try credential(invalid), "\(invalid)") { error in
-                guard case .invalidTokenResponse(let reason)? = error as? OAuth2Error else { return XCTFail("\(error)") }
+                guard case .invalidTokenResponse(let reason, _)? = error as? OAuth2Error else { return XCTFail("\(error)") }
                 XCTAssertTrue(reason.contains("expires_in"), reason)
             }
         }
@@ -190,7 +190,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         let requests = server.requests(path: "/token")
         XCTAssertEqual(requests.map { $0.headers["connection"] }, ["close", "close"])
         XCTAssertEqual(Set(requests.map(\.connectionID)).count, 2, "each token request had a connection of its own")
-        print(
+        printFigures(
             "[token endpoint] second refresh after the first connection stopped answering: \(elapsed.formatted(.units(allowed: [.milliseconds])))"
         )
     }
@@ -225,7 +225,7 @@ final class OAuth2TokenEndpointRFCTests: XCTestCase {
         }
         XCTAssertEqual(timedOut.count, 5, "\(Kit.tally(results))")
         XCTAssertEqual(api.tokenRequestCount, 1)
-        print(
+        printFigures(
             "[token endpoint] 5 requests behind a hung refresh (timeout 1 s) failed after \(elapsed.formatted(.units(allowed: [.milliseconds])))"
         )
     }

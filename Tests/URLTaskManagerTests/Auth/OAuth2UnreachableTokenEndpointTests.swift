@@ -21,7 +21,7 @@ final class OAuth2UnreachableTokenEndpointTests: XCTestCase {
     /// The token's lifetime.
     private static let lifetime = Duration.seconds(2)
 
-    private static var verbose: Bool { ProcessInfo.processInfo.environment["URLTASKMANAGER_VERBOSE"] == "1" }
+    private static var verbose: Bool { ParityLog.isVerbose }
 
     /// The README's recommended stack (`recommendedManager(auth:)` in Sources/Examples), with its
     /// `OfflineHold` passed in so the test can watch it.

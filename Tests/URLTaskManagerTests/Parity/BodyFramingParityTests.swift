@@ -70,7 +70,7 @@ final class BodyFramingParityTests: XCTestCase {
             for kind in ["stream", "data"] {
                 let label = "\(name), \(kind) body"
                 let sent = await send(request(kind), through: manager.session)
-                print("FRAMING| \(label): \(sent.framing), \(sent.smuggled) smuggled")
+                printFigures("FRAMING| \(label): \(sent.framing), \(sent.smuggled) smuggled")
                 XCTAssertEqual(sent.result.text, String(Self.smuggling.count), "\(label): the whole body is one request's")
                 XCTAssertTrue(["chunked", "Content-Length: \(Self.smuggling.count)"].contains(sent.framing), "\(label): \(sent.framing)")
                 XCTAssertEqual(sent.smuggled, 0, "\(label): no request was read from the body")
@@ -87,6 +87,6 @@ final class BodyFramingParityTests: XCTestCase {
         XCTAssertEqual(stream.framing, "chunked")
         XCTAssertEqual(stream.smuggled, 0)
         let data = await send(request("data"), through: plain)
-        print("FRAMING| plain, data body: \(data.framing), \(data.smuggled) smuggled")
+        printFigures("FRAMING| plain, data body: \(data.framing), \(data.smuggled) smuggled")
     }
 }

@@ -74,7 +74,7 @@ final class FinishingStressTests: XCTestCase {
             for label in labels { tally[label, default: 0] += 1 }
             rounds += 1
         }
-        print("FinishingStressTests: \(rounds) rounds, outcomes \(tally.sorted { $0.key < $1.key })")
+        printFigures("FinishingStressTests: \(rounds) rounds, outcomes \(tally.sorted { $0.key < $1.key })")
         XCTAssertGreaterThanOrEqual(rounds, 3, "too few rounds to stress anything")
     }
 

@@ -32,7 +32,7 @@ final class InvalidationStressTests: XCTestCase {
         }
         let seed = UInt64(ProcessInfo.processInfo.environment["STRESS_SEED"] ?? "") ?? UInt64.random(in: 1...UInt64.max)
         var rng = SplitMix64(state: seed)
-        print("InvalidationStressTests seed \(seed) (STRESS_SEED=\(seed) replays the choices)")
+        printFigures("InvalidationStressTests seed \(seed) (STRESS_SEED=\(seed) replays the choices)")
         var tally: [String: Int] = [:]
 
         for iteration in 0..<100 {
@@ -42,7 +42,7 @@ final class InvalidationStressTests: XCTestCase {
             let result = try await run(ending: ending, pause: pause, server: server, context: context)
             for label in result { tally[label, default: 0] += 1 }
         }
-        print("InvalidationStressTests outcomes: \(tally.sorted { $0.key < $1.key })")
+        printFigures("InvalidationStressTests outcomes: \(tally.sorted { $0.key < $1.key })")
     }
 
     /// One iteration; returns each task's outcome label.

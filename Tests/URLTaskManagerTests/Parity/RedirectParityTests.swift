@@ -166,7 +166,7 @@ final class RedirectParityTests: XCTestCase {
             }
             return results
         }
-        print("CROSS-ORIGIN| plain: \(result.plain) manager: \(result.manager)")
+        printFigures("CROSS-ORIGIN| plain: \(result.plain) manager: \(result.manager)")
         XCTAssertEqual(result.manager[0], "none | none | extra", "cross-origin: no credential, the other header follows")
         XCTAssertEqual(result.manager[1], "Bearer from-configuration | session=caller | extra", "same origin: all kept")
         XCTAssertEqual(result.manager[1], result.plain[1], "same origin, as plain")

@@ -781,7 +781,7 @@ final class PipelineModelTests: XCTestCase {
         }
         CrashReport.install()
         defer { CrashReport.uninstall() }
-        print("PipelineModelTests: \(Self.seedsPerScenario) seeds × \(Self.scenarios.count) scenarios")
+        printFigures("PipelineModelTests: \(Self.seedsPerScenario) seeds × \(Self.scenarios.count) scenarios")
         for (name, scenario) in Self.scenarios {
             for seed in 0..<Self.seedsPerScenario {
                 if let failure = Self.explore(scenario, seed: seed, counts: &counts) {
@@ -790,7 +790,7 @@ final class PipelineModelTests: XCTestCase {
                 }
             }
         }
-        if ProcessInfo.processInfo.environment["URLTASKMANAGER_VERBOSE"] == "1" {
+        if ParityLog.isVerbose {
             for (step, count) in counts.sorted(by: { $0.key < $1.key }) { print("MODEL| \(step): \(count)") }
         }
     }

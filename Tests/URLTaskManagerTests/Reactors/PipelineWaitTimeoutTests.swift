@@ -73,7 +73,7 @@ final class PipelineWaitTimeoutTests: XCTestCase {
         _ result: Fetched, after elapsed: Duration, timeout: Duration, like plain: NSError, url: URL, _ label: String,
         file: StaticString = #filePath, line: UInt = #line
     ) {
-        print("[wait timeout] \(label): \(result.label) after \(elapsed)")
+        printFigures("[wait timeout] \(label): \(result.label) after \(elapsed)")
         XCTAssertEqual(result.urlErrorCode, .timedOut, "\(label): \(result.label)", file: file, line: line)
         XCTAssertGreaterThanOrEqual(elapsed, timeout * 0.9, label, file: file, line: line)
         XCTAssertLessThan(elapsed, timeout + .seconds(2), label, file: file, line: line)
@@ -82,7 +82,7 @@ final class PipelineWaitTimeoutTests: XCTestCase {
         XCTAssertEqual(error.code, plain.code, label, file: file, line: line)
         // corelibs' own timeout carries no userInfo at all (printed below); Apple's carries the
         // description and both failing-URL keys, which is what the pipeline's timeout gives.
-        print("[wait timeout] plain timeout's userInfo: \(plain.userInfo)")
+        printFigures("[wait timeout] plain timeout's userInfo: \(plain.userInfo)")
         XCTAssertEqual(error.localizedDescription, "The request timed out.", label, file: file, line: line)
         XCTAssertEqual(error.userInfo[NSURLErrorFailingURLErrorKey] as? URL, url, label, file: file, line: line)
         XCTAssertEqual(error.userInfo["NSErrorFailingURLStringKey"] as? String, url.absoluteString, label, file: file, line: line)
@@ -139,7 +139,7 @@ final class PipelineWaitTimeoutTests: XCTestCase {
         let url = api.apiURL()
         let results = await Kit.storm(manager.session, count: 5) { _ in URLRequest(url: url) }
         let elapsed = started.duration(to: .now)
-        print("[wait timeout] 5 requests behind a dripping refresh (endpoint timeout 1 s): \(Kit.tally(results)) after \(elapsed)")
+        printFigures("[wait timeout] 5 requests behind a dripping refresh (endpoint timeout 1 s): \(Kit.tally(results)) after \(elapsed)")
         XCTAssertLessThan(elapsed, .seconds(3))
         for result in results {
             guard let error = result.error as? URLError else { return XCTFail(result.label) }
@@ -161,7 +161,7 @@ final class PipelineWaitTimeoutTests: XCTestCase {
         guard result.taskError?.code == .reactorTimedOut else { return XCTFail(result.label) }
         let failure = try await hook.wait(timeout: .seconds(5))
         let elapsed = started.duration(to: .now)
-        print("[wait timeout] reactor timeout 1 s: refresh ended (\(failure)) after \(elapsed)")
+        printFigures("[wait timeout] reactor timeout 1 s: refresh ended (\(failure)) after \(elapsed)")
         XCTAssertLessThan(elapsed, .seconds(4), "the dripping refresh (40 s) was cancelled")
     }
 }

@@ -14,7 +14,7 @@ import URLTaskResilience
 final class SharingCostTests: XCTestCase {
     typealias Kit = ResilienceTestKit
 
-    private static var verbose: Bool { ProcessInfo.processInfo.environment["URLTASKMANAGER_VERBOSE"] == "1" }
+    private static var verbose: Bool { ParityLog.isVerbose }
 
     private static func ms(_ duration: Duration) -> Int { Int(duration / .milliseconds(1)) }
 

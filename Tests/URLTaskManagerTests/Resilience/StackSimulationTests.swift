@@ -36,7 +36,7 @@ final class StackSimulationTests: XCTestCase {
         return (1...UInt64(seedsPerFamily)).map { $0 }
     }
 
-    static var verbose: Bool { ProcessInfo.processInfo.environment["URLTASKMANAGER_VERBOSE"] == "1" }
+    static var verbose: Bool { ParityLog.isVerbose }
 
     // MARK: - Seeded families
 
@@ -56,7 +56,7 @@ final class StackSimulationTests: XCTestCase {
                 if !run.closings.isEmpty { seen.insert("closed") }
                 if Self.verbose { print("\(family) seed \(seed):\n\(run.timeline)") }
                 if !problems.isEmpty {
-                    print("StackSimulation: family \(family) seed \(seed) failed; replay with MODEL_SEED=\(seed)")
+                    printFigures("StackSimulation: family \(family) seed \(seed) failed; replay with MODEL_SEED=\(seed)")
                     XCTFail("family \(family) seed \(seed) (MODEL_SEED=\(seed)):\n\(problems.joined(separator: "\n"))\n\(run.timeline)")
                 }
             }
