@@ -182,3 +182,38 @@ func recommendedManager(auth: OAuth2Authenticator) -> URLTaskManager {
     )
 }
 // README resilience: end
+
+// Every setting of the resilience parts and of the OAuth2 kit's endpoint and authenticator,
+// spelled out with its default (compiled; shown in the Resilience and OAuth2 articles).
+// DocC every setting: begin
+func everySetting(api: URL, tokenURL: URL) -> URLTaskManager {
+    let retry = RetryPolicy(
+        maximumAttempts: 3, retryableStatusCodes: [408, 429, 500, 502, 503, 504],
+        retryableMethods: ["GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"],
+        retryableURLErrorCodes: [.timedOut, .networkConnectionLost, .cannotConnectToHost],
+        backoff: RetryPolicy.Backoff(base: .milliseconds(500), multiplier: 2, maximum: .seconds(30), jitter: 0.5),
+        honorsRetryAfter: true, maximumRetryAfter: .seconds(60))
+    let breaker = CircuitBreaker(
+        policy: .init(
+            failureThreshold: 5, failureRatio: 0.5, window: .seconds(30), coolDown: .seconds(5),
+            maximumCoolDown: .seconds(60), probeTimeout: .seconds(60), maximumHosts: 4_096),
+        health: .shared)
+    let limiter = RateLimiter(
+        policy: .init(rate: 20, burst: 10, maximumQueueLength: 100, pausingStatuses: [429, 503], maximumPause: .seconds(60)))
+    let hold = OfflineHold(
+        policy: .init(
+            codes: [.notConnectedToInternet, .cannotConnectToHost, .networkConnectionLost],
+            probeInterval: .milliseconds(500), maximumProbeInterval: .seconds(10), probeTimeout: .seconds(5),
+            probeURL: OfflineHold.hostRoot, maximumHold: .seconds(120), maximumHoldsPerTask: 10))
+    let endpoint = OAuth2TokenEndpoint(
+        url: tokenURL, clientID: "app", clientSecret: nil, clientAuthentication: .basic,
+        timeout: OAuth2TokenEndpoint.defaultTimeout, lateAnswerLimit: OAuth2TokenEndpoint.defaultLateAnswerLimit,
+        answerSizeLimit: OAuth2TokenEndpoint.defaultAnswerSizeLimit)
+    let auth = OAuth2Authenticator(
+        origins: [api], tokenEndpoint: endpoint, store: InMemoryCredentialStore(),
+        refreshLeeway: .seconds(60), refreshBackoff: OAuth2Authenticator.defaultRefreshBackoff)
+    return URLTaskManager(
+        interceptors: [breaker, BearerInterceptor(authenticator: auth), CoalescingInterceptor(), limiter],
+        reactors: [OAuth2RefreshReactor(authenticator: auth), hold, RetryReactor(policy: retry)])
+}
+// DocC every setting: end
