@@ -126,7 +126,7 @@ final class ByteStreamReader: Sendable {
 
 /// The sink of a ``URLTaskManager/bytes(for:)`` call: the response head ends the call, with a
 /// byte sequence reading the ``ByteStream`` the body goes to.
-final class ByteStreamSink: CallSink, Sendable {
+final class ByteStreamSink: CallSink, AnswersChallengesFromStorage, Sendable {
     private let call: Call<(URLTaskManager.AsyncBytes, URLResponse)>
     let stream: ByteStream
 
@@ -161,15 +161,6 @@ final class ByteStreamSink: CallSink, Sendable {
         call.cancel()
         stream.cancelledByManager()
     }
-
-    /// Answered as a session without a delegate answers (see ``DataCallSink``).
-    func challenge(
-        _ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
-    ) {
-        answer(.performDefaultHandling, nil)
-    }
-
-    var answersChallenges: Bool { true }
 
     var delivery: TransferDelivery { .streamedApart }
 }

@@ -82,6 +82,22 @@ protocol CallSink: TaskSink {
     func cancelCall()
 }
 
+/// A sink of the manager's own methods that answers an HTTP authentication challenge as a
+/// session without a delegate answers it: the configuration's credential storage's default
+/// credential for the protection space, if any, else the caller gets the 401. (There is no
+/// delegate to ask: the methods have no `URLSessionTask`.)
+protocol AnswersChallengesFromStorage: TaskSink {}
+
+extension AnswersChallengesFromStorage {
+    func challenge(
+        _ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        answer(.performDefaultHandling, nil)
+    }
+
+    var answersChallenges: Bool { true }
+}
+
 extension Call {
     /// Keeps the answer's head (``DataCallSink``).
     func collect(response: URLResponse) {

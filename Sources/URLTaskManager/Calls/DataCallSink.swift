@@ -5,7 +5,7 @@ import FoundationNetworking
 
 /// Collects a task's response and body for ``URLTaskManager/data(for:)`` and the uploads, and
 /// ends their ``Call`` with both, as URLSession's async methods return them.
-final class DataCallSink: CallSink, Sendable {
+final class DataCallSink: CallSink, AnswersChallengesFromStorage, Sendable {
     private let call: Call<(Data, URLResponse)>
 
     init(_ call: Call<(Data, URLResponse)>) {
@@ -33,16 +33,6 @@ final class DataCallSink: CallSink, Sendable {
     func fail(_ error: any Error) {
         call.end(.failure(error))
     }
-
-    /// Answered as a session without a delegate answers: the credential storage's default
-    /// credential for the protection space, if any, else the caller gets the 401.
-    func challenge(
-        _ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
-    ) {
-        answer(.performDefaultHandling, nil)
-    }
-
-    var answersChallenges: Bool { true }
 
     var delivery: TransferDelivery { .whole }
 }

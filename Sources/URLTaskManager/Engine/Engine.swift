@@ -183,6 +183,9 @@ struct Engine {
     /// Every live task, with its task as it stands.
     var live: [(TaskStorage, URLTask)] { entries.compactMap { $0.map { ($0.run, $0.machine.task) } } }
 
+    /// Every live task's storage.
+    var runs: [TaskStorage] { entries.compactMap { $0?.run } }
+
     // MARK: Proceeding
 
     /// Events that move a task on its way to the network.
@@ -216,10 +219,6 @@ struct Engine {
             return reactionFinished(task, reactor: reactor, outcome: outcome)
         }
     }
-
-    /// The task's machine as it stands, for code that runs outside the lock (whether
-    /// ``URLTaskManager/failTasks(with:where:)``'s predicate matches).
-    func task(_ ref: TaskRef) -> URLTask? { entry(ref)?.machine.task }
 
     /// Whether the task ended (a cancel that raced with a hold).
     func isCompleted(_ ref: TaskRef) -> Bool { entry(ref)?.machine.isCompleted ?? true }

@@ -102,7 +102,7 @@ final class EngineStorage: Sendable {
     }
 
     /// Every task the pipeline runs now.
-    var liveRuns: [TaskStorage] { liveTasks.map(\.0) }
+    var liveRuns: [TaskStorage] { state.withLock { $0.runs } }
 
     /// Per reactor name, the credential version `task`'s headers were decided under: the
     /// reactor's own (``URLTaskReactor/credentialVersion(of:)``) or, for a reactor that holds

@@ -420,7 +420,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             // Before the transfer starts: its response may arrive before the next line runs.
             announceSent(to: observer, task: task, stamped: stamped, attempt: attempt, body: body)
         }
-        let delivery = whole || sink.delivery != .whole ? sink.delivery : .streamed
+        // A task that may no longer take a whole transfer (``TaskStateMachine/mayTakeWholeTransfer``) streams.
+        let delivery = sink.delivery == .whole && !whole ? .streamed : sink.delivery
         let events = TransferEvents(run: self, sentAs: task)
         environment.startTransfer(framed, body: body, callerURL: callerURL, events: events, share: share, delivery: delivery) {
             [self] started in

@@ -7,9 +7,10 @@ import XCTest
 final class ByteStreamStateMachineTests: XCTestCase {
     typealias Machine = ByteStreamStateMachine<Int>
 
-    final class Handle: PipelineTaskHandle, @unchecked Sendable {  // `cancels` is only touched by the test's thread.
-        var cancels = 0
-        func cancel() { cancels += 1 }
+    final class Handle: PipelineTaskHandle, Sendable {
+        private let count = LockedState(0)
+        var cancels: Int { count.withLock { $0 } }
+        func cancel() { count.withLock { $0 += 1 } }
     }
 
     private func chunk(_ byte: UInt8, _ count: Int) -> Data { Data(repeating: byte, count: count) }
