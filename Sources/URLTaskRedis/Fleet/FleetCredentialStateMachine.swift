@@ -233,11 +233,7 @@ struct FleetCredentialStateMachine: Sendable {
     mutating func leaseWon(fence: Int64, stored: Record?, now: Date) -> Action {
         markReachable()
         guard case .acquiring(let presented) = phase else { return unexpected() }
-        observe(stored)
-        if let known = adoptable(instead: presented, now: now) {
-            notes.append(.adopted)
-            return finish(known)
-        }
+        if let adopted = adopt(stored, instead: presented, now: now) { return adopted }
         if let newest, newest.fence > 0, newest.credential == nil { return fail(.signedOut) }
         let base = newest?.fence ?? 0
         let current = newest?.credential ?? presented
@@ -251,11 +247,7 @@ struct FleetCredentialStateMachine: Sendable {
     mutating func leaseNotTaken(stored: Record?, now: Date) -> Action {
         markReachable()
         guard case .acquiring(let presented) = phase else { return unexpected() }
-        observe(stored)
-        if let known = adoptable(instead: presented, now: now) {
-            notes.append(.adopted)
-            return finish(known)
-        }
+        if let adopted = adopt(stored, instead: presented, now: now) { return adopted }
         // Newer but expiring: renew that one (the script takes the lease now that the fence it
         // is told is the stored one).
         roundsLost += 1
@@ -267,11 +259,7 @@ struct FleetCredentialStateMachine: Sendable {
     mutating func leaseLost(stored: Record?, remaining: Duration, now: Date) -> Action {
         markReachable()
         guard case .acquiring(let presented) = phase else { return unexpected() }
-        observe(stored)
-        if let known = adoptable(instead: presented, now: now) {
-            notes.append(.adopted)
-            return finish(known)
-        }
+        if let adopted = adopt(stored, instead: presented, now: now) { return adopted }
         roundsLost += 1
         guard roundsLost <= maximumRounds else { return fail(.noProgress) }
         // The lease ended between the script's two calls (PTTL of a key just gone): try again.
@@ -296,11 +284,7 @@ struct FleetCredentialStateMachine: Sendable {
     mutating func reloaded(_ stored: Record?, now: Date) -> Action {
         markReachable()
         guard case .reloading(let presented, let afterRefusal) = phase else { return unexpected() }
-        observe(stored)
-        if let known = adoptable(instead: presented, now: now) {
-            notes.append(.adopted)
-            return finish(known)
-        }
+        if let adopted = adopt(stored, instead: presented, now: now) { return adopted }
         if afterRefusal == 1 {
             // A process that refreshed while Redis was away may owe it the newer refresh token:
             // its write-back is announced like any write. Wait for it once, a lease's life.
@@ -413,6 +397,15 @@ struct FleetCredentialStateMachine: Sendable {
 
     /// The newest credential seen, when it is not `presented` and still good: another process
     /// (or this one) renewed it already, so the endpoint is not asked.
+    /// Records `stored` and adopts the newest credential known if it will do instead of
+    /// `presented`: the action that ends the refresh, or `nil` to go on.
+    private mutating func adopt(_ stored: Record?, instead presented: OAuth2Credential, now: Date) -> Action? {
+        observe(stored)
+        guard let known = adoptable(instead: presented, now: now) else { return nil }
+        notes.append(.adopted)
+        return finish(known)
+    }
+
     private func adoptable(instead presented: OAuth2Credential, now: Date) -> OAuth2Credential? {
         guard let known = newest?.credential, known.accessToken != presented.accessToken,
             !known.isExpired(within: leeway, at: now)
