@@ -44,6 +44,12 @@ extension URLError {
         foundation(.timedOut, url: url, description: "The request timed out.")
     }
 
+    /// A transfer that ended with neither a response nor an error, worded as corelibs' native
+    /// protocol words a transfer that completed without a response.
+    static func noResponse(url: URL?) -> URLError {
+        foundation(.badServerResponse, url: url, description: "Transfer completed, but there's no response.")
+    }
+
     /// The error of a redirect chain longer than 20, as corelibs' HTTP protocol builds it
     /// (`failWith(error:request:)`): the failing URL is the request that met the last redirect.
     static func tooManyRedirects(url: URL?) -> URLError {

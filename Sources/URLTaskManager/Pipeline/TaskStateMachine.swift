@@ -702,11 +702,14 @@ extension TaskStateMachine {
         }
         switch transfer.phase {
         case .sending:
-            if let error, let reactor {
+            // The transport reports a head it never got as an error (``Transport``): a transfer
+            // with neither is the server's fault, never a finish with nothing to deliver.
+            let error = error ?? URLError.noResponse(url: context.base.url)
+            if let reactor {
                 return beginReaction(reactor: reactor, outcome: .failure(error), body: Data(), now: now)
             }
             state = .completed(pendingTransfer: nil)
-            return .complete(error.map(failing) ?? .finish)
+            return .complete(failing(error))
         case .receiving:
             state = .completed(pendingTransfer: nil)
             return .complete(error.map(failing) ?? .finish)

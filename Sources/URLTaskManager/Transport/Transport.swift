@@ -26,9 +26,15 @@ protocol TransportEvents: AnyObject, Sendable {
 /// ``urlSession(_:task:didReceive:completionHandler:)``).
 // @unchecked Sendable: `session` is a `var` (set once in init, after `super.init()`: its delegate is `self`).
 final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    /// Where one inner task's events go, and whether its response head has gone there yet.
+    private struct Route {
+        let events: any TransportEvents
+        var sawHead = false
+    }
+
     private struct State {
-        /// Where each inner task's events go, by task identifier.
-        var routes: [Int: any TransportEvents] = [:]
+        /// Each inner task's route, by task identifier.
+        var routes: [Int: Route] = [:]
         /// Inner tasks whose 401 challenge was handed to the caller's session: their cancellation
         /// is the normal end of the 401 response.
         var handedOver: Set<Int> = []
@@ -75,7 +81,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         } else {
             task = session.dataTask(with: request)
         }
-        state.withLock { $0.routes[task.taskIdentifier] = events }
+        state.withLock { $0.routes[task.taskIdentifier] = Route(events: events) }
         task.resume()
         return task
     }
@@ -114,14 +120,18 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     }
 
     private func events(for task: URLSessionTask) -> (any TransportEvents)? {
-        state.withLock { $0.routes[task.taskIdentifier] }
+        state.withLock { $0.routes[task.taskIdentifier]?.events }
     }
 
     func urlSession(
         _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
         completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
     ) {
-        events(for: dataTask)?.transportDidReceive(response: response)
+        let events = state.withLock { state -> (any TransportEvents)? in
+            state.routes[dataTask.taskIdentifier]?.sawHead = true
+            return state.routes[dataTask.taskIdentifier]?.events
+        }
+        events?.transportDidReceive(response: response)
         completionHandler(.allow)
     }
 
@@ -136,11 +146,25 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         events(for: task)?.transportDidSendBody(totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend)
     }
 
+    /// A transfer that ends without an error but whose head never came is a redirect status
+    /// corelibs meant to follow and could not (a 301-303 or 305-308 with no `Location`, or one
+    /// that is not a URL): corelibs hands a delegate-driven task no head for those statuses, and
+    /// keeps the response on the task only. That response is the answer, as a plain session
+    /// gives it (its body is dropped by corelibs alike). With neither a head nor an error, the
+    /// transfer is `badServerResponse`: it never ends with nothing.
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        let (events, handedOver) = state.withLock {
+        let (route, handedOver) = state.withLock {
             ($0.routes.removeValue(forKey: task.taskIdentifier), $0.handedOver.remove(task.taskIdentifier) != nil)
         }
-        events?.transportDidComplete(error: handedOver ? nil : error)
+        guard let route else { return }
+        if handedOver { return route.events.transportDidComplete(error: nil) }
+        if error == nil, !route.sawHead {
+            guard let response = task.response else {
+                return route.events.transportDidComplete(error: URLError.noResponse(url: task.originalRequest?.url))
+            }
+            route.events.transportDidReceive(response: response)
+        }
+        route.events.transportDidComplete(error: error)
     }
 
     /// An HTTP authentication challenge belongs to the caller's session, which gets the 401 like
@@ -194,7 +218,7 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
                 state.routes = [:]
                 state.handedOver = []
             }
-            return Array(state.routes.values)
+            return state.routes.values.map(\.events)
         }
         for events in orphans { events.transportDidComplete(error: URLError(.cancelled)) }
     }
