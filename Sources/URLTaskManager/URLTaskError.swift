@@ -54,7 +54,7 @@ public struct URLTaskError: Error, Sendable {
         private enum Base: String, Hashable, Sendable {
             case interceptorFailed, invalidHeader, holdTimedOut, reactorFailed, reactorTimedOut, tooManyAttempts, reactionLoop
             case bodyNotReplayable, uploadBodyUnavailable, managerInvalidated, downloadNeedsPipeline, responseRejected
-            case circuitOpen, rateLimitQueueFull, authenticationFailed
+            case circuitOpen, rateLimitQueueFull, authenticationFailed, responseTooLarge
         }
 
         private let base: Base
@@ -109,6 +109,14 @@ public struct URLTaskError: Error, Sendable {
         /// The final answer is not one the caller accepts (``ResponseValidation``): ``response``
         /// has its status and headers, ``bodyPrefix`` the start of its body, ``reason`` why.
         public static let responseRejected = Code(.responseRejected)
+
+        /// An answer the pipeline holds whole before anyone sees it had a body larger than
+        /// ``URLTaskManager/Options/maximumHeldBodySize`` (``count``: that limit in bytes;
+        /// ``response``: its status and headers; ``reason``: what held it): the body of a 401
+        /// whose authentication challenge the caller's side answers, or of an answer a reactor
+        /// takes and may deliver. Its transfer was stopped: the pipeline never holds a body
+        /// without a bound, and never hands over a cut one.
+        public static let responseTooLarge = Code(.responseTooLarge)
 
         /// The request was not sent because its host's circuit is open: a `CircuitBreaker`
         /// saw it fail repeatedly. ``underlying`` is the `CircuitOpenError`, with the host and
@@ -300,6 +308,13 @@ public struct URLTaskError: Error, Sendable {
         return error
     }
 
+    static func responseTooLarge(_ response: HTTPURLResponse, limit: Int, heldFor reason: String, by component: Component?) -> URLTaskError
+    {
+        var error = URLTaskError(code: .responseTooLarge, component: component, reason: reason, count: limit)
+        error.response = response
+        return error
+    }
+
     static func downloadNeedsPipeline(_ interceptor: Component, reason: String) -> URLTaskError {
         URLTaskError(code: .downloadNeedsPipeline, component: interceptor, reason: reason)
     }
@@ -339,6 +354,11 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
                 + "made with URLSession's download APIs cannot pass through the interceptors: use manager.download(for:) instead; "
                 + "nothing was sent"
         case .responseRejected: text = "The response was rejected: \(reason ?? "not acceptable")"
+        case .responseTooLarge:
+            let status = response.map { " \($0.statusCode)" } ?? ""
+            text =
+                "The\(status) answer held \(reason ?? "whole") had a body of more than \(count ?? 0) bytes "
+                + "(URLTaskManager.Options.maximumHeldBodySize); its transfer was stopped"
         case .circuitOpen: text = "Refused by\(by) without sending: the host's circuit is open"
         case .rateLimitQueueFull: text = "Refused by\(by) without sending: too many requests wait for the host"
         case .authenticationFailed: text = "No credential could be had for the request\(by.isEmpty ? "" : " (\(by.dropFirst()))")"

@@ -34,6 +34,24 @@ extension URLTaskManager {
         /// platforms, where one connection carries many requests at once.
         public var maximumRequestsInFlightPerHost: Int?
 
+        /// The largest response body the pipeline holds whole before anyone has seen it: the
+        /// body of a 401 whose HTTP authentication challenge the caller's side answers, and of an
+        /// answer a reactor takes that may then reach the caller (a reactor that delivers, or a
+        /// task already sent again after its run). Past it the task fails with
+        /// ``URLTaskError/Code-swift.struct/responseTooLarge`` and its transfer is stopped.
+        ///
+        /// Such a body waits in memory for a decision (the caller's credential, the reactor's
+        /// verdict) and is then handed over in one piece, so it can neither be streamed nor cut:
+        /// without a bound, a server answering 401 with an endless body would grow the app's
+        /// memory until it died. Bodies the caller receives as they arrive are not held and have
+        /// no such limit; a reactor's answer that never reaches the caller keeps its first MiB
+        /// and stops its transfer there. The default, 16 MiB, is far above any error page; zero
+        /// or less holds no body (every such answer with a body fails).
+        public var maximumHeldBodySize: Int
+
+        /// ``maximumHeldBodySize``'s default: 16 MiB.
+        public static let defaultMaximumHeldBodySize = 16 << 20
+
         /// The answers every request accepts (``ResponseValidation``): any other final answer
         /// fails its task with ``URLTaskError/Code-swift.struct/responseRejected``. `nil`, the
         /// default, accepts every answer, as URLSession does. One request can set its own with a
@@ -54,8 +72,10 @@ extension URLTaskManager {
         /// Creates options; every parameter has a sensible default.
         public init(
             maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil,
-            responseValidation: ResponseValidation? = nil, eventBatchWindow: Duration? = .milliseconds(20)
+            responseValidation: ResponseValidation? = nil, eventBatchWindow: Duration? = .milliseconds(20),
+            maximumHeldBodySize: Int = Options.defaultMaximumHeldBodySize
         ) {
+            self.maximumHeldBodySize = maximumHeldBodySize
             self.eventBatchWindow = eventBatchWindow
             self.responseValidation = responseValidation
             self.maximumHoldTime = maximumHoldTime
@@ -65,7 +85,7 @@ extension URLTaskManager {
 
         /// The defaults: hold at most 60 seconds, replay stream bodies up to 8 MiB, as many
         /// requests per host in flight as the configuration has connections per host, events
-        /// handed over every 20 ms.
+        /// handed over every 20 ms, response bodies held whole up to 16 MiB.
         public static var `default`: Options { Options() }
     }
 }

@@ -367,8 +367,12 @@ struct Engine {
         case forwardData(Data)
         /// Ask the caller's side about a redirect proposed from `current`.
         case consultRedirect(current: URLRequest)
-        /// The transfer was created for a task that ended meanwhile: stop it.
+        /// Stop the transfer: it was created for a task that ended meanwhile, or its body is no
+        /// longer wanted (a reactor has the part it reads).
         case stop(any TransferHandle)
+        /// The task ended on a chunk of its body (a body held whole passed its limit, a rejected
+        /// answer's prefix is complete): perform it (its transfer is stopped).
+        case fail(TaskAction)
         /// The transfer could not start: complete with this.
         case complete(TaskStateMachine.Completion)
         /// A transport error before the head: ask the reactors which takes it (their code), then
@@ -431,8 +435,12 @@ struct Engine {
             }
             return (.none, [])
         case .data(let data):
-            if case .forward(let data) = task.machine.transportReceived(data: data) { return (.forwardData(data), []) }
-            return (.none, [])
+            switch task.machine.transportReceived(data: data) {
+            case .none: return (.none, [])
+            case .forward(let data): return (.forwardData(data), [])
+            case .stopTransfer(let handle): return (.stop(handle), [])
+            case .fail(let action): return (.fail(Self.taskAction(action)), [])
+            }
         case .redirect:
             let url = task.machine.task.request.url
             if case .consult(let current) = task.machine.redirectReceived(tooMany: URLError.tooManyRedirects(url: url)) {

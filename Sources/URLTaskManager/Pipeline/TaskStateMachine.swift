@@ -91,28 +91,45 @@ struct TaskStateMachine {
             /// of its body is kept for the error, which the caller gets when the transfer ends.
             case rejecting(response: HTTPURLResponse, reason: String, body: Data)
 
-            /// Adds a chunk to the body this phase collects, within its limit.
-            mutating func collect(_ data: Data) {
+            /// What became of a chunk the phase collects (``collect(_:heldBodyLimit:)``).
+            enum Collected {
+                /// Kept (or dropped, for a phase that needs nothing more).
+                case kept
+                /// The phase has all it needs: the rest of the transfer is not wanted.
+                case enough
+                /// A body held whole grew past its limit: the task cannot deliver it.
+                case tooLarge
+            }
+
+            /// Adds a chunk to the body this phase collects, within its limit: a body that may
+            /// reach the caller is held whole up to `heldBodyLimit`; a reactor's answer that never
+            /// reaches the caller keeps its first ``TaskStateMachine/reactionBodyLimit`` bytes, and
+            /// a rejected answer its first ``ResponseValidation/bodyPrefixLimit`` bytes.
+            mutating func collect(_ data: Data, heldBodyLimit: Int) -> Collected {
                 switch self {
                 case .collecting(let reactor, let response, var body, let whole):
                     self = .sending  // keep `body` uniquely referenced while appending
+                    defer { self = .collecting(reactor: reactor, response: response, body: body, whole: whole) }
                     if whole {
+                        guard body.count + data.count <= heldBodyLimit else { return .tooLarge }
                         body.append(data)
-                    } else if body.count < TaskStateMachine.reactionBodyLimit {
-                        body.append(data.prefix(TaskStateMachine.reactionBodyLimit - body.count))
+                        return .kept
                     }
-                    self = .collecting(reactor: reactor, response: response, body: body, whole: whole)
+                    body.append(data.prefix(TaskStateMachine.reactionBodyLimit - body.count))
+                    return body.count < TaskStateMachine.reactionBodyLimit ? .kept : .enough
                 case .challenged(let response, var body):
+                    guard body.count + data.count <= heldBodyLimit else { return .tooLarge }
                     self = .sending  // keep `body` uniquely referenced while appending
                     body.append(data)
                     self = .challenged(response: response, body: body)
+                    return .kept
                 case .rejecting(let response, let reason, var body):
-                    guard body.count < ResponseValidation.bodyPrefixLimit else { return }
                     self = .sending  // keep `body` uniquely referenced while appending
                     body.append(data.prefix(ResponseValidation.bodyPrefixLimit - body.count))
                     self = .rejecting(response: response, reason: reason, body: body)
+                    return body.count < ResponseValidation.bodyPrefixLimit ? .kept : .enough
                 case .sending, .receiving, .redirecting:
-                    break
+                    return .kept
                 }
             }
         }
@@ -120,6 +137,9 @@ struct TaskStateMachine {
         /// The inner task, once recorded (its first callbacks may come before).
         var handle: (any TransferHandle)?
         var phase: Phase
+        /// The transfer was stopped because its phase had collected all it needs: the error its
+        /// end then reports (the stop's `cancelled`) is not the outcome.
+        var stoppedEarly = false
 
         var isSending: Bool {
             if case .sending = phase { return true }
@@ -215,6 +235,8 @@ struct TaskStateMachine {
     private let validation: ResponseValidation?
     /// Interceptors this task skips.
     private let skippedInterceptors: Set<Int>
+    /// The largest body held whole for the caller (``URLTaskManager/Options/maximumHeldBodySize``).
+    private let heldBodyLimit: Int
     private let reactors: [ReactorTraits]
 
     // MARK: The task
@@ -230,11 +252,15 @@ struct TaskStateMachine {
     ///   - skipping: Interceptors this task skips (its ``URLTaskPolicy``).
     ///   - reactors: What the machine needs to know of each reactor.
     ///   - validation: The answers the caller accepts (``ResponseValidation``); `nil`, any.
+    ///   - heldBodyLimit: The largest body held whole for the caller (a challenge's, a
+    ///     delivering reactor's answer); past it the task fails with `responseTooLarge`.
     ///   - now: When the task was created: its first wait counts from here.
     init(
         task: URLTask, interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [],
-        validation: ResponseValidation? = nil, now: DispatchTime = .now()
+        validation: ResponseValidation? = nil, heldBodyLimit: Int = URLTaskManager.Options.defaultMaximumHeldBodySize,
+        now: DispatchTime = .now()
     ) {
+        self.heldBodyLimit = heldBodyLimit
         self.context = Context(task: task, base: task.request, body: task.body)
         self.budgets = Budgets(reactors: reactors.count)
         self.interceptorCount = interceptorCount
@@ -600,10 +626,18 @@ extension TaskStateMachine {
         case none
         /// Give the caller this chunk.
         case forward(Data)
+        /// What the phase collects is complete (a reactor's first MiB, a rejected answer's
+        /// prefix): stop the transfer; its end moves the task on as the whole body's would.
+        case stopTransfer(any TransferHandle)
+        /// The task ended here (a body held whole for the caller passed its limit, a rejected
+        /// answer's prefix is complete): what it leaves, and its error.
+        case fail(FailAction)
     }
 
     /// A chunk of the body arrived. Ignored after the task ended and while a followed redirect
-    /// drops the rest of its transfer.
+    /// drops the rest of its transfer. No body is held without a bound: a server that sends an
+    /// endless one ends the task with a typed error, or, where the caller never sees the body,
+    /// has its transfer stopped once enough of it arrived.
     mutating func transportReceived(data: Data) -> DataAction {
         switch state {
         case .transferring(var transfer):
@@ -612,8 +646,23 @@ extension TaskStateMachine {
                 return .forward(data)
             case .collecting, .challenged, .rejecting:
                 state = .completed(pendingTransfer: nil)  // keep the body uniquely referenced while appending
-                transfer.phase.collect(data)
+                let collected = transfer.phase.collect(data, heldBodyLimit: heldBodyLimit)
                 state = .transferring(transfer)
+                switch collected {
+                case .kept:
+                    break
+                case .tooLarge:
+                    return .fail(failEnding(heldBodyTooLarge(transfer.phase)))
+                case .enough:
+                    if case .rejecting(let response, let reason, let body) = transfer.phase {
+                        // Whatever the rest of the body holds, the answer is not acceptable.
+                        return .fail(failEnding(URLTaskError.responseRejected(response, body: body, reason: reason)))
+                    }
+                    guard let handle = transfer.handle, !transfer.stoppedEarly else { break }
+                    transfer.stoppedEarly = true
+                    state = .transferring(transfer)
+                    return .stopTransfer(handle)
+                }
             case .redirecting:
                 break
             case .sending:
@@ -714,7 +763,7 @@ extension TaskStateMachine {
             state = .completed(pendingTransfer: nil)
             return .complete(error.map(failing) ?? .finish)
         case .collecting(let reactor, let response, let body, _):
-            if let error {
+            if let error, !transfer.stoppedEarly {
                 // The body of the response to react to was cut: react to the failure.
                 return beginReaction(reactor: reactor, outcome: .failure(error), body: Data(), now: now)
             }
@@ -1007,6 +1056,19 @@ extension TaskStateMachine {
             return .fail(URLTaskError.responseRejected(http, body: body, reason: reason))
         }
         return .respond(response, body)
+    }
+
+    /// The error of a body held whole for the caller that grew past ``heldBodyLimit``.
+    private func heldBodyTooLarge(_ phase: Transfer.Phase) -> URLTaskError {
+        switch phase {
+        case .collecting(let reactor, let response, _, _):
+            return .responseTooLarge(
+                response, limit: heldBodyLimit, heldFor: "for reactor \(reactors[reactor].component.name)", by: reactors[reactor].component)
+        case .challenged(let response, _):
+            return .responseTooLarge(response, limit: heldBodyLimit, heldFor: "with its authentication challenge", by: nil)
+        case .sending, .receiving, .redirecting, .rejecting:
+            preconditionFailure("only a body held whole can be too large")
+        }
     }
 
     /// Moves the transfer on to `phase`, keeping its inner task.

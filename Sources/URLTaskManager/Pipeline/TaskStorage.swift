@@ -79,6 +79,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
                 )
             },
             validation: policy?.responseValidation ?? environment.options.responseValidation,
+            heldBodyLimit: max(0, environment.options.maximumHeldBodySize),
             now: environment.runtime.now
         )
         let traits = Engine.Traits(
@@ -509,7 +510,12 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
 
     fileprivate func transportDidReceive(data: Data) {
         observer?.received(data.count)
-        if case .forwardData(let data) = transfer(.data(data)) { sink.receive(data: data) }
+        switch transfer(.data(data)) {
+        case .forwardData(let data): sink.receive(data: data)
+        case .stop(let transfer): environment.stopTransfer(transfer)
+        case .fail(let action): perform(action)
+        default: break
+        }
     }
 
     fileprivate func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {

@@ -109,7 +109,8 @@ final class RedirectWithoutLocationTests: XCTestCase {
         defer { manager.session.invalidateAndCancel() }
         for code in codes {
             for location in locations {
-                let (bytes, response) = try await manager.bytes(for: URLRequest(url: harness.server.url("/side-methods/3xx/\(code)/\(location.name)")))
+                let (bytes, response) = try await manager.bytes(
+                    for: URLRequest(url: harness.server.url("/side-methods/3xx/\(code)/\(location.name)")))
                 var count = 0
                 for try await _ in bytes { count += 1 }
                 XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, code, "bytes \(code) \(location.name)")

@@ -66,6 +66,9 @@ final class TaskStateMachineTests: XCTestCase {
             switch action {
             case .none: self = .none
             case .forward(let data): self = .forwardData(data)
+            case .stopTransfer: self = .cancelTransport
+            case .fail(.fail(let error, _, _, _)): self = .fail(String(describing: error))
+            case .fail(.none): self = .none
             }
         }
 
@@ -292,6 +295,15 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertTrue(afterHead.isCompleted)
     }
 
+    func testATransferEndingWithNeitherAHeadNorAnErrorFailsAsABadServerResponse() {
+        var m = Self.sending()
+        guard case .complete(.fail(let error as URLError)) = m.transportCompleted(error: nil, reactor: nil) else {
+            return XCTFail("a transfer with no head must fail, never finish with nothing")
+        }
+        XCTAssertEqual(error.code, .badServerResponse)
+        XCTAssertTrue(m.isCompleted)
+    }
+
     // MARK: Gates
 
     func testAGatedTaskWaitsThenRunsTheChain() {
@@ -411,10 +423,19 @@ final class TaskStateMachineTests: XCTestCase {
         _ = m.gateOpened()
         _ = m.connectionGranted()
         XCTAssertEqual(Step(m.transportReceived(response: Self.response(503), reactor: nil)), .none, "never forwarded")
-        XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 65, count: 600))), .none)
+        XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 65, count: 100))), .none)
         XCTAssertEqual(Step(m.transportReceived(data: Data("more".utf8))), .none)
         guard let error = Self.failure(of: m.transportCompleted(error: nil, reactor: nil)) as? URLTaskError else {
             return XCTFail("expected responseRejected")
+        }
+        XCTAssertEqual(error.bodyPrefix?.count, 104, "the whole of a short body")
+        var long = Machine(interceptorCount: 0, validation: .successfulStatusCodes)
+        _ = long.start()
+        _ = long.gateOpened()
+        _ = long.connectionGranted()
+        _ = long.transportReceived(response: Self.response(503), reactor: nil)
+        guard case .fail(.fail(let error as URLTaskError, _, _, _)) = long.transportReceived(data: Data(repeating: 65, count: 600)) else {
+            return XCTFail("a long body fails as soon as its prefix is complete")
         }
         XCTAssertEqual(error.code, .responseRejected)
         XCTAssertEqual(error.response?.statusCode, 503)
@@ -533,6 +554,75 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(body.count, limit)
         XCTAssertEqual(body.suffix(10), Data(repeating: 2, count: 10))
         XCTAssertFalse(body.contains(3))
+    }
+
+    func testAReactorsAnswerPastItsFirstMiBStopsTheTransferAndIsReactedTo() {
+        var m = Self.collecting()
+        _ = m.transferStarted(Transfer(), attempt: 1)
+        let limit = Machine.reactionBodyLimit
+        XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 1, count: limit - 1))), .none)
+        XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 2, count: 100))), .cancelTransport, "enough for the reactor")
+        XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 3, count: 100))), .none, "stopped once")
+        guard case .react(_, .response(let response), let body, _, _) = m.transportCompleted(error: URLError(.cancelled), reactor: 0) else {
+            return XCTFail("the stop's cancel is not the outcome: the answer is reacted to")
+        }
+        XCTAssertEqual(response.statusCode, 401)
+        XCTAssertEqual(body.count, limit)
+    }
+
+    /// Drives a machine whose reactor delivers (its answer may reach the caller) to collecting,
+    /// with a held-body limit of `limit`.
+    static func collectingWhole(limit: Int) -> Machine {
+        var m = Machine(
+            interceptorCount: 0, reactors: [.init(component: .reactorNamed("Retry"), maximumReactions: 2, delivers: true)],
+            heldBodyLimit: limit)
+        _ = m.start()
+        _ = m.gateOpened()
+        _ = m.connectionGranted()
+        _ = m.transferStarted(Transfer(), attempt: 1)
+        _ = m.transportReceived(response: Self.response(503), reactor: 0)
+        return m
+    }
+
+    func testABodyHeldWholePastTheLimitFailsTheTaskAndStopsTheTransfer() {
+        var m = Self.collectingWhole(limit: 1000)
+        XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 1, count: 1000))), .none, "up to the limit is held")
+        guard case .fail(.fail(let error as URLTaskError, _, _, let transfer)) = m.transportReceived(data: Data([2])) else {
+            return XCTFail("one byte past the limit fails the task")
+        }
+        XCTAssertNotNil(transfer, "its transfer is stopped")
+        XCTAssertEqual(error.code, .responseTooLarge)
+        XCTAssertEqual(error.count, 1000)
+        XCTAssertEqual(error.response?.statusCode, 503)
+        XCTAssertTrue(m.isCompleted)
+        XCTAssertEqual(Step(m.transportCompleted(error: URLError(.cancelled), reactor: nil)), .none, "its end gives the slot back only")
+    }
+
+    func testAChallengesBodyPastTheLimitFailsTheTask() {
+        var m = Machine(interceptorCount: 0, heldBodyLimit: 10)
+        _ = m.start()
+        _ = m.gateOpened()
+        _ = m.connectionGranted()
+        _ = m.transportReceived(response: Self.response(401), reactor: nil, challenge: true)
+        XCTAssertEqual(Step(m.transportReceived(data: Data(count: 6))), .none)
+        guard case .fail(.fail(let error as URLTaskError, _, _, _)) = m.transportReceived(data: Data(count: 6)) else {
+            return XCTFail("a challenge's body past the limit fails the task")
+        }
+        XCTAssertEqual(error.code, .responseTooLarge)
+        XCTAssertTrue(String(describing: error).contains("401"), "\(error)")
+    }
+
+    func testARejectedAnswerFailsOnceItsPrefixIsComplete() {
+        var m = Machine(interceptorCount: 0, validation: .successfulStatusCodes)
+        _ = m.start()
+        _ = m.gateOpened()
+        _ = m.connectionGranted()
+        _ = m.transportReceived(response: Self.response(500), reactor: nil)
+        guard
+            case .fail(.fail(let error as URLTaskError, _, _, _)) = m.transportReceived(
+                data: Data(count: ResponseValidation.bodyPrefixLimit))
+        else { return XCTFail("the rejection is known once its prefix is complete: an endless body cannot hold the task") }
+        XCTAssertEqual(error.code, .responseRejected)
     }
 
     func testRequeueThroughTheInterceptorsIncrementsTheAttempt() {
@@ -897,10 +987,13 @@ final class TaskStateMachineTests: XCTestCase {
 
 extension TaskStateMachine {
     /// A machine for a GET of ``TaskStateMachineTests/url``.
-    init(interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [], validation: ResponseValidation? = nil) {
+    init(
+        interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [], validation: ResponseValidation? = nil,
+        heldBodyLimit: Int = URLTaskManager.Options.defaultMaximumHeldBodySize
+    ) {
         self.init(
             task: URLTask(request: URLRequest(url: TaskStateMachineTests.url)), interceptorCount: interceptorCount, skipping: skipping,
-            reactors: reactors, validation: validation)
+            reactors: reactors, validation: validation, heldBodyLimit: heldBodyLimit)
     }
 
     /// The interceptor returned `command` without changing the task, its batch never flushed.
