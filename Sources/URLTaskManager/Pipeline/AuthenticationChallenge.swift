@@ -36,12 +36,42 @@ enum AuthenticationChallenge {
         )
         return URLAuthenticationChallenge(
             protectionSpace: space,
-            proposedCredential: storage?.defaultCredential(for: space),
+            proposedCredential: storage.flatMap { storedCredential(for: space, in: $0) },
             previousFailureCount: previousFailureCount,
             failureResponse: response,
             error: nil,
             sender: UnusedChallengeSender()
         )
+    }
+
+    /// The credential `storage` keeps for `space`: its default, else the first by user name (as
+    /// URLSession picks one). corelibs compares protection spaces by identity, so a credential
+    /// stored for a space the app built itself is never found for the one built from a 401
+    /// (URLSession's own lookup misses it too, and then waits on 6.3.1 for an answer that never
+    /// comes): the space is looked up by value, as Apple's URLProtectionSpace compares, among
+    /// the spaces the storage holds, and then asked for by the instance it holds.
+    static func storedCredential(for space: URLProtectionSpace, in storage: URLCredentialStorage) -> URLCredential? {
+        if let credential = storage.defaultCredential(for: space) { return credential }
+        for (stored, credentials) in storage.allCredentials where sameSpace(stored, space) {
+            if let credential = storage.defaultCredential(for: stored) { return credential }
+            if let user = credentials.keys.sorted().first { return credentials[user] }
+        }
+        return nil
+    }
+
+    /// Whether two protection spaces are the same by value: host (any case), port (a default
+    /// port spelled or not), protocol, realm and method (`NSURLAuthenticationMethodDefault`
+    /// meaning Basic, as for HTTP).
+    static func sameSpace(_ a: URLProtectionSpace, _ b: URLProtectionSpace) -> Bool {
+        func port(_ space: URLProtectionSpace) -> Int {
+            guard space.port == 0 else { return space.port }
+            return space.protocol?.lowercased() == "https" ? 443 : 80
+        }
+        func method(_ space: URLProtectionSpace) -> String {
+            space.authenticationMethod == NSURLAuthenticationMethodDefault ? NSURLAuthenticationMethodHTTPBasic : space.authenticationMethod
+        }
+        return a.host.lowercased() == b.host.lowercased() && port(a) == port(b) && a.protocol?.lowercased() == b.protocol?.lowercased()
+            && a.realm == b.realm && method(a) == method(b)
     }
 
     /// What the pipeline does with the delegate's answer: resend `request` with a Basic

@@ -43,19 +43,27 @@ enum Redirect {
     }
 
     /// The error a plain session fails a followed redirect to `target` with when it leaves
-    /// HTTP, or `nil` for http and https. corelibs would fetch an `ftp://` URL through libcurl
-    /// and hand an http caller a non-HTTP response; a plain session (after asking the
-    /// delegate) refuses: `URLError.unsupportedURL` naming the URL that redirected for FTP, a
-    /// scheme it knows but does not redirect to, and `URLError.badURL` naming the target for
-    /// any other. (A `file:` or `data:` Location never gets here: corelibs resolves it as a path
-    /// on the redirecting server.)
+    /// HTTP, or `nil` for http and https. corelibs would fetch an `ftp://` or `gopher://` URL
+    /// through libcurl and hand an http caller a non-HTTP response; a plain session (after
+    /// asking the delegate) refuses: `URLError.unsupportedURL` naming the URL that redirected
+    /// for a scheme libcurl knows but URLSession does not redirect to (``libcurlSchemes``), and
+    /// `URLError.badURL` naming the target for any other. (A `file:` or `data:` Location never
+    /// gets here: corelibs resolves it as a path on the redirecting server.)
     static func refusal(of target: URL?, redirectedFrom response: HTTPURLResponse) -> URLError? {
         let scheme = target?.scheme?.lowercased()
         guard scheme != "http", scheme != "https" else { return nil }
-        let known = scheme == "ftp" || scheme == "ftps"
+        let known = scheme.map(libcurlSchemes.contains) ?? false
         return URLError.foundation(
             known ? .unsupportedURL : .badURL, url: known ? response.url : target, description: known ? "unsupported URL" : "bad URL")
     }
+
+    /// The schemes besides http and https that libcurl speaks (`curl --version`'s protocols on
+    /// Debian 12's libcurl 7.88), which a plain corelibs session refuses to redirect to as
+    /// `unsupportedURL` naming the redirecting URL (`RedirectParityTests` compares them).
+    static let libcurlSchemes: Set<String> = [
+        "dict", "ftp", "ftps", "gopher", "gophers", "imap", "imaps", "ldap", "ldaps", "mqtt", "pop3", "pop3s", "rtmp", "rtsp",
+        "scp", "sftp", "smb", "smbs", "smtp", "smtps", "telnet", "tftp",
+    ]
 
     /// Same scheme, host and port (default ports filled in), as ``URLOrigin`` compares
     /// them (and the OAuth2 kit the origins a credential may go to); a URL without a host matches nothing.

@@ -518,6 +518,10 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         }
     }
 
+    fileprivate func transportDidDropBody(byteCount: Int) {
+        observer?.received(byteCount)
+    }
+
     fileprivate func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
         sink.sentBody(totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend)
     }
@@ -584,6 +588,7 @@ final class TransferEvents: TransportEvents {
 
     func transportDidReceive(response: URLResponse) { run.transportDidReceive(response: response, sentAs: sentAs) }
     func transportDidReceive(data: Data) { run.transportDidReceive(data: data) }
+    func transportDidDropBody(byteCount: Int) { run.transportDidDropBody(byteCount: byteCount) }
     func transportDidComplete(error: (any Error)?) { run.transportDidComplete(error: error, sentAs: sentAs) }
 
     func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {

@@ -13,6 +13,14 @@ protocol TransportEvents: AnyObject, Sendable {
     func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64)
     /// The transfer met a redirect and waits for `decide` (`nil`: do not follow).
     func transportWillRedirect(_ response: HTTPURLResponse, to request: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void)
+    /// The transfer read `byteCount` bytes of body that the platform never handed over (a
+    /// ``WholeTransfer``'s redirect response, whose body corelibs drops): they count as
+    /// received, and nobody gets them.
+    func transportDidDropBody(byteCount: Int)
+}
+
+extension TransportEvents {
+    func transportDidDropBody(byteCount: Int) {}
 }
 
 /// The inner `URLSession` that does the real HTTP.

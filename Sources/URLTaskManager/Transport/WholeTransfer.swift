@@ -39,7 +39,13 @@ final class WholeTransfer: TransferHandle {
             do {
                 let (data, response) = try await session.data(for: request, delegate: relay)
                 events.transportDidReceive(response: response)
-                if !data.isEmpty { events.transportDidReceive(data: data) }
+                if !data.isEmpty {
+                    events.transportDidReceive(data: data)
+                } else if let http = response as? HTTPURLResponse, (300...399).contains(http.statusCode), http.expectedContentLength > 0 {
+                    // corelibs read a redirect's body and hands over none of it (the one it would
+                    // have followed, or could not): what it read is its Content-Length.
+                    events.transportDidDropBody(byteCount: Int(http.expectedContentLength))
+                }
                 events.transportDidComplete(error: nil)
             } catch let error as URLError where error.code == .cancelled && !Task.isCancelled {
                 // Nobody cancelled this transfer: the transport refused its challenge.
@@ -126,6 +132,7 @@ private final class ResendEvents: TransportEvents {
     func transportWillRedirect(_ response: HTTPURLResponse, to request: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void) {
         events.transportWillRedirect(response, to: request, decide: decide)
     }
+    func transportDidDropBody(byteCount: Int) { events.transportDidDropBody(byteCount: byteCount) }
 
     func transportDidComplete(error: (any Error)?) {
         events.transportDidComplete(error: error)

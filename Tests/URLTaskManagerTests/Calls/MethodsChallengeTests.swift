@@ -43,8 +43,9 @@ final class MethodsChallengeTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: "/basic"), 4)
     }
 
-    /// With a credential in the configuration's storage, both doors answer the challenge alike
-    /// (whatever this toolchain's storage finds for the protection space).
+    /// With a credential in the configuration's storage, both doors answer the challenge with it
+    /// (issue 49, item 9): corelibs compares protection spaces by identity, so the space the app
+    /// stored it for is found by value. Each door authenticated: the server saw the credential.
     func testAStoredCredentialIsUsedAlikeThroughBothDoors() async throws {
         let configuration = ParityHarness.defaultConfiguration()
         let storage = URLCredentialStorage()
@@ -59,6 +60,30 @@ final class MethodsChallengeTests: XCTestCase {
         let (data, response) = try await manager.data(for: URLRequest(url: server.url("/basic")))
         XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, (sessionResponse as? HTTPURLResponse)?.statusCode)
         XCTAssertEqual(data, sessionData)
-        XCTAssertFalse(data.isEmpty, "the answer's body came through")
+        let basic = "Basic " + Data("user:secret".utf8).base64EncodedString()
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "welcome, \(basic)", "the stored credential answered the challenge")
+        XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)
+        let authenticated = server.requests(path: "/basic").filter { $0.headers["Authorization"] == basic }
+        XCTAssertEqual(authenticated.count, 2, "one authenticated request through each door")
+    }
+
+    /// A space stored without a port, in other case, with the default method, is the challenged
+    /// one; another realm is told apart.
+    func testTheStoredSpaceIsMatchedByValue() {
+        let storage = URLCredentialStorage()
+        let challenged = URLProtectionSpace(
+            host: "api.example", port: 80, protocol: "http", realm: "r", authenticationMethod: NSURLAuthenticationMethodHTTPBasic)
+        let other = URLProtectionSpace(
+            host: "api.example", port: 80, protocol: "http", realm: "other", authenticationMethod: NSURLAuthenticationMethodHTTPBasic)
+        storage.set(URLCredential(user: "zed", password: "z", persistence: .forSession), for: other)
+        XCTAssertNil(AuthenticationChallenge.storedCredential(for: challenged, in: storage), "another realm")
+        let stored = URLProtectionSpace(
+            host: "API.example", port: 0, protocol: "http", realm: "r", authenticationMethod: NSURLAuthenticationMethodDefault)
+        storage.set(URLCredential(user: "bob", password: "b", persistence: .forSession), for: stored)
+        storage.set(URLCredential(user: "alice", password: "a", persistence: .forSession), for: stored)
+        // The storage's default for the space it holds (corelibs makes the first one set the
+        // default), else the first by user name.
+        let expected = storage.defaultCredential(for: stored)?.user ?? "alice"
+        XCTAssertEqual(AuthenticationChallenge.storedCredential(for: challenged, in: storage)?.user, expected)
     }
 }

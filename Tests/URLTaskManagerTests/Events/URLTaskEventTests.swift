@@ -130,6 +130,30 @@ final class URLTaskEventTests: XCTestCase {
         XCTAssertTrue(log.contains(server.url("/hello").absoluteString), log)
     }
 
+    /// `bytesReceived` counts every attempt's body, the redirect's included, through both doors
+    /// (issue 49, item 9: the methods counted only the final body of a redirected GET).
+    func testARedirectedRequestCountsTheRedirectsBodyThroughBothDoors() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/moved") { _ in ServerResponse(status: 302, headers: ["Location": "/final"], body: .data(Data("moved here.".utf8))) }
+        server.route("/final") { _ in .text(String(repeating: "f", count: 50)) }
+        let manager = URLTaskManager()
+        defer { manager.invalidateAndCancel() }
+        let collector = Collector(manager.events())
+        for method in ["GET", "POST"] {
+            var request = URLRequest(url: server.url("/moved"))
+            request.httpMethod = method
+            _ = try await manager.session.data(for: request)
+            _ = try await manager.data(for: request)
+        }
+        try await collector.waitForCompletions(4)
+        let received = collector.all.compactMap { event -> Int64? in
+            if case .completed(let completion) = event.kind { return completion.bytesReceived }
+            return nil
+        }
+        XCTAssertEqual(received, [61, 61, 61, 61], "11 B of the 302, 50 of the final answer; GET and POST, session and methods")
+    }
+
     func testARefreshShowsTheReactionTheRunTheRequeueAndTheNewCredentialVersion() async throws {
         let oauth = try OAuthServer(users: ["ada": "lovelace"])
         defer { oauth.shutdown() }
