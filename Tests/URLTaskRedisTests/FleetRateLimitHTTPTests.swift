@@ -55,7 +55,8 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         XCTAssertEqual(arrivals.count, 200)
         let busiest = fleetBusiestWindow(arrivals)
         printFigures("fleet 4 × 50 at 50/s burst 10: busiest one-second window \(busiest), all done in \(elapsed)")
-        XCTAssertLessThanOrEqual(busiest, 60)
+        // The limiter releases at most 60 in a second; the server sees that plus the jitter.
+        XCTAssertLessThanOrEqual(busiest, 60 + fleetArrivalAllowance(rate: 50))
         // 200 turns at 50 a second after a burst of 10: at least 3.8 s.
         XCTAssertGreaterThanOrEqual(elapsed, .milliseconds(3_700))
         for member in members { XCTAssertTrue(member.limiter.isShared, "Redis answered throughout") }
@@ -198,8 +199,8 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         let localArrivals = server.requests(path: "/f").filter { $0.query?.contains("phase=local") == true }.map(\.arrivedAt)
         let busiestLocal = fleetBusiestWindow(localArrivals)
         printFigures("fallback, 2 × 20 at 20/s over 2 processes: busiest one-second window \(busiestLocal)")
-        // Each at 10 a second, bursts of 1: at most 11 each in a second.
-        XCTAssertLessThanOrEqual(busiestLocal, 22)
+        // Each at 10 a second, bursts of 1: at most 11 each in a second, plus the jitter.
+        XCTAssertLessThanOrEqual(busiestLocal, 22 + fleetArrivalAllowance(rate: 20))
 
         try redisServer.start()
         // One request after another until one finds Redis again (the probe after the back-off).
