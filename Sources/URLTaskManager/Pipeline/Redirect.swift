@@ -19,7 +19,7 @@ enum Redirect {
     /// into GET). A redirect that keeps the method (307, 308) sends the body again, as
     /// RFC 9110 and Apple's URLSession do (a plain session on corelibs drops it): the pipeline
     /// replays the body it holds (see `TaskStateMachine`). No credential goes to another origin
-    /// (scheme, host or port): see ``droppingCredentials(from:)``.
+    /// (scheme, host or port): see ``dropCredentials(from:)``.
     static func request(following response: HTTPURLResponse, to newRequest: URLRequest, from base: URLRequest) -> URLRequest {
         var request = base
         request.url = newRequest.url
@@ -33,7 +33,7 @@ enum Redirect {
             request.setValue(nil, forHTTPHeaderField: "Content-Length")
         }
         if let from = response.url, let to = newRequest.url, !sameOrigin(from, to) {
-            droppingCredentials(from: &request)
+            dropCredentials(from: &request)
         }
         return request
     }
@@ -41,14 +41,16 @@ enum Redirect {
     /// Removes every header that ``Redaction/standard`` calls a secret
     /// (``Redaction/isSecret(headerName:)``): `Authorization`, `Proxy-Authorization`, `Cookie`,
     /// `X-API-Key` and every name secret by its ending or last word (`X-Auth-Token`,
-    /// `X-Config-Key`), whoever set it (the caller, the configuration's `httpAdditionalHeaders`,
-    /// which the pipeline puts on the caller's request, or an interceptor).
+    /// `X-Config-Key`), whoever set it: the caller, or the configuration's
+    /// `httpAdditionalHeaders`, which the pipeline puts on the caller's request. (An
+    /// interceptor's headers are not on the request a redirect starts from: it adds them again
+    /// if it wants them for the new URL, as `HeaderInterceptor` does not for a secret.)
     ///
     /// One list decides what is a credential for the whole library: the names a redaction hides
     /// and a shared transfer keys apart are the names a cross-origin redirect drops, so a header
     /// the library would not print is never handed to another origin. The inner session's cookie
     /// storage still adds the cookies that belong to the new origin itself.
-    static func droppingCredentials(from request: inout URLRequest) {
+    static func dropCredentials(from request: inout URLRequest) {
         guard let headers = request.allHTTPHeaderFields else { return }
         for name in headers.keys where Redaction.standard.isSecret(headerName: name) {
             request.setValue(nil, forHTTPHeaderField: name)

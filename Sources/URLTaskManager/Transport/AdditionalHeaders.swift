@@ -13,7 +13,7 @@ import FoundationNetworking
 /// caller's request once, where the caller did not set the header itself (as the session would:
 /// the request's own headers win), and from there they follow the rules of the caller's own
 /// headers: kept on a same-origin redirect; on a cross-origin one, every header that
-/// ``Redaction`` calls a secret is dropped (`Redirect.droppingCredentials(from:)`), the others kept.
+/// ``Redaction`` calls a secret is dropped (`Redirect.dropCredentials(from:)`), the others kept.
 struct AdditionalHeaders: Sendable {
     /// Name and value, in the configuration's order of iteration, and the name as corelibs'
     /// `setValue(_:forHTTPHeaderField:)` stores it (capitalised), found once.
