@@ -82,7 +82,8 @@ public struct HeaderInterceptor: URLTaskInterceptor {
 
         /// Every header of the interceptor only on requests for one of `origins` (scheme, host
         /// and port; a path is ignored), a redirect's included; every other request passes
-        /// untouched. A URL without a scheme or a host names no origin: with none named, the
+        /// untouched (unless a name is no HTTP token: that mistake fails every task, as without
+        /// origins). A URL without a scheme or a host names no origin: with none named, the
         /// interceptor adds nothing.
         public static func only(_ origins: [URL]) -> Origins {
             var keys: [String] = []
