@@ -20,6 +20,12 @@ import FoundationNetworking
 /// print(command)  // curl 'https://api.example.com/items?tenant=REDACTED' -H 'Authorization: Bearer REDACTED'
 /// ```
 ///
+/// A redacted command sends `Bearer REDACTED`, so it cannot replay an authenticated request. To
+/// replay one from a terminal, ask for the secrets by name: ``Options/revealingSecrets`` shows
+/// every value as it was sent (it is the only way to turn the redaction off: emptying
+/// ``Options/redactedHeaders`` still hides every secret-like name). Such a command holds the
+/// credentials themselves; keep it on your machine.
+///
 /// For the request as a manager last sent it, after the interceptors, use
 /// ``URLTask/curlDescription(options:)`` on the task a reactor sees, or put a
 /// ``CURLDescriptionInterceptor`` last in the manager's interceptors to find each attempt's
@@ -30,19 +36,27 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
     /// The command line, one line unless a shown body spans several.
     public let command: String
 
-    /// What is redacted, and how large a body may be to be shown.
+    /// What is redacted, and how large a body may be to be shown: the library's redaction plus
+    /// names of your own (``init(redactingHeaders:redactingQueryItems:maximumBodySize:)``, the
+    /// default), or, asked for by name, every secret shown (``revealingSecrets``).
     public struct Options: Sendable, Hashable {
         /// Header names whose values are replaced by `REDACTED` (compared without case), besides
-        /// the headers whose names are secret-like (``Redaction/isSecret(headerName:)``). The
-        /// scheme of an `Authorization`-like value (`Bearer`, `Basic`) is kept.
+        /// the headers whose names are secret-like (``Redaction/isSecret(headerName:)``), which
+        /// emptying this set does not show; in ``revealingSecrets`` (empty there), these alone.
+        /// The scheme of an `Authorization`-like value (`Bearer`, `Basic`) is kept.
         public var redactedHeaders: Set<String>
         /// Names whose values are replaced by `REDACTED` (compared without case, `_`, `-` or
         /// `.`) in the URL's query and path parameters and in a form or JSON body, besides the
-        /// names that end like a secret (``Redaction/defaultNameSuffixes``).
+        /// names that are secret-like (``Redaction/isSecret(name:)``), which emptying this set
+        /// does not show; in ``revealingSecrets`` (empty there), these alone.
         public var redactedQueryItems: Set<String>
         /// The largest body shown, in bytes; a larger one, a binary one (not UTF-8, or holding
         /// control characters a terminal would interpret) or a stream is named but not shown.
         public var maximumBodySize: Int
+        /// Whether the command shows secrets: `true` only for ``revealingSecrets`` and options
+        /// made from it (no initializer or setter turns it on), so a logger can refuse such
+        /// options before a command reaches a log that leaves the machine.
+        public private(set) var revealsSecrets: Bool
 
         /// ``Redaction/defaultHeaders``: `Authorization`, `Proxy-Authorization`, `Cookie`,
         /// `Set-Cookie` and `X-API-Key`.
@@ -60,10 +74,38 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
             redactedHeaders = Self.defaultRedactedHeaders.union(redactingHeaders)
             redactedQueryItems = Self.defaultRedactedQueryItems.union(redactingQueryItems)
             self.maximumBodySize = maximumBodySize
+            revealsSecrets = false
         }
 
-        /// The redaction these names make.
-        var redaction: Redaction { Redaction(names: redactedQueryItems, headers: redactedHeaders) }
+        /// Every secret shown, as it was sent: `Authorization`, cookies, API keys, secret query
+        /// items and body fields, a URL's user and password. For replaying a request from a
+        /// terminal (a redacted command sends `Bearer REDACTED`), with the system's `curl`;
+        /// `CURLDescriptionTests.testARevealingCommandRunByCurlSendsWhatTheManagerSent` runs one
+        /// and the server receives the method, target, headers and body the manager sent.
+        ///
+        /// The command holds the credentials themselves: use it on your own machine, never for
+        /// logs, events or bug reports that leave it (``revealsSecrets`` tells such options
+        /// apart). The two name sets start empty and, in these options, are all that is
+        /// redacted: add a name to hide that one value (`options.redactedHeaders.insert("X-Tenant-Key")`).
+        ///
+        /// ```swift
+        /// let replay = CURLDescription(task, options: .revealingSecrets).command
+        /// ```
+        public static let revealingSecrets: Options = {
+            var options = Options()
+            options.redactedHeaders = []
+            options.redactedQueryItems = []
+            options.revealsSecrets = true
+            return options
+        }()
+
+        /// The redaction these names make: the library's rules and these names, or, revealing,
+        /// these names alone.
+        var redaction: Redaction {
+            revealsSecrets
+                ? Redaction(revealingAllBut: redactedQueryItems, headers: redactedHeaders)
+                : Redaction(names: redactedQueryItems, headers: redactedHeaders)
+        }
     }
 
     /// The request as it stands, its `httpBody` as the body (an `httpBodyStream` is named, not read).
@@ -134,8 +176,9 @@ public struct CURLDescription: Sendable, Hashable, CustomStringConvertible {
 
 extension URLTask {
     /// The task's request and body as a `curl` command line, secrets redacted (see
-    /// ``CURLDescription``). In an interceptor it is the request as the interceptors before it
-    /// left it; in a reactor, the request as it was last sent.
+    /// ``CURLDescription``; shown only with ``CURLDescription/Options/revealingSecrets``). In an
+    /// interceptor it is the request as the interceptors before it left it; in a reactor, the
+    /// request as it was last sent.
     public func curlDescription(options: CURLDescription.Options = CURLDescription.Options()) -> String {
         CURLDescription(self, options: options).command
     }
@@ -150,7 +193,9 @@ extension URLTask {
 ///
 /// Unlike the manager's own events, which carry no header value and no body, these show every
 /// header that is not redacted and small text bodies: add it where your logs may hold what
-/// your requests hold (a debug build), and name your own secrets in `options`.
+/// your requests hold (a debug build), and name your own secrets in `options`. With
+/// ``CURLDescription/Options/revealingSecrets`` the events carry every token and key as sent,
+/// for a command to replay on your own machine: never let such events reach a shared log.
 public struct CURLDescriptionInterceptor: URLTaskInterceptor {
     /// What is redacted, and the largest body shown.
     public let options: CURLDescription.Options

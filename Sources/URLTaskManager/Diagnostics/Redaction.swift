@@ -52,8 +52,11 @@ import FoundationNetworking
 /// side. A bracketed form name (`user[password]`) is judged by its last bracket.
 ///
 /// Events, errors and the descriptions of the library's types use ``standard``; a
-/// ``CURLDescription`` uses its options' names (`CURLDescription.Options(redactingQueryItems:)`),
-/// and you can run the same redaction over your own log lines:
+/// ``CURLDescription`` uses its options' names (`CURLDescription.Options(redactingQueryItems:)`,
+/// or ``CURLDescription/Options/revealingSecrets``, whose ``init(revealingAllBut:headers:)``
+/// applies no rule, for a command that replays); a cross-origin redirect drops every header
+/// ``standard`` calls a secret, so a header the library would not print never reaches another
+/// origin either. You can run the same redaction over your own log lines:
 ///
 /// ```swift
 /// let redaction = Redaction(addingNames: ["x-tenant-secret-id"])
@@ -109,6 +112,10 @@ public struct Redaction: Sendable, Hashable {
     private let names: Set<String>
     /// The secret header names, lower-cased.
     private let headers: Set<String>
+    /// Whether the rules beyond the listed names apply: the endings, the last words, a URL's
+    /// user and password, a `type="password"` input. `false` only for
+    /// ``init(revealingAllBut:headers:)``.
+    private let followsNameRules: Bool
 
     /// The defaults, plus the names of your own secrets: `names` for query items, path
     /// parameters, form fields and JSON members (`"tenant_key"`), `headers` for header fields.
@@ -121,8 +128,26 @@ public struct Redaction: Sendable, Hashable {
     /// redaction narrower than the defaults, and for ``CURLDescription/Options``, whose sets
     /// already hold the defaults and may have been changed.
     public init(names: some Sequence<String>, headers: some Sequence<String>) {
+        self.init(names: names, headers: headers, followsNameRules: true)
+    }
+
+    /// Every secret shown but the values of these names and headers: no name rule applies (no
+    /// ending, no last word, no `type="password"` input), a URL's user and password are shown.
+    ///
+    /// For text meant to be replayed rather than read, such as the `curl` command of
+    /// ``CURLDescription/Options/revealingSecrets``: a command that sends `Bearer REDACTED`
+    /// replays nothing. Empty sets show everything; a name you list is still hidden, compared as
+    /// the other initializers compare it (query items, form fields and JSON members normalized,
+    /// headers without case, a header also by its name without an `X-` prefix). What it makes
+    /// holds the secrets themselves: never use it for a log that leaves the machine.
+    public init(revealingAllBut names: some Sequence<String>, headers: some Sequence<String>) {
+        self.init(names: names, headers: headers, followsNameRules: false)
+    }
+
+    private init(names: some Sequence<String>, headers: some Sequence<String>, followsNameRules: Bool) {
         self.names = Set(names.map(Self.normalized))
         self.headers = Set(headers.map { $0.lowercased() })
+        self.followsNameRules = followsNameRules
     }
 
     // MARK: Names
@@ -139,7 +164,9 @@ public struct Redaction: Sendable, Hashable {
         }
         let normalized = Self.normalized(key)
         guard !normalized.isEmpty else { return false }
-        if names.contains(normalized) || Self.defaultNameSuffixes.contains(where: { normalized.hasSuffix($0) }) { return true }
+        if names.contains(normalized) { return true }
+        guard followsNameRules else { return false }
+        if Self.defaultNameSuffixes.contains(where: { normalized.hasSuffix($0) }) { return true }
         return Self.defaultLastWords.contains(Self.lastWord(of: key)) && !Self.identifierKeys.contains { normalized.hasSuffix($0) }
     }
 
@@ -201,8 +228,8 @@ public struct Redaction: Sendable, Hashable {
         guard let url else { return "" }
         guard var parts = URLComponents(url: url.absoluteURL, resolvingAgainstBaseURL: false) else { return Self.replacement }
         parts.fragment = nil
-        if parts.percentEncodedUser != nil { parts.percentEncodedUser = Self.replacement }
-        if parts.percentEncodedPassword != nil { parts.percentEncodedPassword = Self.replacement }
+        if followsNameRules, parts.percentEncodedUser != nil { parts.percentEncodedUser = Self.replacement }
+        if followsNameRules, parts.percentEncodedPassword != nil { parts.percentEncodedPassword = Self.replacement }
         redactPathParameters(&parts)
         if let query = parts.percentEncodedQuery {
             parts.percentEncodedQuery = redactedPairs(query, separators: [UInt8(ascii: "&"), UInt8(ascii: ";")], skippingFirst: false)
@@ -568,7 +595,7 @@ public struct Redaction: Sendable, Hashable {
             tag.attributes.first { $0.name == name }?.value.map { String(decoding: bytes[$0], as: UTF8.self) }
         }
         let namesASecret = [value("name"), value("id")].contains { $0.map { isSecret(name: $0) } ?? false }
-        let isPassword = value("type")?.lowercased() == "password"
+        let isPassword = followsNameRules && value("type")?.lowercased() == "password"
         return tag.attributes.compactMap { attribute in
             guard let range = attribute.value, !range.isEmpty else { return nil }
             switch attribute.name {

@@ -18,9 +18,8 @@ enum Redirect {
     /// The URL and the method are the inner session's (a 303, or a 301/302 after a POST, turns
     /// into GET). A redirect that keeps the method (307, 308) sends the body again, as
     /// RFC 9110 and Apple's URLSession do (a plain session on corelibs drops it): the pipeline
-    /// replays the body it holds (see `TaskStateMachine`). The caller's `Authorization` and `Cookie`
-    /// (the configuration's additional headers included) never go to another origin (scheme,
-    /// host or port).
+    /// replays the body it holds (see `TaskStateMachine`). No credential goes to another origin
+    /// (scheme, host or port): see ``dropCredentials(from:)``.
     static func request(following response: HTTPURLResponse, to newRequest: URLRequest, from base: URLRequest) -> URLRequest {
         var request = base
         request.url = newRequest.url
@@ -34,12 +33,28 @@ enum Redirect {
             request.setValue(nil, forHTTPHeaderField: "Content-Length")
         }
         if let from = response.url, let to = newRequest.url, !sameOrigin(from, to) {
-            // Whoever set them (the caller, the configuration, an interceptor): the inner
-            // session's cookie storage adds the cookies that belong to the new origin itself.
-            request.setValue(nil, forHTTPHeaderField: "Authorization")
-            request.setValue(nil, forHTTPHeaderField: "Cookie")
+            dropCredentials(from: &request)
         }
         return request
+    }
+
+    /// Removes every header that ``Redaction/standard`` calls a secret
+    /// (``Redaction/isSecret(headerName:)``): `Authorization`, `Proxy-Authorization`, `Cookie`,
+    /// `X-API-Key` and every name secret by its ending or last word (`X-Auth-Token`,
+    /// `X-Config-Key`), whoever set it: the caller, or the configuration's
+    /// `httpAdditionalHeaders`, which the pipeline puts on the caller's request. (An
+    /// interceptor's headers are not on the request a redirect starts from: it adds them again
+    /// if it wants them for the new URL, as `HeaderInterceptor` does not for a secret.)
+    ///
+    /// One list decides what is a credential for the whole library: the names a redaction hides
+    /// and a shared transfer keys apart are the names a cross-origin redirect drops, so a header
+    /// the library would not print is never handed to another origin. The inner session's cookie
+    /// storage still adds the cookies that belong to the new origin itself.
+    static func dropCredentials(from request: inout URLRequest) {
+        guard let headers = request.allHTTPHeaderFields else { return }
+        for name in headers.keys where Redaction.standard.isSecret(headerName: name) {
+            request.setValue(nil, forHTTPHeaderField: name)
+        }
     }
 
     /// The error a plain session fails a followed redirect to `target` with when it leaves

@@ -8,11 +8,12 @@ import FoundationNetworking
 ///
 /// corelibs merges a configuration's additional headers into every request it sends, at send
 /// time, redirected ones included. The pipeline sends a followed redirect as a new inner task,
-/// so an `Authorization` from the configuration would go to whatever origin a redirect names.
-/// The inner session therefore gets none; the pipeline puts them on the caller's request once,
-/// where the caller did not set the header itself (as the session would: the request's own
-/// headers win), and from there they follow the rules of the caller's own headers: kept on a
-/// same-origin redirect, `Authorization` and `Cookie` dropped on a cross-origin one.
+/// so an `Authorization` or an `X-Config-Key` from the configuration would go to whatever origin
+/// a redirect names. The inner session therefore gets none; the pipeline puts them on the
+/// caller's request once, where the caller did not set the header itself (as the session would:
+/// the request's own headers win), and from there they follow the rules of the caller's own
+/// headers: kept on a same-origin redirect; on a cross-origin one, every header that
+/// ``Redaction`` calls a secret is dropped (`Redirect.dropCredentials(from:)`), the others kept.
 struct AdditionalHeaders: Sendable {
     /// Name and value, in the configuration's order of iteration, and the name as corelibs'
     /// `setValue(_:forHTTPHeaderField:)` stores it (capitalised), found once.

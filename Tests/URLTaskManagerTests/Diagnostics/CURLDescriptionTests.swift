@@ -31,6 +31,43 @@ final class CURLDescriptionTests: XCTestCase {
         XCTAssertFalse(command.contains("user"), "a URL's user may be a token (git hosts, Stripe)")
     }
 
+    /// Secrets are shown only when asked for by name: emptying the options' sets still hides
+    /// every secret-like name, while `.revealingSecrets` shows every value, a URL's user and
+    /// password and a password input included, and still hides a name put back into its sets.
+    func testOnlyRevealingSecretsShowsThemAndItStillHidesANameYouList() {
+        var request = URLRequest(url: URL(string: "https://user:pa55@api.example.com/items?api_key=k-123&tenant=t-9&page=2")!)
+        request.httpMethod = "POST"
+        request.setValue("Bearer tok-123", forHTTPHeaderField: "Authorization")
+        request.setValue("tk-7", forHTTPHeaderField: "X-Tenant-Key")
+        request.httpBody = Data(#"<input type="password" name="p" value="pw-1">"#.utf8)
+
+        var emptied = CURLDescription.Options()
+        emptied.redactedHeaders = []
+        emptied.redactedQueryItems = []
+        XCTAssertFalse(emptied.revealsSecrets)
+        let redacted = CURLDescription(request, options: emptied).command
+        for secret in ["tok-123", "k-123", "tk-7", "pa55", "pw-1"] {
+            XCTAssertFalse(redacted.contains(secret), "emptied sets showed \(secret): \(redacted)")
+        }
+
+        XCTAssertTrue(CURLDescription.Options.revealingSecrets.revealsSecrets)
+        XCTAssertEqual(
+            CURLDescription(request, options: .revealingSecrets).command,
+            #"curl -X 'POST' 'https://user:pa55@api.example.com/items?api_key=k-123&tenant=t-9&page=2' "#
+                + #"-H 'Authorization: Bearer tok-123' -H 'X-Tenant-Key: tk-7' --data-binary '<input type="password" name="p" value="pw-1">'"#
+        )
+
+        var hidingTwo = CURLDescription.Options.revealingSecrets
+        hidingTwo.redactedHeaders.insert("x-tenant-key")
+        hidingTwo.redactedQueryItems.insert("tenant")
+        XCTAssertTrue(hidingTwo.revealsSecrets)
+        XCTAssertEqual(
+            CURLDescription(request, options: hidingTwo).command,
+            #"curl -X 'POST' 'https://user:pa55@api.example.com/items?api_key=k-123&tenant=REDACTED&page=2' "#
+                + #"-H 'Authorization: Bearer tok-123' -H 'X-Tenant-Key: REDACTED' --data-binary '<input type="password" name="p" value="pw-1">'"#
+        )
+    }
+
     func testFormBodiesHaveTheirSecretFieldsRedactedByDefault() {
         var request = URLRequest(url: URL(string: "https://auth.example.com/token")!)
         request.httpMethod = "POST"
@@ -99,6 +136,79 @@ final class CURLDescriptionTests: XCTestCase {
         XCTAssertEqual(received.query, "note=a%20b&x=$y")
         XCTAssertEqual(received.headers["x-tricky"], tricky)
         XCTAssertEqual(received.bodyText, tricky + "\nline two")
+    }
+
+    /// The system's `curl`, or a skip that says how to install it.
+    private static func curlOrSkip() throws -> String {
+        let which = Process()
+        which.executableURL = URL(fileURLWithPath: "/bin/sh")
+        which.arguments = ["-c", "command -v curl"]
+        let output = Pipe()
+        which.standardOutput = output
+        try which.run()
+        let path = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        which.waitUntilExit()
+        guard which.terminationStatus == 0, !path.isEmpty else {
+            throw XCTSkip("no curl on this machine to replay the command: apt-get install curl")
+        }
+        return path
+    }
+
+    /// The command of `.revealingSecrets` replays an authenticated request: the request as the
+    /// manager sent it (an interceptor's `Authorization` and API key, a secret query item, a
+    /// cookie, a JSON body with a password), logged by ``CURLDescriptionInterceptor`` and run by
+    /// `sh` with the real `curl`, reaches the server with the same method, target, headers and
+    /// body as the manager's own request.
+    func testARevealingCommandRunByCurlSendsWhatTheManagerSent() async throws {
+        _ = try Self.curlOrSkip()
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("POST", "/orders") { _ in .text("created") }
+        let manager = URLTaskManager(interceptors: [
+            HeaderInterceptor(["Authorization": "Bearer s3cr3t-token", "X-API-Key": "k3y-42"]),
+            CURLDescriptionInterceptor(options: .revealingSecrets),
+        ])
+        defer { manager.invalidateAndCancel() }
+        let collector = URLTaskEventTests.Collector(manager.events())
+        var request = URLRequest(url: server.url("/orders?api_key=s3cr3t-key&page=2"))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.setValue("session=s3cr3t-cookie", forHTTPHeaderField: "Cookie")
+        request.httpBody = Data(#"{"item":"tea","password":"hunter2","note":"it's $HOME"}"#.utf8)
+
+        let (data, _) = try await manager.session.data(for: request)
+        try await collector.waitForCompletions(1)
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "created")
+        let commands = collector.all.compactMap { event -> String? in
+            guard case .annotated("curl", let value) = event.kind else { return nil }
+            return value
+        }
+        let command = try XCTUnwrap(commands.first, "no curl annotation")
+        XCTAssertEqual(commands.count, 1)
+        XCTAssertFalse(command.contains(Redaction.replacement), command)
+
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command + " --silent --show-error --noproxy '*' --max-time 20 --output /dev/null"]
+        process.environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/nonexistent"]
+        try process.run()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0, command)
+
+        let received = server.requests(path: "/orders")
+        XCTAssertEqual(received.count, 2, "the manager's request, then curl's")
+        guard received.count == 2 else { return }
+        let (sent, replayed) = (received[0], received[1])
+        XCTAssertEqual(sent.headers["Authorization"], "Bearer s3cr3t-token", "the manager sent the interceptor's token")
+        XCTAssertEqual(replayed.method, sent.method)
+        XCTAssertEqual(replayed.target, sent.target)
+        XCTAssertEqual(replayed.body, sent.body)
+        XCTAssertEqual(replayed.bodyText, #"{"item":"tea","password":"hunter2","note":"it's $HOME"}"#)
+        for name in ["Authorization", "X-API-Key", "Cookie", "Content-Type"] {
+            XCTAssertNotNil(sent.headers[name], "the manager sent \(name)")
+            XCTAssertEqual(replayed.headers[name], sent.headers[name], name)
+        }
     }
 
     /// A reactor sees the request as last sent: the interceptors' headers included, the
