@@ -176,6 +176,8 @@ extension NotesError {
             self = .unexpected(error.description)  // a request the app built wrong, or a batch held too long
         case .interceptorFailed, .reactorFailed:  // a component of the app's own threw
             self = .unexpected(error.description)
+        case .alreadyBeingRead, .spillLimitReached:  // bytes(for:): two tasks read one body, or its reader fell far behind
+            self = .unexpected(error.description)
         default:  // a code a later version adds
             self = .unexpected(error.description)
         }

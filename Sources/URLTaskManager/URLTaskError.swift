@@ -55,6 +55,7 @@ public struct URLTaskError: Error, Sendable {
             case interceptorFailed, invalidHeader, holdTimedOut, reactorFailed, reactorTimedOut, tooManyAttempts, reactionLoop
             case bodyNotReplayable, uploadBodyUnavailable, managerInvalidated, downloadNeedsPipeline, responseRejected
             case circuitOpen, rateLimitQueueFull, authenticationFailed
+            case alreadyBeingRead, spillLimitReached
         }
 
         private let base: Base
@@ -127,6 +128,21 @@ public struct URLTaskError: Error, Sendable {
         /// for a token renewed before it expired. A refresh that failed on the network is not
         /// this: its `URLError` reaches the caller as itself.
         public static let authenticationFailed = Code(.authenticationFailed)
+
+        /// A task asked a ``URLTaskManager/bytes(for:)`` body for more while another task's read
+        /// of it was under way. A body is one stream of bytes: split between two readers,
+        /// neither would have it whole. So the read that came second is refused with this at
+        /// once, and changes nothing: the read under way, and the reads of the task that reads
+        /// the body, go on as if it had not been asked (the sequence is `Sendable`, so this is
+        /// a defined outcome, not a crash). Read a body from one task at a time.
+        public static let alreadyBeingRead = Code(.alreadyBeingRead)
+        /// The reader of a ``URLTaskManager/bytes(for:)`` body fell behind by more than the
+        /// temporary file may hold (``byteLimit``:
+        /// ``URLTaskManager/Options/maximumSpilledBodySize``). The transfer was stopped there,
+        /// so nothing more is read from the network or written to disk; the reader received
+        /// every byte that came before the limit, in order, then this error. The body is not
+        /// whole: read it faster, raise the limit, or use ``URLTaskManager/download(for:)``.
+        public static let spillLimitReached = Code(.spillLimitReached)
 
         /// The code's name, as in the static property (`"reactorFailed"`).
         public var description: String { base.rawValue }
@@ -211,6 +227,10 @@ public struct URLTaskError: Error, Sendable {
     /// The start of the rejected response's body (at most 512 bytes, known secret fields
     /// masked), for ``Code/responseRejected``: enough to show the server's error message.
     public internal(set) var bodyPrefix: Data?
+    /// The size limit, in bytes, that was reached: for ``Code/spillLimitReached``, the
+    /// ``URLTaskManager/Options/maximumSpilledBodySize`` in force, so that a log line says which
+    /// setting to change and from what.
+    public internal(set) var byteLimit: Int?
 
     /// An error for a component of yours to fail a task with (throw it, or give it to
     /// ``InterceptCommand/fail(_:)``), and for tests of code that maps these errors. The
@@ -300,6 +320,14 @@ public struct URLTaskError: Error, Sendable {
         return error
     }
 
+    static let alreadyBeingRead = URLTaskError(code: .alreadyBeingRead)
+
+    static func spillLimitReached(limit: Int) -> URLTaskError {
+        var error = URLTaskError(code: .spillLimitReached)
+        error.byteLimit = limit
+        return error
+    }
+
     static func downloadNeedsPipeline(_ interceptor: Component, reason: String) -> URLTaskError {
         URLTaskError(code: .downloadNeedsPipeline, component: interceptor, reason: reason)
     }
@@ -342,6 +370,11 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
         case .circuitOpen: text = "Refused by\(by) without sending: the host's circuit is open"
         case .rateLimitQueueFull: text = "Refused by\(by) without sending: too many requests wait for the host"
         case .authenticationFailed: text = "No credential could be had for the request\(by.isEmpty ? "" : " (\(by.dropFirst()))")"
+        case .alreadyBeingRead: text = "This bytes(for:) body is already being read by another task; a body is read by one task at a time"
+        case .spillLimitReached:
+            text =
+                "The bytes(for:) body's reader fell more than \(byteLimit.map { "\($0) bytes" } ?? "its limit") behind "
+                + "(Options.maximumSpilledBodySize): the transfer was stopped, after the bytes that came before"
         default: text = "URLTaskManager failed the task (\(code))"
         }
         if let request { text += " [\(request)]" }
