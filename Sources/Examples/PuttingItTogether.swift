@@ -176,6 +176,10 @@ extension NotesError {
             self = .unexpected(error.description)  // a request the app built wrong, or a batch held too long
         case .interceptorFailed, .reactorFailed:  // a component of the app's own threw
             self = .unexpected(error.description)
+        case .alreadyBeingRead, .spillLimitReached:  // bytes(for:): two tasks read one body, or its reader fell far behind
+            self = .unexpected(error.description)
+        case .responseTooLarge:  // an answer held whole (a 401's challenge, a reactor's) with a body past the limit
+            self = .rejected(status: error.response?.statusCode ?? 0)
         default:  // a code a later version adds
             self = .unexpected(error.description)
         }

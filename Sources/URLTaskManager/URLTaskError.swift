@@ -54,7 +54,8 @@ public struct URLTaskError: Error, Sendable {
         private enum Base: String, Hashable, Sendable {
             case interceptorFailed, invalidHeader, holdTimedOut, reactorFailed, reactorTimedOut, tooManyAttempts, reactionLoop
             case bodyNotReplayable, uploadBodyUnavailable, managerInvalidated, downloadNeedsPipeline, responseRejected
-            case circuitOpen, rateLimitQueueFull, authenticationFailed, responseTooLarge
+            case circuitOpen, rateLimitQueueFull, authenticationFailed
+            case alreadyBeingRead, spillLimitReached, responseTooLarge
         }
 
         private let base: Base
@@ -111,7 +112,7 @@ public struct URLTaskError: Error, Sendable {
         public static let responseRejected = Code(.responseRejected)
 
         /// An answer the pipeline holds whole before anyone sees it had a body larger than
-        /// ``URLTaskManager/Options/maximumHeldBodySize`` (``count``: that limit in bytes;
+        /// ``URLTaskManager/Options/maximumHeldBodySize`` (``byteLimit``: that limit in bytes;
         /// ``response``: its status and headers; ``reason``: what held it): the body of a 401
         /// whose authentication challenge the caller's side answers, or of an answer a reactor
         /// takes and may deliver. Its transfer was stopped: the pipeline never holds a body
@@ -135,6 +136,21 @@ public struct URLTaskError: Error, Sendable {
         /// for a token renewed before it expired. A refresh that failed on the network is not
         /// this: its `URLError` reaches the caller as itself.
         public static let authenticationFailed = Code(.authenticationFailed)
+
+        /// A task asked a ``URLTaskManager/bytes(for:)`` body for more while another task's read
+        /// of it was under way. A body is one stream of bytes: split between two readers,
+        /// neither would have it whole. So the read that came second is refused with this at
+        /// once, and changes nothing: the read under way, and the reads of the task that reads
+        /// the body, go on as if it had not been asked (the sequence is `Sendable`, so this is
+        /// a defined outcome, not a crash). Read a body from one task at a time.
+        public static let alreadyBeingRead = Code(.alreadyBeingRead)
+        /// The reader of a ``URLTaskManager/bytes(for:)`` body fell behind by more than the
+        /// temporary file may hold (``byteLimit``:
+        /// ``URLTaskManager/Options/maximumSpilledBodySize``). The transfer was stopped there,
+        /// so nothing more is read from the network or written to disk; the reader received
+        /// every byte that came before the limit, in order, then this error. The body is not
+        /// whole: read it faster, raise the limit, or use ``URLTaskManager/download(for:)``.
+        public static let spillLimitReached = Code(.spillLimitReached)
 
         /// The code's name, as in the static property (`"reactorFailed"`).
         public var description: String { base.rawValue }
@@ -219,6 +235,10 @@ public struct URLTaskError: Error, Sendable {
     /// The start of the rejected response's body (at most 512 bytes, known secret fields
     /// masked), for ``Code/responseRejected``: enough to show the server's error message.
     public internal(set) var bodyPrefix: Data?
+    /// The size limit, in bytes, that was reached: for ``Code/spillLimitReached``, the
+    /// ``URLTaskManager/Options/maximumSpilledBodySize`` in force, so that a log line says which
+    /// setting to change and from what.
+    public internal(set) var byteLimit: Int?
 
     /// An error for a component of yours to fail a task with (throw it, or give it to
     /// ``InterceptCommand/fail(_:)``), and for tests of code that maps these errors. The
@@ -310,8 +330,17 @@ public struct URLTaskError: Error, Sendable {
 
     static func responseTooLarge(_ response: HTTPURLResponse, limit: Int, heldFor reason: String, by component: Component?) -> URLTaskError
     {
-        var error = URLTaskError(code: .responseTooLarge, component: component, reason: reason, count: limit)
+        var error = URLTaskError(code: .responseTooLarge, component: component, reason: reason)
         error.response = response
+        error.byteLimit = limit
+        return error
+    }
+
+    static let alreadyBeingRead = URLTaskError(code: .alreadyBeingRead)
+
+    static func spillLimitReached(limit: Int) -> URLTaskError {
+        var error = URLTaskError(code: .spillLimitReached)
+        error.byteLimit = limit
         return error
     }
 
@@ -357,11 +386,16 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
         case .responseTooLarge:
             let status = response.map { " \($0.statusCode)" } ?? ""
             text =
-                "The\(status) answer held \(reason ?? "whole") had a body of more than \(count ?? 0) bytes "
+                "The\(status) answer held \(reason ?? "whole") had a body of more than \(byteLimit ?? 0) bytes "
                 + "(URLTaskManager.Options.maximumHeldBodySize); its transfer was stopped"
         case .circuitOpen: text = "Refused by\(by) without sending: the host's circuit is open"
         case .rateLimitQueueFull: text = "Refused by\(by) without sending: too many requests wait for the host"
         case .authenticationFailed: text = "No credential could be had for the request\(by.isEmpty ? "" : " (\(by.dropFirst()))")"
+        case .alreadyBeingRead: text = "This bytes(for:) body is already being read by another task; a body is read by one task at a time"
+        case .spillLimitReached:
+            text =
+                "The bytes(for:) body's reader fell more than \(byteLimit.map { "\($0) bytes" } ?? "its limit") behind "
+                + "(Options.maximumSpilledBodySize): the transfer was stopped, after the bytes that came before"
         default: text = "URLTaskManager failed the task (\(code))"
         }
         if let request { text += " [\(request)]" }

@@ -69,12 +69,34 @@ extension URLTaskManager {
         /// 60 seconds: a window that never closed would keep every event and hand none over.
         public var eventBatchWindow: Duration?
 
+        /// The most of a ``URLTaskManager/bytes(for:)`` body that waits on disk for its reader:
+        /// 256 MiB by default.
+        ///
+        /// corelibs cannot pause a transfer, so what a reader has not taken yet is kept: up to
+        /// 1 MiB in memory, the rest in a temporary file (gone from disk as soon as it is made;
+        /// its space is reused as the reader catches up, so the file never holds more than
+        /// this). A reader that falls further behind, or holds the body without reading it,
+        /// would otherwise fill the disk at the network's pace (RAM where the temporary folder
+        /// is a tmpfs), so there the transfer is stopped and the reader gets every byte that
+        /// came before, then ``URLTaskError/Code-swift.struct/spillLimitReached`` (never a body
+        /// silently cut short).
+        ///
+        /// 256 MiB lets a reader stop for a few seconds at the speed of a fast link (about 2 s
+        /// at 1 Gbit/s) and lets a body of that size arrive whole before a byte is read, while
+        /// a reader that never reads costs at most that much disk (or tmpfs RAM), not all of it.
+        /// Raise it for bodies read far slower than they arrive (or use
+        /// ``URLTaskManager/download(for:)``, which keeps the whole body on disk by design);
+        /// `Int.max` removes the bound. Zero or less spills nothing: the body ends once 1 MiB
+        /// waits unread.
+        public var maximumSpilledBodySize: Int
+
         /// Creates options; every parameter has a sensible default.
         public init(
             maximumHoldTime: Duration = .seconds(60), maximumReplayableBodySize: Int = 8 << 20, maximumRequestsInFlightPerHost: Int? = nil,
             responseValidation: ResponseValidation? = nil, eventBatchWindow: Duration? = .milliseconds(20),
-            maximumHeldBodySize: Int = Options.defaultMaximumHeldBodySize
+            maximumSpilledBodySize: Int = 256 << 20, maximumHeldBodySize: Int = Options.defaultMaximumHeldBodySize
         ) {
+            self.maximumSpilledBodySize = maximumSpilledBodySize
             self.maximumHeldBodySize = maximumHeldBodySize
             self.eventBatchWindow = eventBatchWindow
             self.responseValidation = responseValidation
@@ -85,7 +107,8 @@ extension URLTaskManager {
 
         /// The defaults: hold at most 60 seconds, replay stream bodies up to 8 MiB, as many
         /// requests per host in flight as the configuration has connections per host, events
-        /// handed over every 20 ms, response bodies held whole up to 16 MiB.
+        /// handed over every 20 ms, a `bytes(for:)` body's reader at most 256 MiB behind on disk,
+        /// response bodies held whole up to 16 MiB.
         public static var `default`: Options { Options() }
     }
 }

@@ -7,11 +7,20 @@ extension URLTaskManager {
     /// The body of a ``URLTaskManager/bytes(for:)`` call, byte by byte as it arrives, as
     /// `URLSession.AsyncBytes` gives it (which swift-corelibs-foundation does not have).
     ///
-    /// Read it once, from one task. Reading never slows the transfer (corelibs cannot pause
-    /// one): what you have not read yet is kept in memory up to 1 MiB, and beyond that in a
-    /// temporary file that is gone from disk as soon as it is made, so a slow reader costs disk,
-    /// not memory. Stop reading (let the sequence go, or cancel your task) and the transfer stops.
-    /// A transfer that fails midway throws its error where the body breaks off.
+    /// Read it once, from one task at a time. Reading never slows the transfer (corelibs cannot
+    /// pause one): what you have not read yet is kept in memory up to 1 MiB, and beyond that in
+    /// a temporary file that is gone from disk as soon as it is made, so a slow reader costs
+    /// disk, not memory. That file holds at most
+    /// ``URLTaskManager/Options/maximumSpilledBodySize`` (256 MiB by default) of what you have
+    /// not read: a reader that falls further behind gets every byte that came before, then
+    /// ``URLTaskError/Code-swift.struct/spillLimitReached``, and the transfer is stopped there.
+    /// Stop reading (let the sequence go, or cancel your task) and the transfer stops. A
+    /// transfer that fails midway throws its error where the body breaks off.
+    ///
+    /// The sequence is `Sendable`, so two tasks can hold it; a body is one stream of bytes,
+    /// though, and each piece goes to one read. A read asked for while another task's read is
+    /// under way throws ``URLTaskError/Code-swift.struct/alreadyBeingRead`` at once and changes
+    /// nothing: the read under way goes on as if it had not been asked.
     public struct AsyncBytes: AsyncSequence, Sendable {
         public typealias Element = UInt8
 
@@ -91,10 +100,10 @@ extension URLTaskManager {
     /// are thrown here, those after it by the sequence), and cancelling the calling task. A
     /// reactor sees the response with the body that came (reactors that need the body, such as
     /// a refresh on a 401, get it, since their responses are never streamed to the caller).
-    /// Memory stays flat however large the body and however slowly it is read: see
-    /// ``AsyncBytes``.
+    /// Memory stays flat however large the body and however slowly it is read, and the disk it
+    /// waits on is bounded (``Options/maximumSpilledBodySize``): see ``AsyncBytes``.
     public func bytes(for request: URLRequest) async throws -> (AsyncBytes, URLResponse) {
-        let stream = ByteStream(url: request.url)
+        let stream = ByteStream(url: request.url, spillLimit: options.maximumSpilledBodySize)
         return try await pipeline.call(request, body: URLTaskBody(request: request), started: stream.attach) {
             ByteStreamSink(call: $0, stream: stream)
         }

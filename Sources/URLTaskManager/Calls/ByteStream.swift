@@ -13,14 +13,20 @@ final class ByteStream: Sendable {
     static let memoryLimit = 1 << 20
 
     private let machine: LockedState<ByteStreamStateMachine<Consumer>>
-    private let spill = SpillFile()
+    private let spill: SpillFile
     /// The URL the caller asked for, which a cancellation names.
     private let url: URL?
 
-    init(url: URL?, memoryLimit: Int = ByteStream.memoryLimit) {
+    /// `spillLimit`: the most unread bytes the temporary file holds
+    /// (``URLTaskManager/Options/maximumSpilledBodySize``).
+    init(url: URL?, memoryLimit: Int = ByteStream.memoryLimit, spillLimit: Int) {
         self.url = url
-        self.machine = LockedState(ByteStreamStateMachine(memoryLimit: memoryLimit))
+        self.machine = LockedState(ByteStreamStateMachine(memoryLimit: memoryLimit, spillLimit: spillLimit))
+        self.spill = SpillFile(capacity: spillLimit)
     }
+
+    /// What the temporary file takes on disk now (the tests check it stays within the limit).
+    var spillFileSize: Int { spill.size }
 
     // MARK: The transfer's side
 
@@ -34,6 +40,9 @@ final class ByteStream: Sendable {
             return
         case .deliver(let consumer, let data):
             consumer.resume(returning: .chunk(data))
+        case .limitReached(let stop):
+            // Nothing more is read off the network; the reader gets the error after what was kept.
+            stop?.cancel()
         case .spill(let data, let offset):
             let result = Result { try spill.write(data, at: offset) }
             switch machine.withLock({ $0.spillWritten(result) }) {
@@ -62,15 +71,19 @@ final class ByteStream: Sendable {
 
     // MARK: The consumer's side
 
-    /// The next piece of the body, `nil` at its end; throws the transfer's error, or
-    /// `URLError.cancelled` if the calling task is cancelled.
+    /// The next piece of the body, `nil` at its end; throws the transfer's error,
+    /// `URLError.cancelled` if the calling task is cancelled, or
+    /// ``URLTaskError/Code-swift.struct/alreadyBeingRead`` (changing nothing) if another task's
+    /// read is under way.
     func next() async throws -> Data? {
+        var action = machine.withLock { $0.next(cancelled: Task.isCancelled) }
         while true {
-            if Task.isCancelled {
-                consumerLeft()
+            switch action {
+            case .alreadyBeingRead:
+                throw URLTaskError.alreadyBeingRead
+            case .left(let leave):
+                perform(leave)
                 throw URLError.cancelled(url: url)
-            }
-            switch machine.withLock({ $0.next() }) {
             case .chunk(let data):
                 return data
             case .readSpill(let offset, let count):
@@ -91,7 +104,7 @@ final class ByteStream: Sendable {
                 }
                 switch wake {
                 case .chunk(let data): return data
-                case .retry: continue
+                case .retry: action = machine.withLock { $0.retry(cancelled: Task.isCancelled) }
                 case .end(let error):
                     spill.discard()
                     if let error { throw error }
@@ -101,9 +114,13 @@ final class ByteStream: Sendable {
         }
     }
 
-    /// The consumer's task was cancelled, or every copy of the byte sequence was let go.
+    /// The reading task was cancelled, or every copy of the byte sequence was let go.
     func consumerLeft() {
-        guard case .close(let stop, let waiting) = machine.withLock({ $0.consumerLeft() }) else { return }
+        perform(machine.withLock { $0.consumerLeft() })
+    }
+
+    private func perform(_ leave: ByteStreamStateMachine<Consumer>.LeaveAction) {
+        guard case .close(let stop, let waiting) = leave else { return }
         stop?.cancel()
         spill.discard()
         waiting?.resume(returning: .end(URLError.cancelled(url: url)))

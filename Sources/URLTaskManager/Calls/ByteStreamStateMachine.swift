@@ -10,6 +10,18 @@ import Foundation
 /// stays bounded whatever the reader's pace, and the transfer never waits. Order is kept: while
 /// the spill has unread bytes every new chunk goes after them, into the file.
 ///
+/// The spill holds at most `spillLimit` unread bytes (so the file, which reuses the space its
+/// reader has passed, never grows past it): a chunk that would take it beyond ends the body
+/// there, with ``URLTaskError/Code-swift.struct/spillLimitReached`` after what was kept, and
+/// stops the transfer, so that a reader that holds the body without reading it costs a bounded
+/// disk, not one that grows at the network's pace. Offsets here count every byte spilled
+/// since the reader last caught up; ``SpillFile`` maps them into its `spillLimit` bytes.
+///
+/// One read at a time: a read is under way from ``next(cancelled:)`` to the piece or the end it
+/// hands over (through a spill read or a wait); a ``next(cancelled:)`` meanwhile, from another
+/// task, is refused (``NextAction/alreadyBeingRead``) and changes nothing, so the reader that
+/// came first reads on as if alone.
+///
 /// The file's I/O runs outside the lock: an action names the write or the read, and its end is
 /// an event of its own (``spillWritten(_:)``, ``spillRead(count:)``). The transfer writes one
 /// chunk at a time (its callbacks are serial); the reader reads one piece at a time.
@@ -27,7 +39,7 @@ struct ByteStreamStateMachine<Consumer> {
         var read = 0
         /// A write of the spill is under way (at most one: the transfer's callbacks are serial).
         var writing = false
-        /// A read of the spill is under way (at most one: one consumer).
+        /// A read of the spill is under way (at most one: one read at a time).
         var reading = false
 
         /// While the spill holds unread bytes (or is being written), new chunks go after them.
@@ -64,14 +76,20 @@ struct ByteStreamStateMachine<Consumer> {
     private var handle: (any PipelineTaskHandle)?
     /// Whether the transfer ended (so that nothing is left to stop).
     private var transferEnded = false
-    /// Whether the consumer went away before the handle arrived: it is stopped when it does.
+    /// Whether the transfer is to be stopped but its handle has not arrived: it is stopped when
+    /// it does.
     private var stopWhenStarted = false
+    /// A consumer's read is under way, from ``next(cancelled:)`` to what it hands over.
+    private var readInProgress = false
     let memoryLimit: Int
+    /// The most unread bytes the spill holds (zero: nothing is spilled).
+    let spillLimit: Int
     /// The most the consumer reads from the spill at once.
     let readSize: Int
 
-    init(memoryLimit: Int, readSize: Int = 64 * 1024) {
+    init(memoryLimit: Int, spillLimit: Int = .max, readSize: Int = 64 * 1024) {
         self.memoryLimit = memoryLimit
+        self.spillLimit = max(0, spillLimit)
         self.readSize = readSize
     }
 
@@ -93,6 +111,10 @@ struct ByteStreamStateMachine<Consumer> {
         case deliver(Consumer, Data)
         /// Append the chunk to the spill file at `offset`, then report ``spillWritten(_:)``.
         case spill(Data, offset: Int)
+        /// The spill is full: the body ended before this chunk (the consumer gets
+        /// ``URLTaskError/Code-swift.struct/spillLimitReached`` after what was kept); stop the
+        /// transfer (`nil`: it is stopped when its handle arrives).
+        case limitReached(stop: (any PipelineTaskHandle)?)
     }
 
     /// A chunk of the body arrived.
@@ -103,6 +125,7 @@ struct ByteStreamStateMachine<Consumer> {
             // A consumer waits only when nothing is buffered and no spill write is on.
             precondition(!buffer.hasMemory && !buffer.spillActive, "a consumer waits only on an empty buffer")
             state = .open(buffer, waiting: nil)
+            readInProgress = false
             return .deliver(waiting, data)
         }
         if !buffer.spillActive && (buffer.memoryBytes == 0 || buffer.memoryBytes + data.count <= memoryLimit) {
@@ -113,6 +136,11 @@ struct ByteStreamStateMachine<Consumer> {
             return .none
         }
         precondition(!buffer.writing, "the transfer writes one chunk at a time")
+        // What the spill holds unread never passes the limit (so `spillLimit - unread` is >= 0).
+        if data.count > spillLimit - (buffer.spilled - buffer.read) {
+            state = .ended(buffer, error: URLTaskError.spillLimitReached(limit: spillLimit))
+            return .limitReached(stop: takeHandleToStop())
+        }
         buffer.writing = true
         let offset = buffer.spilled
         state = .open(buffer, waiting: nil)
@@ -141,11 +169,10 @@ struct ByteStreamStateMachine<Consumer> {
                 return .none
             case .failure(let error):
                 // The body cannot be kept: it ends here with the error, after what was buffered.
-                transferEnded = true
-                let stop = handle
-                handle = nil
+                let stop = takeHandleToStop()
                 if let waiting {
                     state = .closed
+                    readInProgress = false
                     return .fail(waiting, error, stop: stop)
                 }
                 state = .ended(buffer, error: error)
@@ -169,6 +196,7 @@ struct ByteStreamStateMachine<Consumer> {
         guard case .open(let buffer, let waiting) = state else { return .none }
         if let waiting {
             state = .closed
+            readInProgress = false
             return .wake(waiting, .end(error))
         }
         state = .ended(buffer, error: error)
@@ -194,34 +222,60 @@ struct ByteStreamStateMachine<Consumer> {
         case end((any Error)?)
         /// Nothing to read yet: wait (``wait(_:)``).
         case mustWait
+        /// Another read is under way (another task's): refuse this one with
+        /// ``URLTaskError/Code-swift.struct/alreadyBeingRead``; nothing changed.
+        case alreadyBeingRead
+        /// The reading task was cancelled: it left (``consumerLeft()``'s action to perform);
+        /// throw `cancelled`.
+        case left(LeaveAction)
     }
 
-    /// The consumer asks for the next piece of the body.
-    mutating func next() -> NextAction {
+    /// A consumer starts a read: it asks for the next piece of the body, its task cancelled or
+    /// not.
+    mutating func next(cancelled: Bool = false) -> NextAction {
+        if readInProgress { return .alreadyBeingRead }
+        readInProgress = true
+        return advance(cancelled: cancelled)
+    }
+
+    /// The read under way was woken with ``ByteStreamWake/retry`` (or told to by ``wait(_:)``):
+    /// it asks again, as the same read.
+    mutating func retry(cancelled: Bool = false) -> NextAction {
+        readInProgress = true
+        return advance(cancelled: cancelled)
+    }
+
+    private mutating func advance(cancelled: Bool) -> NextAction {
+        if cancelled { return .left(consumerLeft()) }
         switch state {
         case .open(var buffer, let waiting):
-            precondition(waiting == nil && !buffer.reading, "one consumer reads a body at a time")
-            if let action = take(&buffer) {
-                state = .open(buffer, waiting: nil)
-                return action
-            }
-            return .mustWait
+            precondition(waiting == nil && !buffer.reading, "a consumer waits, or reads the spill, only inside a read")
+            state = .closed  // keep the buffer uniquely referenced while a chunk is taken
+            let action = take(&buffer)
+            state = .open(buffer, waiting: nil)
+            return action ?? .mustWait
         case .ended(var buffer, let error):
-            precondition(!buffer.reading, "one consumer reads a body at a time")
+            precondition(!buffer.reading, "a consumer reads the spill only inside a read")
+            state = .closed
             if let action = take(&buffer) {
                 state = .ended(buffer, error: error)
                 return action
             }
-            state = .closed
+            readInProgress = false  // read to its end: it stays closed
             return .end(error)
         case .closed:
+            readInProgress = false
             return .end(nil)
         }
     }
 
-    /// Memory first (older than any spill), then the spill.
-    private func take(_ buffer: inout Buffer) -> NextAction? {
-        if buffer.hasMemory { return .chunk(buffer.popMemory()) }
+    /// Memory first (older than any spill), then the spill. A chunk ends the read; a spill read
+    /// ends it in ``spillRead(count:)``.
+    private mutating func take(_ buffer: inout Buffer) -> NextAction? {
+        if buffer.hasMemory {
+            readInProgress = false
+            return .chunk(buffer.popMemory())
+        }
         if buffer.read < buffer.spilled {
             buffer.reading = true
             return .readSpill(offset: buffer.read, count: min(buffer.spilled - buffer.read, readSize))
@@ -229,8 +283,9 @@ struct ByteStreamStateMachine<Consumer> {
         return nil
     }
 
-    /// The consumer read `count` bytes of the spill.
+    /// The consumer read `count` bytes of the spill: its read ends.
     mutating func spillRead(count: Int) {
+        readInProgress = false
         func advance(_ buffer: inout Buffer) {
             buffer.reading = false
             buffer.read += count
@@ -263,7 +318,7 @@ struct ByteStreamStateMachine<Consumer> {
     mutating func wait(_ consumer: Consumer) -> WaitAction {
         switch state {
         case .open(let buffer, let waiting):
-            precondition(waiting == nil, "one consumer reads a body at a time")
+            precondition(waiting == nil, "one read at a time waits")
             if buffer.hasMemory || buffer.read < buffer.spilled { return .now(consumer, .retry) }
             state = .open(buffer, waiting: consumer)
             return .waiting
@@ -279,8 +334,10 @@ struct ByteStreamStateMachine<Consumer> {
         case close(stop: (any PipelineTaskHandle)?, waiting: Consumer?)
     }
 
-    /// The consumer's task was cancelled, or every copy of the byte sequence was let go: nothing
-    /// more is read, so nothing more is kept, and a transfer still running is stopped.
+    /// The reading task was cancelled (in its read: a task refused with
+    /// ``NextAction/alreadyBeingRead`` never gets here), or every copy of the byte sequence was
+    /// let go: nothing more is read, so nothing more is kept, and a transfer still running is
+    /// stopped.
     mutating func consumerLeft() -> LeaveAction {
         var waiting: Consumer?
         var wasClosed = false
@@ -290,12 +347,22 @@ struct ByteStreamStateMachine<Consumer> {
         case .closed: wasClosed = true
         }
         state = .closed
-        // The handle is let go as the transfer ends: one still here belongs to a running transfer.
+        readInProgress = false
+        let stop = takeHandleToStop()
+        if wasClosed && stop == nil { return .none }
+        return .close(stop: stop, waiting: waiting)
+    }
+
+    // MARK: Both sides
+
+    /// The handle of a transfer still running, to be stopped; if it has not arrived yet, it is
+    /// stopped when it does. (The handle is let go as the transfer ends: one still here belongs
+    /// to a running transfer.)
+    private mutating func takeHandleToStop() -> (any PipelineTaskHandle)? {
         let stop = handle
         handle = nil
         if stop == nil && !transferEnded { stopWhenStarted = true }
-        if wasClosed && stop == nil { return .none }
-        return .close(stop: stop, waiting: waiting)
+        return stop
     }
 }
 

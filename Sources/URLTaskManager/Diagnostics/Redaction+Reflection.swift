@@ -48,6 +48,7 @@ extension URLTaskError: CustomReflectable {
         if let request { children.append(("request", request)) }
         if let response { children.append(("response", Redaction.standard.summary(of: response))) }
         if let bodyPrefix { children.append(("bodyPrefix", String(decoding: bodyPrefix, as: UTF8.self))) }
+        if let byteLimit { children.append(("byteLimit", byteLimit)) }
         return Mirror(self, children: children, displayStyle: .struct)
     }
 }

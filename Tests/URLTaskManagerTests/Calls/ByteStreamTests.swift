@@ -128,6 +128,96 @@ final class ByteStreamTests: XCTestCase {
         }
     }
 
+    /// Two tasks reading one body at once: the one that comes second is refused at once with
+    /// ``URLTaskError/Code-swift.struct/alreadyBeingRead``, and the other reads the rest of the
+    /// body as if it were alone. (Before: a trap, `ByteStreamStateMachine`'s "one consumer".)
+    func testASecondReaderAtOnceIsRefusedAndTheFirstReadsOn() async throws {
+        let first = Data("first;".utf8)
+        let rest = Data(GeneratedBody.bytes(offset: 0, count: 200_000))
+        // Nothing arrives for a second after the first part: both readers below start within
+        // it and find nothing to read, so one of them waits while the other asks.
+        server.route("/paused") { _ in
+            ServerResponse(
+                headers: ["Content-Length": "\(first.count + rest.count)"], body: .chunked([first, rest], chunkDelay: .seconds(1)))
+        }
+        let manager = URLTaskManager(configuration: .ephemeral)
+        defer { manager.invalidateAndCancel() }
+        let (bytes, _) = try await manager.bytes(for: URLRequest(url: server.url("/paused")))
+        var head = Data()
+        var iterator = bytes.chunks.makeAsyncIterator()
+        while head.count < first.count, let chunk = try await iterator.next() { head.append(chunk) }
+        XCTAssertEqual(head, first)
+
+        let results = (0..<2).map { _ in Latch<Result<Data, any Error>>("a reader's end") }
+        for latch in results {
+            Task {
+                var body = Data()
+                do {
+                    for try await chunk in bytes.chunks { body.append(chunk) }
+                    latch.fulfill(.success(body))
+                } catch {
+                    latch.fulfill(.failure(error))
+                }
+            }
+        }
+        var bodies: [Data] = []
+        var refusals: [URLTaskError] = []
+        for latch in results {
+            switch try await latch.wait(timeout: .seconds(20)) {
+            case .success(let body): bodies.append(body)
+            case .failure(let error as URLTaskError): refusals.append(error)
+            case .failure(let error): XCTFail("a reader failed with \(error)")
+            }
+        }
+        XCTAssertEqual(refusals.map(\.code), [.alreadyBeingRead], "exactly one reader is refused")
+        XCTAssertEqual(bodies, [rest], "the other reads the rest of the body, whole")
+    }
+
+    /// A reader that holds an endless body without reading it: once the temporary file holds
+    /// ``URLTaskManager/Options/maximumSpilledBodySize`` the transfer is stopped (the server
+    /// sees the connection closed), and the reader then gets every byte that came before, in
+    /// order, then ``URLTaskError/Code-swift.struct/spillLimitReached`` naming the limit.
+    /// (Before: the file grew at the network's pace for as long as the reader waited.)
+    func testAReaderThatFallsTooFarBehindGetsTheBodyUpToTheSpillLimitThenItsError() async throws {
+        let limit = 4 * Self.megabyte
+        let stopped = Latch<ServerResponse.SendOutcome>("the server seeing the client stop the transfer")
+        server.route("/endless") { _ in
+            ServerResponse(body: .generated(length: 1 << 40, chunkSize: 64 * 1024, chunked: true)).with {
+                $0.onSent = { stopped.fulfill($0) }
+            }
+        }
+        let manager = URLTaskManager(configuration: .ephemeral, options: URLTaskManager.Options(maximumSpilledBodySize: limit))
+        defer { manager.invalidateAndCancel() }
+        let completions = EventCollector(manager.events())
+        let (bytes, _) = try await manager.bytes(for: URLRequest(url: server.url("/endless")))
+        let outcome = try await stopped.wait(timeout: .seconds(30))
+        XCTAssertFalse(outcome.completed)
+        try await completions.waitFor("the transfer's end") { $0.contains(where: \.isCompletion) }
+        let onDisk = bytes.reader.stream.spillFileSize
+        printFigures("BYTES| spill limit 4 MiB, reader not reading: \(onDisk / 1024) KiB on disk, \(outcome.bodyBytesSent / 1024) KiB sent")
+        XCTAssertGreaterThan(onDisk, 0, "nothing was spilled")
+        XCTAssertLessThanOrEqual(onDisk, limit)
+
+        let hasher = FastSHA256()
+        var length = 0
+        do {
+            for try await chunk in bytes.chunks {
+                length += chunk.count
+                chunk.withUnsafeBytes { hasher.update($0) }
+            }
+            XCTFail("the body ended without an error after \(length) bytes: silently cut short")
+        } catch let error as URLTaskError {
+            XCTAssertEqual(error.code, .spillLimitReached)
+            XCTAssertEqual(error.byteLimit, limit)
+            XCTAssertTrue(error.description.contains("\(limit) bytes"), error.description)
+        }
+        // What memory and the file kept: the body's first bytes, in order, past the file's limit
+        // (memory held up to 1 MiB more) and not past both.
+        XCTAssertGreaterThanOrEqual(length, limit)
+        XCTAssertLessThanOrEqual(length, limit + ByteStream.memoryLimit)
+        XCTAssertEqual(hasher.hexDigest(), FastSHA256.generatedBody(length: length))
+    }
+
     /// An error answer streams like any other; a transport error before the head is thrown by
     /// `bytes(for:)` itself.
     func testErrorsBeforeAndAfterTheHead() async throws {

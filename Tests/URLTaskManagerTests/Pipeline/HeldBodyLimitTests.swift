@@ -85,7 +85,7 @@ final class HeldBodyLimitTests: XCTestCase {
             return XCTFail("expected responseTooLarge, got \(String(describing: error))", file: file, line: line)
         }
         XCTAssertEqual(error.code, .responseTooLarge, "\(error)", file: file, line: line)
-        XCTAssertEqual(error.count, limit, file: file, line: line)
+        XCTAssertEqual(error.byteLimit, limit, file: file, line: line)
         XCTAssertEqual(error.response?.statusCode, status, file: file, line: line)
     }
 

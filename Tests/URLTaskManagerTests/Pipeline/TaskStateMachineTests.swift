@@ -592,7 +592,7 @@ final class TaskStateMachineTests: XCTestCase {
         }
         XCTAssertNotNil(transfer, "its transfer is stopped")
         XCTAssertEqual(error.code, .responseTooLarge)
-        XCTAssertEqual(error.count, 1000)
+        XCTAssertEqual(error.byteLimit, 1000)
         XCTAssertEqual(error.response?.statusCode, 503)
         XCTAssertTrue(m.isCompleted)
         XCTAssertEqual(Step(m.transportCompleted(error: URLError(.cancelled), reactor: nil)), .none, "its end gives the slot back only")
