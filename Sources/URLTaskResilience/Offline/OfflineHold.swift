@@ -216,6 +216,12 @@ final class OfflineHoldStorage: Sendable {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = policy.probeTimeoutInterval
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        // No cache at all, not only none read: on swift-corelibs-foundation (6.3.1) a session
+        // with a `URLCache` makes a task's protocol after a cache lookup on a background thread,
+        // and a probe cancelled during that lookup whose connection is refused before the cancel
+        // is queued is completed twice, a trap in the session's task registry (LinuxNotes;
+        // `CancelDuringCacheLookupStressTests`). A probe must reach the host anyway.
+        configuration.urlCache = nil
         self.probeSession = URLSession(configuration: configuration)
         #if canImport(Network)
         monitor.pathUpdateHandler = { [weak self] path in

@@ -233,6 +233,10 @@ enum CorelibsPlatform: PlatformSupport {
     /// race go away when dozens of transfers were cancelled at once (2 to 6 crashes in 40
     /// stress runs); that is why a session's invalidation abandons its transfers instead of
     /// cancelling them (see `Pipeline`). One caller's cancel is as exposed as with a plain session.
+    /// One sequence that does it is known: the inner session has the caller's `URLCache`, so a
+    /// task's protocol is made after a cache lookup on a background thread, which queues the
+    /// task's start and then the block of a `cancel()` that came during the lookup; a transfer
+    /// that ends in between is completed by both (`CancelDuringCacheLookupStressTests`, LinuxNotes).
     static func cancel(innerTask task: URLSessionTask) {
         DispatchQueue.global().async { task.cancel() }
     }
