@@ -82,7 +82,7 @@ public struct URLTaskEvent: Sendable, CustomStringConvertible {
         public let bytesSent: Int64?
         /// Response body bytes received, over every attempt, a followed redirect's body included.
         /// (Where corelibs reads a redirect's body and hands none of it over, a GET through
-        /// ``URLTaskManager/data(for:delegate:)``, it counts as the redirect's `Content-Length`.)
+        /// ``URLTaskManager/data(for:)``, it counts as the redirect's `Content-Length`.)
         public let bytesReceived: Int64
         /// Where the time went.
         public let phases: Phases
