@@ -4,7 +4,7 @@
 //     swift run -c release Benchmarks lifetime   # what a dropped session leaves behind
 //     swift run -c release Benchmarks coalescing # 100 identical GETs: server hits and wall time
 //     swift run -c release Benchmarks soak-refresh [REQUESTS] [IN-FLIGHT]   # tokens revoked again and again
-//     swift run -c release Benchmarks hosts [HOSTS]     # per-host state of a limiter and a breaker
+//     swift run -c release Benchmarks hosts [HOSTS]     # per-host state of a limiter and a breaker (`hosts-row`: one row, a child)
 //     swift run -c release Benchmarks soak [REQUESTS] [IN-FLIGHT]   # memory and threads over a long run, plain and kit
 //     swift run -c release Benchmarks streaming [MEGABYTES]   # peak memory of a large body read as it arrives (400 MB)
 //     swift run -c release Benchmarks profile N CONCURRENCY SECONDS   # configuration N alone, for perf
@@ -100,6 +100,9 @@ case "serve-oauth":
 case "soak-client":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
     run { try await SoakMemoryBenchmark.client(arguments) }
+case "hosts-row":
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    run { try await HostsBenchmark.row(arguments) }
 case "hosts":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
     run { try await HostsBenchmark.run(arguments) }

@@ -44,11 +44,11 @@ extension URLSession {
                     task = dataTask(with: request) { data, response, error in
                         let result: Result<(Data, URLResponse), any Error>
                         if let error {
-                            result = .failure(error)
+                            result = .failure(response == nil ? BoundedDataRequestStateMachine.unanswered(error) : error)
                         } else if let data, let response {
                             result = .success((data, response))
                         } else {
-                            result = .failure(URLError(.badServerResponse))
+                            result = .failure(BoundedDataRequestStateMachine.unanswered(URLError(.badServerResponse)))
                         }
                         bounded.perform(bounded.locked { $0.completed(result) })
                     }
@@ -131,14 +131,37 @@ struct BoundedDataRequestStateMachine {
         return .none
     }
 
-    /// A delegate-driven task ended, with `error` or with the body received.
+    /// A delegate-driven task ended, with `error` or with the body received. Ended before any
+    /// response head arrived, its `badServerResponse` is marked ``unanswered(_:)``.
     mutating func finished(_ error: (any Error)?) -> Action {
         guard case .running(_, let continuation, let response) = state else { return .none }
         state = .ended
         defer { body = Data() }
-        if let error { return .answer(continuation, .failure(error)) }
-        guard let response else { return .answer(continuation, .failure(URLError(.badServerResponse))) }
+        if let error { return .answer(continuation, .failure(response == nil ? Self.unanswered(error) : error)) }
+        guard let response else { return .answer(continuation, .failure(Self.unanswered(URLError(.badServerResponse)))) }
         return .answer(continuation, .success((body, response)))
+    }
+
+    /// The `userInfo` key that marks a `URLError.badServerResponse` of a token request whose
+    /// connection ended before a byte of an answer (``isUnanswered(_:)``).
+    static let unansweredKey = "URLTaskOAuth2TokenRequestUnanswered"
+
+    /// `error`, marked when it is a `badServerResponse` of a request that received no response
+    /// head: the server closed the connection without answering (corelibs reports libcurl's
+    /// "Empty reply from server" so). That code also stands for answers that could not be read
+    /// (Apple platforms), which are refusals; only the mark tells a silence apart. Other errors
+    /// are returned unchanged.
+    static func unanswered(_ error: any Error) -> any Error {
+        guard let error = error as? URLError, error.code == .badServerResponse else { return error }
+        var info = error.userInfo
+        info[unansweredKey] = true
+        return URLError(.badServerResponse, userInfo: info)
+    }
+
+    /// Whether `error` is a token request's `badServerResponse` that ``unanswered(_:)`` marked.
+    static func isUnanswered(_ error: any Error) -> Bool {
+        guard let error = error as? URLError, error.code == .badServerResponse else { return false }
+        return error.userInfo[unansweredKey] as? Bool == true
     }
 
     /// A task with a completion handler (a session of the app's own) ended; its body is whole,

@@ -59,8 +59,9 @@ import FoundationNetworking
 ///   otherwise be asked once per arriving request).
 /// - A token endpoint that cannot be reached at all (the connection is refused or lost, its
 ///   host cannot be resolved, the device is offline: `URLError` `cannotConnectToHost`,
-///   `cannotFindHost`, `dnsLookupFailed`, `notConnectedToInternet`, `networkConnectionLost`) is
-///   an outage, not a refusal: it starts no back-off, and the requests that need the token are
+///   `cannotFindHost`, `dnsLookupFailed`, `notConnectedToInternet`, `networkConnectionLost`; or
+///   it closed the connection before a byte of an answer, a `badServerResponse` the token
+///   request tells apart from an answer that could not be read) is an outage, not a refusal: it starts no back-off, and the requests that need the token are
 ///   sent with the credential held (see ``validCredential()``), to meet the outage as any
 ///   request does. With an `OfflineHold` in the stack they are held while their host is down
 ///   and sent again, with a token refreshed once, when it answers; without one they fail with
@@ -110,7 +111,7 @@ public actor OAuth2Authenticator {
     /// request after it tries again.
     ///
     /// A token endpoint that could not be reached at all (no connection: refused, lost,
-    /// unresolvable host, offline) starts no back-off: that says nothing about what the
+    /// unresolvable host, offline; or closed before a byte of an answer) starts no back-off: that says nothing about what the
     /// endpoint would answer, and the first request after it is back must reach it. Those
     /// requests go out with the credential held instead (see ``validCredential()``).
     public nonisolated let refreshBackoff: Duration

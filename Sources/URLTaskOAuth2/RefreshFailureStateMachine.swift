@@ -24,7 +24,8 @@ import URLTaskManager
 /// a token tries once more.
 ///
 /// A token request that could not connect at all (``isUnreachable(_:)``: the endpoint's host
-/// refused the connection, could not be resolved, or the device is offline) is no refusal:
+/// refused the connection, could not be resolved, or the device is offline; or the connection
+/// was lost or closed before a byte of an answer) is no refusal:
 /// the endpoint said nothing, and the first refresh after it comes back must go out. It puts
 /// the machine in `unreachable`, which starts no back-off (every task that needs a refresh may
 /// try, each try costing a connection attempt that usually fails at once) and fails no task: the
@@ -55,12 +56,19 @@ struct RefreshFailureStateMachine {
     ]
 
     /// Whether `error` says the token endpoint could not be reached (one of
-    /// ``unreachableCodes``), rather than that it refused: a connectivity failure, which starts
-    /// no back-off. A `timedOut` is not one of them: an endpoint that accepted the connection
-    /// and then hung is a refusal, and asking it again at once would hold every request again.
+    /// ``unreachableCodes``), or closed the connection without a byte of an answer (a
+    /// `badServerResponse` the token request marked so: ``BoundedDataRequestStateMachine/isUnanswered(_:)``),
+    /// rather than that it refused: a connectivity failure, which starts no back-off. A
+    /// `timedOut` is not one of them: an endpoint that accepted the connection and then hung is a
+    /// refusal, and asking it again at once would hold every request again.
+    ///
+    /// The closed connection counts as lost, as a reset one (`networkConnectionLost`) does: before
+    /// (issue 49), a refresh whose silent token request the endpoint closed, after its waiters
+    /// gave up, started a back-off with that `URLError(-1011)`, and the requests made once the
+    /// endpoint answered again failed with it, without a token request.
     static func isUnreachable(_ error: any Error) -> Bool {
         guard let error = error as? URLError else { return false }
-        return unreachableCodes.contains(error.code)
+        return unreachableCodes.contains(error.code) || BoundedDataRequestStateMachine.isUnanswered(error)
     }
 
     /// Whether a refresh may start now.

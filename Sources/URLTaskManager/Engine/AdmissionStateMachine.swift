@@ -93,6 +93,10 @@ struct AdmissionStateMachine {
 
     /// Tasks admission knows (registered and not finished).
     var taskCount: Int { records.count }
+    /// How many tasks the table has room for (for tests: a burst's room goes back after it).
+    var taskRoom: Int { records.capacity }
+    /// ``ConnectionSlotsStateMachine/hostRoom``, 0 without slots.
+    var hostRoom: Int { slots?.hostRoom ?? 0 }
     /// Hosts with a request in flight or waiting.
     var busyHosts: Int { slots?.busyHosts ?? 0 }
     /// Tasks waiting for a slot.
@@ -184,7 +188,7 @@ struct AdmissionStateMachine {
 
     /// The task completed or was cancelled: it leaves every queue, and its slot is handed over.
     mutating func finished(_ id: TaskID) -> [(TaskID, SendAction)] {
-        guard let record = records.removeValue(forKey: id) else { return [] }
+        guard let record = records.removeValueShrinking(forKey: id) else { return [] }
         for reactor in reactors.indices { _ = reactors[reactor].remove(id) }
         switch record.slot {
         case .none:

@@ -41,6 +41,8 @@ struct ConnectionSlotsStateMachine {
 
     /// The number of hosts with a request in flight (for tests: a finished burst leaves none).
     var busyHosts: Int { hosts.count }
+    /// How many hosts the table has room for (for tests: a burst's room goes back after it).
+    var hostRoom: Int { hosts.capacity }
 
     /// Task `id` is about to send a request to `host`.
     mutating func acquire(_ id: TaskID, host: String) -> AcquireAction {
@@ -62,11 +64,20 @@ struct ConnectionSlotsStateMachine {
         case nil:
             return nil
         case .open(let inFlight):
-            hosts[host] = inFlight > 1 ? .open(inFlight: inFlight - 1) : nil
+            if inFlight > 1 {
+                hosts[host] = .open(inFlight: inFlight - 1)
+            } else {
+                // Back at the default: forgotten, and the room a burst of hosts took goes back.
+                hosts.removeValueShrinking(forKey: host)
+            }
             return nil
         case .full(var waiting):
             guard !waiting.isEmpty else {
-                hosts[host] = limit > 1 ? .open(inFlight: limit - 1) : nil
+                if limit > 1 {
+                    hosts[host] = .open(inFlight: limit - 1)
+                } else {
+                    hosts.removeValueShrinking(forKey: host)
+                }
                 return nil
             }
             let next = waiting.removeFirst()

@@ -174,7 +174,7 @@ struct Engine {
         if let entry = entry(ref) {
             timers = entry.timers
             entries[ref.slot] = nil
-            slots[id] = nil
+            slots.removeValueShrinking(forKey: id)
             freeSlots.append(ref.slot)
         }
         return (timers, admit(admission.finished(id)))

@@ -147,6 +147,8 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
 
     /// How many hosts the breaker keeps a circuit for (at most about ``Policy/maximumHosts``).
     var rememberedHostCount: Int { storage.hostCount }
+    /// ``CircuitBreakerStorage/pendingVerdicts``, for tests.
+    var pendingVerdicts: (count: Int, room: Int) { storage.pendingVerdicts }
 
     /// A stream of the breaker's decisions; it ends when the breaker is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
@@ -313,7 +315,8 @@ final class CircuitBreakerStorage: Sendable {
 
     func taskEnded(_ task: URLTask.ID, host: String, cancelled: Bool, now: ContinuousClock.Instant, mark: UInt64) -> Machine.Transition {
         state.withLock { state in
-            guard let last = state.verdicts.removeValue(forKey: task), !cancelled else { return .none }
+            // Shrinking: a burst of tasks in flight at once must not leave room for all of them.
+            guard let last = state.verdicts.removeValueShrinking(forKey: task), !cancelled else { return .none }
             // A success for a host without a circuit changes nothing: nothing to record (the
             // ratio counts from the host's first recent failure).
             guard last.verdict == .failure || state.circuits[last.host] != nil else { return .none }
@@ -332,5 +335,11 @@ final class CircuitBreakerStorage: Sendable {
     /// How many hosts have a circuit on record (for tests and the `hosts` benchmark).
     var hostCount: Int {
         state.withLock { $0.circuits.count }
+    }
+
+    /// The tasks whose verdict waits for their end, and how many the table has room for (for
+    /// tests: a burst's room goes back after it).
+    var pendingVerdicts: (count: Int, room: Int) {
+        state.withLock { ($0.verdicts.count, $0.verdicts.capacity) }
     }
 }

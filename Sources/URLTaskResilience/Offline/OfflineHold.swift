@@ -189,7 +189,10 @@ final class OfflineHoldStorage: Sendable {
     private struct State {
         var machine = OfflineHoldStateMachine()
         var held: [OfflineHoldStateMachine.Waiter: Held] = [:]
-        var cancelledEarly: Set<OfflineHoldStateMachine.Waiter> = []
+        /// Waiters made and not yet held; `true` once their caller cancelled (they are not held).
+        /// Before, a set of the waiters cancelled before being held also took every waiter
+        /// cancelled after its hold ended (released by an answer or its limit), and kept it.
+        var unheld: [OfflineHoldStateMachine.Waiter: Bool] = [:]
         var probers: [String: Task<Void, Never>] = [:]
         /// A held request's URL per probed host, from which ``OfflineHold/Policy/probeURL`` makes
         /// each probe's URL.
@@ -247,12 +250,14 @@ final class OfflineHoldStorage: Sendable {
     func hold(_ task: URLTask.ID, host: String, url: URL, limit: Duration?, code: URLError.Code) async -> Resolution {
         let waiter: OfflineHoldStateMachine.Waiter = state.withLock { state in
             state.lastWaiter += 1
-            return OfflineHoldStateMachine.Waiter(rawValue: state.lastWaiter)
+            let waiter = OfflineHoldStateMachine.Waiter(rawValue: state.lastWaiter)
+            state.unheld[waiter] = false
+            return waiter
         }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let start: Bool? = state.withLock { state in
-                    if state.cancelledEarly.remove(waiter) != nil { return nil }
+                    if state.unheld.removeValueShrinking(forKey: waiter) == true { return nil }
                     state.held[waiter] = Held(task: task, continuation: continuation)
                     state.targets[host] = url
                     return state.machine.held(waiter, host: host) == .startProbing
@@ -282,14 +287,15 @@ final class OfflineHoldStorage: Sendable {
     /// Ends one request's hold (cancelled, or its time ran out).
     private func release(_ waiter: OfflineHoldStateMachine.Waiter, with resolution: Resolution) {
         let (entry, stop): (Held?, Task<Void, Never>?) = state.withLock { state in
-            guard let entry = state.held.removeValue(forKey: waiter) else {
-                if resolution == .cancelled { state.cancelledEarly.insert(waiter) }
+            guard let entry = state.held.removeValueShrinking(forKey: waiter) else {
+                // Not held yet: it is not held when it arrives. Held and released: nothing to do.
+                if resolution == .cancelled, state.unheld[waiter] != nil { state.unheld[waiter] = true }
                 return (nil, nil)
             }
             var stop: Task<Void, Never>?
             if case .stopProbing(let host) = state.machine.left(waiter) {
-                stop = state.probers.removeValue(forKey: host)
-                state.targets[host] = nil
+                stop = state.probers.removeValueShrinking(forKey: host)
+                state.targets.removeValueShrinking(forKey: host)
             }
             return (entry, stop)
         }
@@ -344,9 +350,9 @@ final class OfflineHoldStorage: Sendable {
     private func hostIsReachable(_ host: String) {
         let (released, prober): ([Held], Task<Void, Never>?) = state.withLock { state in
             guard state.machine.probedHosts.contains(host) else { return ([], nil) }
-            state.targets[host] = nil
-            let prober = state.probers.removeValue(forKey: host)
-            return (state.machine.probeSucceeded(host: host).compactMap { state.held.removeValue(forKey: $0) }, prober)
+            state.targets.removeValueShrinking(forKey: host)
+            let prober = state.probers.removeValueShrinking(forKey: host)
+            return (state.machine.probeSucceeded(host: host).compactMap { state.held.removeValueShrinking(forKey: $0) }, prober)
         }
         prober?.cancel()
         guard !released.isEmpty else { return }

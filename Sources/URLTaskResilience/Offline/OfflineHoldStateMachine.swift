@@ -47,12 +47,12 @@ struct OfflineHoldStateMachine {
     }
 
     mutating func left(_ waiter: Waiter) -> LeftAction {
-        guard let host = hostOfWaiter.removeValue(forKey: waiter), case .probing(var waiters, let failed) = hosts[host] else {
+        guard let host = hostOfWaiter.removeValueShrinking(forKey: waiter), case .probing(var waiters, let failed) = hosts[host] else {
             return .none
         }
         waiters.removeAll { $0 == waiter }
         if waiters.isEmpty {
-            hosts[host] = nil
+            hosts.removeValueShrinking(forKey: host)
             return .stopProbing(host: host)
         }
         hosts[host] = .probing(waiters: waiters, failedProbes: failed)
@@ -61,8 +61,8 @@ struct OfflineHoldStateMachine {
 
     /// The host answered a probe: every request held for it, in the order they were held.
     mutating func probeSucceeded(host: String) -> [Waiter] {
-        guard case .probing(let waiters, _) = hosts.removeValue(forKey: host) else { return [] }
-        for waiter in waiters { hostOfWaiter[waiter] = nil }
+        guard case .probing(let waiters, _) = hosts.removeValueShrinking(forKey: host) else { return [] }
+        for waiter in waiters { hostOfWaiter.removeValueShrinking(forKey: waiter) }
         return waiters
     }
 

@@ -224,7 +224,10 @@ final class RateLimiterStorage: Sendable {
     private struct State {
         var buckets: HostTable<TokenBucketStateMachine>
         var waiting: [TokenBucketStateMachine.Waiter: CheckedContinuation<Turn, Never>] = [:]
-        var cancelledEarly: Set<TokenBucketStateMachine.Waiter> = []
+        /// Waiters made and not yet arrived; `true` once their caller cancelled (they arrive
+        /// cancelled). Before, a set of the waiters that left before arriving also took every
+        /// waiter that left after it had gone (a cancel just after its turn), and kept it forever.
+        var unarrived: [TokenBucketStateMachine.Waiter: Bool] = [:]
         /// The earliest wake-up armed per host.
         var armed: [String: ContinuousClock.Instant] = [:]
         var lastWaiter: UInt64 = 0
@@ -251,10 +254,21 @@ final class RateLimiterStorage: Sendable {
         state.withLock { $0.buckets.count }
     }
 
+    /// How many requests the limiter keeps a record of besides its buckets (waiting, not yet
+    /// arrived, armed timers), and the room of those tables (for tests: nothing stays once every
+    /// request went, and a burst's room goes back after it).
+    var requestRecords: (count: Int, room: Int) {
+        state.withLock {
+            ($0.waiting.count + $0.unarrived.count + $0.armed.count, $0.waiting.capacity + $0.unarrived.capacity + $0.armed.capacity)
+        }
+    }
+
     func makeWaiter() -> TokenBucketStateMachine.Waiter {
         state.withLock { state in
             state.lastWaiter += 1
-            return TokenBucketStateMachine.Waiter(rawValue: state.lastWaiter)
+            let waiter = TokenBucketStateMachine.Waiter(rawValue: state.lastWaiter)
+            state.unarrived[waiter] = false
+            return waiter
         }
     }
 
@@ -269,7 +283,7 @@ final class RateLimiterStorage: Sendable {
     {
         let now = ContinuousClock.now
         let (action, wake): (TokenBucketStateMachine.ArrivalAction, ContinuousClock.Instant?) = state.withLock { state in
-            if state.cancelledEarly.remove(waiter) != nil { return (.refuse(queued: -1), nil) }
+            if state.unarrived.removeValueShrinking(forKey: waiter) == true { return (.refuse(queued: -1), nil) }
             let action = state.buckets.update(host, now: now, make: { freshBucket(now: now) }) { bucket in
                 let action = bucket.arrive(waiter, now: now)
                 return (!bucket.isIdle(at: now), action)
@@ -289,8 +303,9 @@ final class RateLimiterStorage: Sendable {
 
     func leave(_ waiter: TokenBucketStateMachine.Waiter, host: String) {
         let continuation: CheckedContinuation<Turn, Never>? = state.withLock { state in
-            guard let continuation = state.waiting.removeValue(forKey: waiter) else {
-                state.cancelledEarly.insert(waiter)
+            guard let continuation = state.waiting.removeValueShrinking(forKey: waiter) else {
+                // Not arrived yet: it arrives cancelled. Arrived and gone: nothing to do.
+                if state.unarrived[waiter] != nil { state.unarrived[waiter] = true }
                 return nil
             }
             _ = state.buckets.updateIfPresent(host) { $0.leave(waiter) }
@@ -323,7 +338,7 @@ final class RateLimiterStorage: Sendable {
         let now = ContinuousClock.now
         let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = state.withLock { state in
             guard let action = state.buckets.updateIfPresent(host, { $0.refund(now: now) }) else { return ([], nil) }
-            let released = action.released.compactMap { state.waiting.removeValue(forKey: $0) }
+            let released = action.released.compactMap { state.waiting.removeValueShrinking(forKey: $0) }
             return (released, action.wakeAt.flatMap { state.arm(host, at: $0) })
         }
         for continuation in released { continuation.resume(returning: .go(waited: true)) }
@@ -333,9 +348,9 @@ final class RateLimiterStorage: Sendable {
     private func tick(_ host: String, armedAt instant: ContinuousClock.Instant) {
         let now = ContinuousClock.now
         let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = state.withLock { state in
-            if state.armed[host] == instant { state.armed[host] = nil }
+            if state.armed[host] == instant { state.armed.removeValueShrinking(forKey: host) }
             guard let action = state.buckets.updateIfPresent(host, { $0.tick(now: now) }) else { return ([], nil) }
-            let released = action.released.compactMap { state.waiting.removeValue(forKey: $0) }
+            let released = action.released.compactMap { state.waiting.removeValueShrinking(forKey: $0) }
             return (released, action.wakeAt.flatMap { state.arm(host, at: $0) })
         }
         for continuation in released { continuation.resume(returning: .go(waited: true)) }

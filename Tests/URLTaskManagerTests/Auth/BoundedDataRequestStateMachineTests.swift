@@ -46,6 +46,25 @@ final class BoundedDataRequestStateMachineTests: XCTestCase {
         }
     }
 
+    /// A transfer that ends before its response's head (the server closed the connection
+    /// without answering) marks its `badServerResponse` unanswered; after the head it does not.
+    func testAnErrorBeforeTheResponseHeadIsMarkedUnansweredAndAfterItIsNot() async {
+        let closed = await run { m, task, continuation in
+            _ = self.deliver(m.started(task, continuation: continuation))
+            _ = self.deliver(m.finished(URLError(.badServerResponse)))
+        }
+        guard case .failure(let error) = closed else { return XCTFail("expected a failure, got \(closed)") }
+        XCTAssertEqual((error as? URLError)?.code, .badServerResponse)
+        XCTAssertTrue(Machine.isUnanswered(error), "closed before the head")
+        let cut = await run { m, task, continuation in
+            _ = self.deliver(m.started(task, continuation: continuation))
+            _ = self.deliver(m.received(self.response(length: 5)))
+            _ = self.deliver(m.finished(URLError(.badServerResponse)))
+        }
+        guard case .failure(let after) = cut else { return XCTFail("expected a failure, got \(cut)") }
+        XCTAssertFalse(Machine.isUnanswered(after), "the head had arrived")
+    }
+
     func testTheDeadlineAnswersTimedOutAndTheLateAnswerIsDropped() async {
         var steps: [String] = []
         let answer = await run { m, task, continuation in

@@ -84,4 +84,18 @@ final class RefreshFailureStateMachineTests: XCTestCase {
         XCTAssertNotNil(m.rejection, "an unreachable endpoint does not lift a rejection")
         XCTAssertFalse(starts(m.mayStartRefresh(at: t0 + .seconds(13))))
     }
+
+    /// Issue 49: a token request whose connection the endpoint closed before a byte of an answer
+    /// (a `badServerResponse` the request marked unanswered) is lost, as a reset one is: no
+    /// back-off. An unmarked `badServerResponse` (an answer that could not be read) is a refusal.
+    func testATokenRequestClosedWithoutAnAnswerStartsNoBackoffButAnUnreadableAnswerDoes() {
+        var m = RefreshFailureStateMachine(backoff: .seconds(5))
+        let closed = BoundedDataRequestStateMachine.unanswered(URLError(.badServerResponse))
+        XCTAssertEqual((closed as? URLError)?.code, .badServerResponse, "the caller still sees the transport's code")
+        XCTAssertTrue(reports(m.refreshFailed(closed, requiresSignIn: false, at: t0)), "the episode's first")
+        XCTAssertTrue(starts(m.mayStartRefresh(at: t0 + .milliseconds(1))), "closed without an answer: no back-off")
+        _ = m.refreshFailed(URLError(.badServerResponse), requiresSignIn: false, at: t0 + .seconds(1))
+        XCTAssertFalse(starts(m.mayStartRefresh(at: t0 + .seconds(2))), "an answer that could not be read backs off")
+        XCTAssertFalse(RefreshFailureStateMachine.isUnreachable(BoundedDataRequestStateMachine.unanswered(URLError(.timedOut))))
+    }
 }
