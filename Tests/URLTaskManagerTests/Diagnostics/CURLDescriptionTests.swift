@@ -123,13 +123,7 @@ final class CURLDescriptionTests: XCTestCase {
         options.redactedHeaders = []
 
         let command = CURLDescription(request, options: options).command
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command + " --silent --noproxy '*' --output /dev/null"]
-        process.environment = ["PATH": "/usr/bin:/bin", "HOME": "/nonexistent"]
-        try process.run()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0, command)
+        XCTAssertEqual(try runInShell(command + " --silent --noproxy '*' --output /dev/null"), 0, command)
 
         let received = try XCTUnwrap(server.requests(path: "/echo").first)
         XCTAssertEqual(received.method, "PATCH")
@@ -188,13 +182,7 @@ final class CURLDescriptionTests: XCTestCase {
         XCTAssertEqual(commands.count, 1)
         XCTAssertFalse(command.contains(Redaction.replacement), command)
 
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command + " --silent --show-error --noproxy '*' --max-time 20 --output /dev/null"]
-        process.environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/nonexistent"]
-        try process.run()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0, command)
+        XCTAssertEqual(try runInShell(command + " --silent --show-error --noproxy '*' --max-time 20 --output /dev/null"), 0, command)
 
         let received = server.requests(path: "/orders")
         XCTAssertEqual(received.count, 2, "the manager's request, then curl's")
@@ -328,4 +316,16 @@ final class LockedList<Element: Sendable>: @unchecked Sendable {  // `items` is 
     func append(_ item: Element) { lock.withLock { items.append(item) } }
 
     var all: [Element] { lock.withLock { items } }
+}
+
+/// Runs `command` with `/bin/sh` (no proxy settings, no home directory) and returns its exit
+/// status: a rendered command must work as a user would paste it.
+private func runInShell(_ command: String) throws -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/bin/sh")
+    process.arguments = ["-c", command]
+    process.environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/nonexistent"]
+    try process.run()
+    process.waitUntilExit()
+    return process.terminationStatus
 }

@@ -116,9 +116,7 @@ final class CancelDuringCacheLookupStressTests: XCTestCase {
         #if !canImport(FoundationNetworking)
         throw XCTSkip("a swift-corelibs-foundation race")
         #else
-        guard ProcessInfo.processInfo.environment["URLTASKMANAGER_CRASH_DEMOS"] == "1" else {
-            throw XCTSkip("kills the process on corelibs 6.3.1: set URLTASKMANAGER_CRASH_DEMOS=1 to watch it")
-        }
+        try skipUnlessCrashDemos()
         let dead = try ResilienceTestKit.deadURL("/nobody")
         let manager = URLTaskManager(configuration: .ephemeral)
         defer { manager.session.finishTasksAndInvalidate() }
@@ -136,9 +134,7 @@ final class CancelDuringCacheLookupStressTests: XCTestCase {
         #if !canImport(FoundationNetworking)
         throw XCTSkip("a swift-corelibs-foundation race")
         #else
-        guard ProcessInfo.processInfo.environment["URLTASKMANAGER_CRASH_DEMOS"] == "1" else {
-            throw XCTSkip("kills the process on corelibs 6.3.1: set URLTASKMANAGER_CRASH_DEMOS=1 to watch it")
-        }
+        try skipUnlessCrashDemos()
         let dead = try ResilienceTestKit.deadURL("/nobody")
         let session = URLSession(configuration: .ephemeral)
         defer { session.finishTasksAndInvalidate() }
@@ -146,5 +142,12 @@ final class CancelDuringCacheLookupStressTests: XCTestCase {
             session.dataTask(with: request) { _, _, error in done(error) }
         }
         #endif
+    }
+}
+
+/// The demos kill the test process on corelibs 6.3.1: they run only where asked for.
+private func skipUnlessCrashDemos() throws {
+    guard ProcessInfo.processInfo.environment["URLTASKMANAGER_CRASH_DEMOS"] == "1" else {
+        throw XCTSkip("kills the process on corelibs 6.3.1: set URLTASKMANAGER_CRASH_DEMOS=1 to watch it")
     }
 }
