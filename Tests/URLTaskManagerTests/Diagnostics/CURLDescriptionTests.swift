@@ -174,10 +174,7 @@ final class CURLDescriptionTests: XCTestCase {
         let (data, _) = try await manager.session.data(for: request)
         try await collector.waitForCompletions(1)
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "created")
-        let commands = collector.all.compactMap { event -> String? in
-            guard case .annotated("curl", let value) = event.kind else { return nil }
-            return value
-        }
+        let commands = curlAnnotations(collector.all)
         let command = try XCTUnwrap(commands.first, "no curl annotation")
         XCTAssertEqual(commands.count, 1)
         XCTAssertFalse(command.contains(Redaction.replacement), command)
@@ -242,10 +239,7 @@ final class CURLDescriptionTests: XCTestCase {
         try await collector.waitForCompletions(1)
 
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "created")
-        let commands = collector.all.compactMap { event -> String? in
-            guard case .annotated("curl", let value) = event.kind else { return nil }
-            return value
-        }
+        let commands = curlAnnotations(collector.all)
         let expected =
             "curl -X 'POST' '\(server.url("/orders").absoluteString)' -H 'Authorization: Bearer REDACTED' --data-binary '{\"n\":1}'"
         XCTAssertEqual(commands, [expected, expected], "one command per attempt")
@@ -328,4 +322,12 @@ private func runInShell(_ command: String) throws -> Int32 {
     try process.run()
     process.waitUntilExit()
     return process.terminationStatus
+}
+
+/// The `curl` commands a ``CURLDescriptionInterceptor`` annotated `events` with, in order.
+private func curlAnnotations(_ events: [URLTaskEvent]) -> [String] {
+    events.compactMap { event in
+        guard case .annotated("curl", let value) = event.kind else { return nil }
+        return value
+    }
 }
