@@ -79,6 +79,14 @@ protocol PlatformSupport {
     /// Cancels an inner transfer from wherever the transport's caller is.
     static func cancel(innerTask task: URLSessionTask)
 
+    /// Calls `found`, on a thread of its own, with the task `session`'s async API
+    /// (`data(for:delegate:)`) runs for `delegate`: what a ``WholeTransfer`` cancels directly,
+    /// since cancelling the Swift task of such a call can hang its session on corelibs (see
+    /// there).
+    static func asyncAPITask(
+        withDelegate delegate: any URLSessionTaskDelegate, in session: URLSession, _ found: @escaping @Sendable (AsyncAPITaskLookup) -> Void
+    )
+
     /// Whether the inner session must refuse `challenge` so that the caller's session, which
     /// gets the response, answers it (as a plain session would).
     static func handsChallengeToCaller(_ challenge: URLAuthenticationChallenge) -> Bool
@@ -146,4 +154,14 @@ private enum NativeHTTPProtocol {
             $0.canInit(with: URLRequest(url: URL(string: "http://127.0.0.1/")!))
         }
     }()
+}
+
+/// What ``PlatformSupport/asyncAPITask(withDelegate:in:_:)`` found.
+enum AsyncAPITaskLookup: Sendable {
+    /// The session's task for that delegate.
+    case found(URLSessionTask)
+    /// The session has no such task now: not made yet, or ended.
+    case none
+    /// The session's tasks cannot be read (a toolchain whose internals changed).
+    case unreadable
 }

@@ -16,8 +16,21 @@ import FoundationNetworking
 /// 401's body: then the request, a safe one, is sent again as a streamed transfer, which delivers
 /// the 401 with its body and hands its challenge over as every streamed transfer does. The
 /// server sees a challenged GET twice.
+///
+/// **Stopping one.** Cancelling the Swift task of corelibs' `data(for:)` runs its cancellation
+/// handler while the runtime holds that task's status lock, and the handler calls
+/// `URLSessionTask.cancel()`, a `sync` onto the inner session's work queue (6.3.1). When the
+/// work queue is at that moment ending the same transfer, resuming the call's continuation needs
+/// the status lock: both wait forever, and every later transfer of the inner session with them
+/// (a fault mix of 5,000 requests, issue 49; `WholeTransferCancelRaceTests`). So a whole
+/// transfer is never stopped through its Swift task while the async call runs: its inner task is
+/// found (``PlatformSupport/asyncAPITask(withDelegate:in:_:)``) and cancelled directly, with no
+/// lock held (``WholeTransferStateMachine``).
 final class WholeTransfer: TransferHandle {
     private let work: Task<Void, Never>
+    private let machine: LockedState<WholeTransferStateMachine>
+    private let session: URLSession
+    private let relay: RedirectRelay
 
     /// Whether `request` with `body` may be sent as a whole transfer: a GET or HEAD without a
     /// body, which may be sent twice.
@@ -35,9 +48,17 @@ final class WholeTransfer: TransferHandle {
         again: @escaping @Sendable (any TransportEvents) -> URLSessionTask
     ) {
         let relay = RedirectRelay(events: events)
+        let machine = LockedState(WholeTransferStateMachine())
+        self.session = session
+        self.relay = relay
+        self.machine = machine
         work = Task {
+            guard machine.withLock({ $0.willCall() }) == .call else {
+                return events.transportDidComplete(error: URLError.cancelled(url: request.url))
+            }
             do {
                 let (data, response) = try await session.data(for: request, delegate: relay)
+                _ = machine.withLock { $0.callEnded(refusedChallenge: false) }
                 events.transportDidReceive(response: response)
                 if !data.isEmpty {
                     events.transportDidReceive(data: data)
@@ -47,10 +68,15 @@ final class WholeTransfer: TransferHandle {
                     events.transportDidDropBody(byteCount: Int(http.expectedContentLength))
                 }
                 events.transportDidComplete(error: nil)
-            } catch let error as URLError where error.code == .cancelled && !Task.isCancelled {
+            } catch let error as URLError where error.code == .cancelled {
                 // Nobody cancelled this transfer: the transport refused its challenge.
+                guard machine.withLock({ $0.callEnded(refusedChallenge: true) }) == .sendAgain else {
+                    return events.transportDidComplete(error: error)
+                }
                 await Self.sendAgain(events, again)
+                machine.withLock { $0.resentEnded() }
             } catch {
+                _ = machine.withLock { $0.callEnded(refusedChallenge: false) }
                 events.transportDidComplete(error: error)
             }
         }
@@ -72,8 +98,128 @@ final class WholeTransfer: TransferHandle {
     /// Stops the transfer; its end is reported as `cancelled`. Off the calling thread: cancelling
     /// an inner task syncs onto the session's work queue, which may be this one.
     func cancel() {
-        let work = work
-        DispatchQueue.global().async { work.cancel() }
+        perform(machine.withLock { $0.cancel() })
+    }
+
+    private func perform(_ action: WholeTransferStateMachine.CancelAction) {
+        switch action {
+        case .none:
+            break
+        case .cancelInnerTask:
+            Platform.asyncAPITask(withDelegate: relay, in: session) { [self] lookup in
+                switch lookup {
+                case .found(let task):
+                    Platform.cancel(innerTask: task)
+                case .none:
+                    // Not made yet (the call is starting), or ended: look again while it runs.
+                    DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(1)) { [self] in
+                        perform(machine.withLock { $0.innerTaskNotFound() })
+                    }
+                case .unreadable:
+                    // The toolchain hides the session's tasks: the call's own cancellation.
+                    let work = work
+                    DispatchQueue.global().async { work.cancel() }
+                }
+            }
+        case .cancelWork:
+            // The request sent again: its cancellation handler only queues the inner cancel.
+            let work = work
+            DispatchQueue.global().async { work.cancel() }
+        }
+    }
+}
+
+/// One whole transfer's lifecycle, without I/O: the async call, the request sent again after a
+/// refused challenge, and a cancel that may come at any point of it.
+///
+/// ```
+///  preparing ──willCall──> calling ──callEnded──> ended
+///      │                      │  └─refused challenge──> resending ──resentEnded──> ended
+///      └─cancel: ended        └─cancel: cancel the inner task (found by its delegate)
+/// ```
+struct WholeTransferStateMachine {
+    private enum State {
+        /// The Swift task has not called the inner session yet.
+        case preparing
+        /// In the inner session's `data(for:)`.
+        case calling
+        /// Sending the request again as a streamed transfer.
+        case resending
+        case ended
+    }
+
+    private var state = State.preparing
+    private var cancelled = false
+
+    enum CallAction: Equatable {
+        /// Call the inner session.
+        case call
+        /// Cancelled before the call: end it cancelled, sending nothing.
+        case endCancelled
+    }
+
+    /// The Swift task is about to call the inner session.
+    mutating func willCall() -> CallAction {
+        guard case .preparing = state, !cancelled else {
+            state = .ended
+            return .endCancelled
+        }
+        state = .calling
+        return .call
+    }
+
+    enum EndAction: Equatable {
+        /// Report the end as it is.
+        case report
+        /// The transport refused a challenge (nobody cancelled): send the request again.
+        case sendAgain
+    }
+
+    /// The async call ended; `refusedChallenge`: it ended `cancelled`, which is a refused
+    /// challenge unless this transfer was cancelled.
+    mutating func callEnded(refusedChallenge: Bool) -> EndAction {
+        guard case .calling = state else { return .report }
+        if refusedChallenge, !cancelled {
+            state = .resending
+            return .sendAgain
+        }
+        state = .ended
+        return .report
+    }
+
+    /// The request sent again ended.
+    mutating func resentEnded() {
+        state = .ended
+    }
+
+    enum CancelAction: Equatable {
+        case none
+        /// Find the async call's inner task and cancel it (never its Swift task: see
+        /// ``WholeTransfer``).
+        case cancelInnerTask
+        /// Cancel the Swift task, which waits for the request sent again.
+        case cancelWork
+    }
+
+    /// The pipeline stops the transfer.
+    mutating func cancel() -> CancelAction {
+        guard !cancelled else { return .none }
+        cancelled = true
+        switch state {
+        case .preparing, .ended: return .none
+        case .calling: return .cancelInnerTask
+        case .resending: return .cancelWork
+        }
+    }
+
+    /// The inner task was not found: look again while the call runs, or cancel the request sent
+    /// again if it came to that meanwhile.
+    mutating func innerTaskNotFound() -> CancelAction {
+        switch state {
+        case .calling: return .cancelInnerTask
+        case .resending: return .cancelWork
+        case .preparing, .ended: return .none
+        }
     }
 }
 

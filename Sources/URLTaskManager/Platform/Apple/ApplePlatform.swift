@@ -61,6 +61,13 @@ enum ApplePlatform: PlatformSupport {
         task.cancel()
     }
 
+    /// `getAllTasks` is thread-safe here, and the task keeps its async API's delegate.
+    static func asyncAPITask(
+        withDelegate delegate: any URLSessionTaskDelegate, in session: URLSession, _ found: @escaping @Sendable (AsyncAPITaskLookup) -> Void
+    ) {
+        session.getAllTasks { tasks in found(tasks.first { $0.delegate === delegate }.map(AsyncAPITaskLookup.found) ?? .none) }
+    }
+
     /// The inner session's default handling completes a 401 with no credential as a response.
     static func handsChallengeToCaller(_ challenge: URLAuthenticationChallenge) -> Bool { false }
 

@@ -241,6 +241,28 @@ enum CorelibsPlatform: PlatformSupport {
         DispatchQueue.global().async { task.cancel() }
     }
 
+    /// Reads the session's task registry (`tasks`, beside the behaviours ``asyncAPIDelegate(of:in:)``
+    /// reads) on its work queue, the only place it may be read, and answers off it.
+    static func asyncAPITask(
+        withDelegate delegate: any URLSessionTaskDelegate, in session: URLSession, _ found: @escaping @Sendable (AsyncAPITaskLookup) -> Void
+    ) {
+        guard let workQueue = (session as? ManagedURLSession).map(\.foundWorkQueue) ?? workQueue(of: session) else {
+            return DispatchQueue.global().async { found(.unreadable) }
+        }
+        workQueue.async {
+            let lookup: AsyncAPITaskLookup
+            if let tasks = Reflection.child(session, "taskRegistry").flatMap({ Reflection.child($0, "tasks") }) as? [Int: URLSessionTask] {
+                // A task whose end was already handed over is no longer running: not cancelled.
+                lookup =
+                    tasks.values.first { $0.state == .running && asyncAPIDelegate(of: $0, in: session) === delegate }
+                    .map(AsyncAPITaskLookup.found) ?? .none
+            } else {
+                lookup = .unreadable
+            }
+            DispatchQueue.global().async { found(lookup) }
+        }
+    }
+
     /// corelibs raises an HTTP authentication challenge (a 401 with `WWW-Authenticate: Basic`)
     /// only after the response and its body were delivered. The challenge belongs to the
     /// caller's session, which gets the 401 like any response and then asks the caller's
