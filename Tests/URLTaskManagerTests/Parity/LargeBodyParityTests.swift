@@ -79,12 +79,15 @@ final class LargeBodyParityTests: XCTestCase {
         XCTAssertEqual(result.manager.bodySHA256, expectedSHA)
     }
 
-    /// The bridge streams a delegate-driven 100 MB response: the manager's peak resident set
-    /// stays within 32 MB of a plain session's for the same download.
+    /// The bridge streams a delegate-driven 100 MB response: the manager's peak growth stays
+    /// within a plain session's + the streaming allowance, 28 MB here (before, its peak within
+    /// 32 MB of plain's peak, a bound of its own; measured on a loaded 2-core machine, release,
+    /// 2026-12-02: manager +13 to +21 MB against plain +3 to +6).
     func testHundredMegabytesStreamsWithoutBuffering() async throws {
         let (plain, manager) = try await peakGrowth(of: "/100mb", length: Self.hundredMegabytes, handling: .spotCheckOnly)
         ParityLog.record("100 MB delegate download, peak RSS growth", plain: "+\(plain.growth) MB", manager: "+\(manager.growth) MB")
-        XCTAssertLessThanOrEqual(manager.peak, plain.peak + 32 * 1024, "the manager buffered the body")
+        XCTAssertLessThanOrEqual(
+            manager.growth, plain.growth + Self.streamingAllowance(for: Self.hundredMegabytes), "the manager buffered the body")
         XCTAssertLessThan(manager.growth, 64, "a 100 MB body must stream, not be held")
     }
 
@@ -96,6 +99,12 @@ final class LargeBodyParityTests: XCTestCase {
     /// (queued behind the delegate it was +48 to +54 MB against +5 to +7; the bridge's own cost
     /// is about a ninth of the body, see the 400 MB tests; 0.2 had +16 MB flat, which a loaded
     /// CI run once exceeded: +36 MB).
+    ///
+    /// Issue 49 saw plain + 22 MB here under load, the allowance's edge. Not a buffer the bridge
+    /// keeps: measured on a loaded 2-core machine (four busy processes beside, release,
+    /// 2026-12-02, 6 rounds of plain, manager, plain, manager), the manager grew +9 to +14 MB
+    /// every time, and plain +2 to +11 MB, the same plain moving by 9 MB from one run to the next
+    /// as its delegate fell behind or did not. What moves is plain's side: the jitter allowance.
     func testFiftyMegabytesToASlowDelegateStayBounded() async throws {
         let (plain, manager) = try await peakGrowth(of: "/50mb", length: Self.fiftyMegabytes, handling: .slowConsumer)
         ParityLog.record("50 MB to a slow delegate, peak RSS growth", plain: "+\(plain.growth) MB", manager: "+\(manager.growth) MB")
@@ -111,7 +120,7 @@ final class LargeBodyParityTests: XCTestCase {
     /// How much a plain session queues depends on how far its delegate falls behind, so its
     /// figure moves from run to run (+48 to +50 MB usually, +31 MB once in a full-suite run
     /// while the manager's was +48). The bound is therefore the larger of plain's growth and one
-    /// copy of the body, plus 16 MB: a bridge that held a second copy (+100 MB) fails it either
+    /// copy of the body, plus the jitter allowance (16 MB): a bridge that held a second copy (+100 MB) fails it either
     /// way. A bridge that queues where plain does not is caught by the slow-delegate test above,
     /// where plain queues little.
     func testFiftyMegabytesAtLoopbackSpeedToAVerySlowDelegate() async throws {
@@ -121,7 +130,7 @@ final class LargeBodyParityTests: XCTestCase {
             manager: "+\(manager.growth) MB")
         let oneCopy = Self.fiftyMegabytes / Self.megabyte
         XCTAssertLessThanOrEqual(
-            manager.growth, max(plain.growth, oneCopy) + 16,
+            manager.growth, max(plain.growth, oneCopy) + Self.jitterAllowance,
             "the manager queued more than a plain session and more than one copy of the body (plain +\(plain.growth) MB)")
     }
 
@@ -135,7 +144,7 @@ final class LargeBodyParityTests: XCTestCase {
     /// every chunk, grew +30 to +35 MB for 400 MB; with its callbacks on a thread of their own,
     /// as a plain session's, +5 MB). Measured, release build: +11/+12 MB for 50 MB, +26 to +33 for
     /// 200 MB, +40 to +52 for 400 MB against plain +1 to +14 (0.2.0: +66). The bound is plain's
-    /// growth + 16 MB + an eighth of the body: a bridge that buffered the body (+400 MB) or held
+    /// growth + the jitter allowance (16 MB) + an eighth of the body: a bridge that buffered the body (+400 MB) or held
     /// what a slow delegate has not taken yet fails it; the issue's target (plain + 16 MB at any
     /// size) is not reached, for the reason above.
     func testFourHundredMegabytesToAFastDelegate() async throws {
@@ -157,11 +166,18 @@ final class LargeBodyParityTests: XCTestCase {
             "the manager queued a 400 MB body behind a slow delegate (plain +\(plain.growth) MB)")
     }
 
+    /// How far a peak growth moves from one run to the next with nothing changed (MB): plain's
+    /// own figure for 50 MB to a slow delegate spans +1 to +11 MB on a loaded 2-core machine
+    /// (see ``testFiftyMegabytesToASlowDelegateStayBounded()``), and a loaded CI run once put
+    /// 0.2's at +36 MB. The one allowance every test here that compares a peak growth with
+    /// plain's adds; LinuxNotes, "Streaming memory", states it.
+    private static let jitterAllowance = 16
+
     /// What the bridge may add to a plain session's peak growth (MB) while streaming `length`
-    /// bytes: 16 MB and an eighth of the body (the measured slope is about a ninth: see
-    /// ``testFourHundredMegabytesToAFastDelegate()``).
+    /// bytes: the jitter allowance and an eighth of the body (the measured slope is about a
+    /// ninth: see ``testFourHundredMegabytesToAFastDelegate()``).
     private static func streamingAllowance(for length: Int) -> Int {
-        16 + length / 8 / megabyte
+        jitterAllowance + length / 8 / megabyte
     }
 
     /// Streams `path` (`length` bytes of the generated pattern) to a delegate on each side and
