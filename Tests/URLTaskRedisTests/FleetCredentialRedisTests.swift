@@ -25,13 +25,15 @@ final class FleetCredentialRedisTests: XCTestCase {
     }
 
     private func member(
-        _ redis: RedisServerProcess, _ server: OAuthServer, prefix: String, lease: Duration = .seconds(5)
+        _ redis: RedisServerProcess, _ server: OAuthServer, prefix: String, lease: Duration = .seconds(5),
+        outageWait: Duration = .milliseconds(500)
     ) -> Member {
         let client = RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1)))
         let fleet = FleetCredential(
             client: client,
             configuration: .init(
-                keyPrefix: prefix, leaseTimeToLive: lease, writeBackDelay: .milliseconds(50), maximumWriteBackDelay: .milliseconds(200)),
+                keyPrefix: prefix, leaseTimeToLive: lease, writeBackDelay: .milliseconds(50), maximumWriteBackDelay: .milliseconds(200),
+                redisOutageWait: outageWait),
             tokenEndpoint: OAuth2TokenEndpoint(url: server.tokenURL, clientID: "fleet", timeout: .seconds(3)))
         let authenticator = fleet.makeAuthenticator(origins: [server.baseURL], refreshBackoff: .zero)
         let manager = URLTaskManager(

@@ -236,6 +236,11 @@ final class FleetTally: @unchecked Sendable {  // `counts`, `waiters` are guarde
         case .refreshedAlone: add("refreshed_alone")
         case .redisUnreachable: add("unreachable")
         case .wroteBack: add("wrote_back")
+        case .leaseWon: add("lease_won")
+        case .refusalRecorded: add("refusal_recorded")
+        case .refusalAdopted: add("refusal_adopted")
+        case .waitingForRedis: add("waiting_for_redis")
+        case .keptWhileRedisAway: add("kept_while_away")
         case .redisReachable, .staleWriteRefused: add("\(event)")
         }
     }
