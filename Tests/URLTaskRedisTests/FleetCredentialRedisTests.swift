@@ -16,7 +16,7 @@ import FoundationNetworking
 /// endpoint that rotates refresh tokens.
 final class FleetCredentialRedisTests: XCTestCase {
     /// One member of the fleet: what a process would own.
-    private struct Member {
+    private struct Member: Sendable {
         let client: RedisClient
         let fleet: FleetCredential
         let authenticator: OAuth2Authenticator
@@ -44,7 +44,7 @@ final class FleetCredentialRedisTests: XCTestCase {
     private func prefix() -> String { "urltask:cred:test-\(UUID().uuidString.prefix(8))" }
 
     /// The number of `GET` answers that were `200 ok`, over `count` concurrent requests per member.
-    private func storm(_ members: [Member], _ url: URL, count: Int) async -> (ok: Int, failures: [String]) {
+    private static func storm(_ members: [Member], _ url: URL, count: Int) async -> (ok: Int, failures: [String]) {
         await withTaskGroup(of: String?.self) { group in
             for member in members {
                 for _ in 0..<count {
@@ -67,6 +67,11 @@ final class FleetCredentialRedisTests: XCTestCase {
             }
             return (ok, failures)
         }
+    }
+
+    /// ``storm(_:_:count:)`` on a task of its own, for a test to act while it runs.
+    private static func stormInBackground(_ members: [Member], _ url: URL, count: Int) -> Task<(ok: Int, failures: [String]), Never> {
+        Task { await storm(members, url, count: count) }
     }
 
     /// Redis's count of commands processed, read on a connection of its own.
@@ -109,7 +114,7 @@ final class FleetCredentialRedisTests: XCTestCase {
         try await members[0].authenticator.signIn(expired)
         for member in members { _ = try await member.authenticator.currentCredential() }
 
-        let result = await storm(members, server.apiURL(), count: 20)
+        let result = await Self.storm(members, server.apiURL(), count: 20)
 
         XCTAssertEqual(result.ok, 80, "\(result.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 1, "one refresh for the fleet")
@@ -130,7 +135,7 @@ final class FleetCredentialRedisTests: XCTestCase {
 
         // The server revokes the token: every process gets 401s, and still one refresh for all.
         server.revokeAccess()
-        let revoked = await storm(members, server.apiURL(), count: 20)
+        let revoked = await Self.storm(members, server.apiURL(), count: 20)
         XCTAssertEqual(revoked.ok, 80, "\(revoked.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 2, "one more refresh for the fleet")
         XCTAssertEqual(server.refreshTokensReceived, ["refresh-0", "f-refresh-1"])
@@ -141,7 +146,7 @@ final class FleetCredentialRedisTests: XCTestCase {
 
         // While the token is fresh, a request costs no Redis round trip.
         let before = try await commandsProcessed(redis)
-        let again = await storm(members, server.apiURL(), count: 10)
+        let again = await Self.storm(members, server.apiURL(), count: 10)
         XCTAssertEqual(again.ok, 40, "\(again.failures.prefix(5))")
         let after = try await commandsProcessed(redis)
         XCTAssertLessThanOrEqual(after - before, 1, "only the INFO command itself")
@@ -195,6 +200,81 @@ final class FleetCredentialRedisTests: XCTestCase {
         try await quickEvents.wait(for: .refreshed, within: .seconds(2))
     }
 
+    /// Any client the documented ACL allows may publish on the update channel: a bogus
+    /// announcement (the largest fence, a fake refusal) only makes the waiting refreshes read the
+    /// record, which decides. Before, one `PUBLISH <prefix>:updated 9223372036854775807` made every
+    /// later wait end at once and count as a lost round, and the refreshes failed in 0.3 s.
+    func testABogusAnnouncementCannotEndAWaitOrFailARefresh() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "p", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let members = (0..<3).map { _ in member(redis, server, prefix: prefix) }
+        let rogue = RedisClient(configuration: redis.configuration())
+        defer {
+            for member in members {
+                member.fleet.shutdown()
+                member.client.close()
+            }
+            rogue.close()
+        }
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await members[0].authenticator.signIn(expired)
+        for member in members { _ = try await member.authenticator.currentCredential() }
+        _ = try await rogue.send(["PUBLISH", prefix + ":updated", "9223372036854775807"])
+
+        // The holder's token request takes 600 ms; the others wait for it, hearing lies meanwhile.
+        server.delayTokenAnswers(by: .milliseconds(600))
+        let storming = Self.stormInBackground(members, server.apiURL(), count: 5)
+        for index in 0..<20 {
+            _ = try await rogue.send(["PUBLISH", prefix + ":updated", index.isMultiple(of: 2) ? "9223372036854775807" : "refused:1"])
+            try await Task.sleep(for: .milliseconds(20))  // the rogue's pace, not a synchronisation
+        }
+        let result = await storming.value
+        XCTAssertEqual(result.ok, 15, "\(result.failures.prefix(3))")
+        XCTAssertEqual(server.tokenRequestCount, 1, "one refresh for the fleet, the lies notwithstanding")
+        for member in members { XCTAssertFalse(member.events.contains(.leaseExpired), "no wait ended as a lease lost") }
+    }
+
+    /// A Redis that stalls for 3 s (`CLIENT PAUSE 3000 ALL`, which answers the pausing client at
+    /// once and so starts the stall at a known moment; `DEBUG SLEEP 3` stalls alike) while the
+    /// holder asks the token endpoint: another
+    /// process's lease script times out, and it waits for Redis instead of refreshing alone with
+    /// the same refresh token (a second token request, and with rotation an `invalid_grant`).
+    func testARedisThatStallsDuringARefreshIsWaitedForNotRefreshedAround() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "s", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let members = (0..<2).map { _ in member(redis, server, prefix: prefix, outageWait: .seconds(10)) }
+        let staller = RedisClient(configuration: redis.configuration())
+        defer {
+            for member in members {
+                member.fleet.shutdown()
+                member.client.close()
+            }
+            staller.close()
+        }
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await members[0].authenticator.signIn(expired)
+        for member in members { _ = try await member.authenticator.currentCredential() }
+
+        let (arrivals, arrived) = AsyncStream.makeStream(of: Void.self)
+        server.onTokenRequest { arrived.yield() }
+        server.delayTokenAnswers(by: .milliseconds(300))
+        let holder = Self.stormInBackground([members[0]], server.apiURL(), count: 1)
+        for await _ in arrivals { break }
+        // The holder is at the token endpoint: Redis stalls for 3 s.
+        _ = try await staller.send(["CLIENT", "PAUSE", "3000", "ALL"])
+        let other = await Self.storm([members[1]], server.apiURL(), count: 5)
+        let first = await holder.value
+        XCTAssertEqual(first.ok + other.ok, 6, "\(first.failures) \(other.failures)")
+        XCTAssertEqual(server.tokenRequestCount, 1, "a stall is waited out, not refreshed around")
+        XCTAssertEqual(server.refreshRefusals, 0)
+    }
+
     func testRedisStoppedMidRunFallsBackAndTheCredentialIsWrittenBackWhenItReturns() async throws {
         let redis = try RedisServerProcess()
         // Stopped last, once every client is closed (a release right after its last use would
@@ -213,14 +293,14 @@ final class FleetCredentialRedisTests: XCTestCase {
         let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
         try await members[0].authenticator.signIn(expired)
         for member in members { _ = try await member.authenticator.currentCredential() }
-        let first = await storm(members, server.apiURL(), count: 5)
+        let first = await Self.storm(members, server.apiURL(), count: 5)
         XCTAssertEqual(first.ok, 10, "\(first.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 1)
 
         // Redis goes away (no persistence: it comes back empty); the access token is revoked.
         redis.stop()
         server.revokeAccess()
-        let during = await storm([members[0]], server.apiURL(), count: 10)
+        let during = await Self.storm([members[0]], server.apiURL(), count: 10)
         XCTAssertEqual(during.ok, 10, "no request fails because Redis is away: \(during.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 2, "one refresh, alone")
         try await members[0].events.wait(for: .redisUnreachable, within: .seconds(2))
@@ -236,7 +316,7 @@ final class FleetCredentialRedisTests: XCTestCase {
         XCTAssertEqual(inRedis?.refreshToken, server.currentRefresh, "with the rotated refresh token")
 
         // The other process's token was revoked too: it takes the credential from Redis.
-        let after = await storm([members[1]], server.apiURL(), count: 5)
+        let after = await Self.storm([members[1]], server.apiURL(), count: 5)
         XCTAssertEqual(after.ok, 5, "\(after.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 2, "no token request: the written-back credential is used")
         let other = try await members[1].authenticator.currentCredential()
@@ -350,7 +430,7 @@ final class FleetCredentialRedisTests: XCTestCase {
         let holder = Task { try await dead.refresh(expired) }
         await started.wait()
         let began = ContinuousClock.now
-        let result = await storm([live], server.apiURL(), count: 20)
+        let result = await Self.storm([live], server.apiURL(), count: 20)
         let waited = began.duration(to: .now)
 
         XCTAssertEqual(result.ok, 20, "\(result.failures.prefix(5))")

@@ -591,9 +591,19 @@ public final class FleetCredential: Sendable {
         return result
     }
 
+    /// Whether `error` says Redis cannot serve the fleet now, rather than refusing what was asked:
+    /// no connection, no answer in time, or an error reply that means "not yet" (a Redis still
+    /// loading its data after a restart, busy with a script, a replica without its primary).
     static func isUnreachable(_ error: RedisError) -> Bool {
-        error.kind == .connectionClosed || error.kind == .timeout
+        switch error.kind {
+        case .connectionClosed, .timeout: true
+        case .reply(let code): transientReplyCodes.contains(code)
+        default: false
+        }
     }
+
+    /// The error replies Redis gives while it cannot serve yet, whatever the command.
+    static let transientReplyCodes: Set<String> = ["LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"]
 
     static func milliseconds(_ duration: Duration) -> Int64 {
         let (seconds, attoseconds) = duration.components
