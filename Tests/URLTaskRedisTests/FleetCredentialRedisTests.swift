@@ -363,6 +363,120 @@ final class FleetCredentialRedisTests: XCTestCase {
         }
     }
 
+    /// The narrow ACL RunningAFleet shows: the fleet's keys and channels, and only the commands
+    /// the client sends and its scripts call. A fleet credential runs its whole life under it:
+    /// sign-in, load, a refresh with a waiter, a refusal recorded and adopted; and a fleet rate
+    /// limiter its script.
+    func testTheNarrowACLOfRunningAFleetIsEnoughForTheWholeLifecycle() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let admin = RedisClient(configuration: redis.configuration())
+        defer { admin.close() }
+        // The same line as RunningAFleet's (split into arguments).
+        _ = try await admin.send(
+            ("ACL SETUSER fleet on >fleet-password resetkeys ~urltask:* resetchannels &urltask:* -@all "
+                + "+auth +hello +ping +evalsha +script|load +hmget +publish +subscribe +unsubscribe "
+                + "+get +set +del +hget +hset +hdel +incr +pexpire +pttl +time").split(separator: " ").map(String.init))
+        let server = try OAuthServer(name: "n", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        var configuration = redis.configuration(replyTimeout: .seconds(1))
+        configuration.username = "fleet"
+        configuration.password = "fleet-password"
+        let prefix = "urltask:cred:narrow"
+        let members: [Member] = (0..<2).map { _ in
+            let client = RedisClient(configuration: configuration)
+            let fleet = FleetCredential(
+                client: client, configuration: .init(keyPrefix: prefix, leaseTimeToLive: .seconds(5)),
+                tokenEndpoint: OAuth2TokenEndpoint(url: server.tokenURL, clientID: "fleet", timeout: .seconds(3)))
+            let authenticator = fleet.makeAuthenticator(origins: [server.baseURL], refreshBackoff: .zero)
+            let manager = URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: authenticator)],
+                reactors: [OAuth2RefreshReactor(authenticator: authenticator)])
+            return Member(client: client, fleet: fleet, authenticator: authenticator, manager: manager, events: FleetEventLog(fleet))
+        }
+        let limiterClient = RedisClient(configuration: configuration)
+        defer {
+            for member in members {
+                member.fleet.shutdown()
+                member.client.close()
+            }
+            limiterClient.close()
+        }
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await members[0].authenticator.signIn(expired)
+        for member in members { _ = try await member.authenticator.currentCredential() }
+        server.delayTokenAnswers(by: .milliseconds(200))  // the second member waits for the first
+        let refreshed = await Self.storm(members, server.apiURL(), count: 3)
+        XCTAssertEqual(refreshed.ok, 6, "\(refreshed.failures.prefix(3))")
+        XCTAssertEqual(server.tokenRequestCount, 1)
+        // A refusal: recorded by one, adopted by the other.
+        server.revokeRefresh()
+        server.revokeAccess()
+        let refused = await Self.storm(members, server.apiURL(), count: 3)
+        XCTAssertEqual(refused.ok, 0)
+        XCTAssertFalse(refused.failures.contains { $0.contains("NOPERM") }, "\(refused.failures.prefix(3))")
+        XCTAssertEqual(server.tokenRequestCount, 2, "the refusal recorded once, adopted by the other")
+        var recorded = 0
+        for member in members where member.events.contains(.refusalRecorded) { recorded += 1 }
+        XCTAssertEqual(recorded, 1)
+        // The fleet rate limiter's script.
+        let limiter = FleetRateLimiter(
+            redis: limiterClient, policy: .init(rate: 0.5, burst: 1, processCount: 1, keyPrefix: "urltask:ratelimit"))
+        let limited = URLTaskManager(interceptors: [limiter])
+        defer { limited.session.invalidateAndCancel() }
+        let (_, response) = try await limited.data(for: URLRequest(url: server.server.url("/other")))
+        XCTAssertNotNil(response)
+        let keys = try await admin.send(["KEYS", "urltask:ratelimit:*"])
+        XCTAssertEqual(keys.array?.isEmpty, false, "the shared bucket was taken, not the local fallback: \(keys)")
+    }
+
+    /// A lease that keeps changing hands without a new credential (here a client that retakes it
+    /// as soon as it expires) ends the refresh after ``FleetCredential/Configuration/maximumLeaseRounds``
+    /// rounds with a ``FleetCredentialError`` naming the fleet: through the manager, a
+    /// `URLTaskError` coded `reactorFailed`, never a `RedisError` while Redis is up.
+    func testLeaseRoundsExhaustedFailWithAnErrorNamingTheFleet() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "x", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let client = RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1)))
+        let squatter = RedisClient(configuration: redis.configuration())
+        let fleet = FleetCredential(
+            client: client, configuration: .init(keyPrefix: prefix, leaseTimeToLive: .seconds(5), maximumLeaseRounds: 2),
+            tokenEndpoint: OAuth2TokenEndpoint(url: server.tokenURL, clientID: "fleet", timeout: .seconds(3)))
+        let authenticator = fleet.makeAuthenticator(origins: [server.baseURL], refreshBackoff: .zero)
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: authenticator)], reactors: [OAuth2RefreshReactor(authenticator: authenticator)])
+        // A holder that never writes, and keeps its lease alive: every round of the refresh waits
+        // out a short lease and finds it held again.
+        _ = try await squatter.send(["SET", prefix + ":lease", "squatter", "PX", "150"])
+        let squatting = Task {
+            while !Task.isCancelled {
+                _ = try? await squatter.send(["PEXPIRE", prefix + ":lease", "150"])
+                try? await Task.sleep(for: .milliseconds(20))  // the squatter's pace, not a synchronisation
+            }
+        }
+        defer {
+            squatting.cancel()
+            fleet.shutdown()
+            client.close()
+            squatter.close()
+        }
+        try await authenticator.signIn(
+            OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1)))
+        do {
+            _ = try await manager.data(for: URLRequest(url: server.apiURL()))
+            XCTFail("the refresh cannot succeed")
+        } catch let error as URLTaskError {
+            XCTAssertEqual(error.code, .reactorFailed, "\(error)")
+            let fleetError = try XCTUnwrap(error.underlying as? FleetCredentialError, "\(error)")
+            XCTAssertEqual(fleetError, FleetCredentialError(kind: .leaseRoundsExhausted, keyPrefix: prefix, rounds: 2))
+            XCTAssertTrue("\(fleetError)".contains(prefix))
+        }
+        XCTAssertEqual(server.tokenRequestCount, 0)
+    }
+
     func testACancelledCallerStopsWaitingButTheRefreshRunsOnAndIsKept() async throws {
         let redis = try RedisServerProcess()
         defer { redis.stop() }

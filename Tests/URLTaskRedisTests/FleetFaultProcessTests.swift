@@ -25,7 +25,8 @@ final class FleetFaultProcessTests: XCTestCase {
     func testAHolderKilledInFlightUnderStrictRotationSignsTheFleetOutWithinALease() async throws {
         let result = try await holderKilledInFlight(rotation: .revokeFamilyOnReuse, takeover: .resendOnce, prefix: "urltask:cred:{k1}")
         XCTAssertEqual(result.ok, 0)
-        XCTAssertEqual(result.signIn, Self.processes * 20, "every request fails with authenticationFailed requiring sign-in: \(result.lines)")
+        XCTAssertEqual(
+            result.signIn, Self.processes * 20, "every request fails with authenticationFailed requiring sign-in: \(result.lines)")
         XCTAssertTrue(result.everyProcessSignedOut, "\(result.lines)")
         XCTAssertLessThanOrEqual(result.deadTokenSends, 2, "the holder's send and at most one resend")
         XCTAssertLessThan(result.elapsed, result.lease + .seconds(2))
@@ -43,7 +44,8 @@ final class FleetFaultProcessTests: XCTestCase {
 
     /// A server with a grace window answers the resend with the pair it rotated to: 0 failed.
     func testAHolderKilledInFlightUnderAGraceWindowCostsNoRequest() async throws {
-        let result = try await holderKilledInFlight(rotation: .graceWindow(.seconds(60)), takeover: .resendOnce, prefix: "urltask:cred:{k3}")
+        let result = try await holderKilledInFlight(
+            rotation: .graceWindow(.seconds(60)), takeover: .resendOnce, prefix: "urltask:cred:{k3}")
         XCTAssertEqual(result.ok, Self.processes * 20, "\(result.lines)")
         XCTAssertEqual(result.refusals, 0)
         XCTAssertEqual(result.deadTokenSends, 2)

@@ -35,11 +35,13 @@ import FoundationNetworking
 /// The other processes wait for that announcement (not polling), at most as long as the lease
 /// lives; if it expired without a new credential (its holder died), one of them takes it over.
 ///
-/// **A refused refresh token** (`invalid_grant`) is not taken as final at once by the holder: a
-/// process whose lease expired while its token request was under way, or one that refreshed
-/// while Redis was away and has not written back yet, may hold the rotated one. The holder reads
-/// the record, and if nothing newer is there waits one lease's life for an announcement, before
-/// the refusal stands (and the authenticator asks the user to sign in).
+/// **The refresh token is one fleet-wide fact.** The lease marks the refresh token its holder
+/// is about to send; a successor that finds the mark (the holder died, perhaps after the server
+/// rotated the token) does what ``Configuration/refreshTokenInFlightAtTakeover`` says. A refused
+/// refresh token (`invalid_grant`) is recorded in the record (a fingerprint, never the token)
+/// unless the record holds a newer credential by then, and announced: no process sends it
+/// again, and every one fails with an `OAuth2Error` that `requiresSignIn`. An announcement is a
+/// hint: it makes a waiting process read the record, which decides.
 ///
 /// **A caller that gives up** (its task is cancelled, as the `OAuth2RefreshReactor` does when
 /// its run times out) stops waiting at once, but the refresh runs on to its end: a refresh token
@@ -49,13 +51,17 @@ import FoundationNetworking
 /// **No round trip while the token is fresh.** The authenticator keeps the credential in
 /// memory; this store is read at the authenticator's first load and by refreshes only.
 ///
-/// **When Redis is unreachable** (``RedisError`` `.connectionClosed` or `.timeout`), each
-/// process refreshes on its own (``Event/redisUnreachable``, then ``Event/refreshedAlone``),
-/// from the newest credential it has seen, never an older one. A credential the token endpoint
-/// issued, a sign-in or a sign-out that could not be written is kept and written back when
-/// Redis answers again (``Event/wroteBack``), also after Redis lost its data. With rotating
-/// refresh tokens, two processes that both refresh during an outage can still invalidate each
-/// other: the fleet can only coordinate through Redis.
+/// **When Redis is unreachable** (``RedisError`` `.connectionClosed` or `.timeout`, or a reply
+/// that means "not yet" such as `LOADING`), a renewal ahead of the token's expiry keeps the
+/// still-valid token (``Event/keptWhileRedisAway``); an expired or refused one waits for Redis
+/// up to ``Configuration/redisOutageWait`` (``Event/waitingForRedis``) and only then refreshes
+/// alone (``Event/refreshedAlone``), from the newest credential it has seen, never an older one.
+/// A credential the token endpoint issued, a sign-in or a sign-out that could not be written is
+/// kept and written back when Redis answers again (``Event/wroteBack``), also after Redis lost
+/// its data. A lone refresh that is refused waits for Redis and takes a newer credential another
+/// process wrote back, if one comes. With rotating refresh tokens, two processes that both
+/// refresh alone during one outage can still invalidate each other: the fleet can only
+/// coordinate through Redis.
 ///
 /// **Signing in and out.** A sign-in (the authenticator's `OAuth2Authenticator.signIn(_:)`)
 /// is written with a new fence whatever Redis holds; a sign-out leaves a record with no
@@ -457,7 +463,8 @@ public final class FleetCredential: Sendable {
                 description: "the fleet's refresh token was in flight when its lease holders stopped; presumed spent "
                     + "(FleetCredential.Configuration.refreshTokenInFlightAtTakeover)")
         case .noProgress:
-            return FleetCredentialError(kind: .leaseRoundsExhausted, keyPrefix: configuration.keyPrefix, rounds: configuration.maximumLeaseRounds)
+            return FleetCredentialError(
+                kind: .leaseRoundsExhausted, keyPrefix: configuration.keyPrefix, rounds: configuration.maximumLeaseRounds)
         }
     }
 

@@ -295,7 +295,6 @@ struct FleetCredentialStateMachine: Sendable {
         pending?.deferred = true
     }
 
-
     // MARK: The refresh
 
     /// The authenticator asks to renew `presented`.
