@@ -358,7 +358,6 @@ public final class FleetCredential: Sendable {
                 await ensureSubscribed()
                 let known = state.withLock { $0.newest?.fence ?? 0 }
                 heard = announcements.heardCount
-                mayHoldLease = true
                 do {
                     let reply = try FleetCredentialScripts.elements(
                         await client.run(
@@ -369,6 +368,7 @@ public final class FleetCredential: Sendable {
                     let now = Date()
                     switch FleetCredentialScripts.integer(reply.first) {
                     case 1:
+                        mayHoldLease = true
                         let sends = Int(FleetCredentialScripts.integer(reply[safe: 2]) ?? 1)
                         action = transition { $0.leaseWon(fence: number, sends: sends, stored: stored, now: now) }
                     case 2:
@@ -379,6 +379,8 @@ public final class FleetCredential: Sendable {
                         action = transition { $0.leaseLost(stored: stored, remaining: .milliseconds(number), now: now) }
                     }
                 } catch let error as RedisError where Self.isUnreachable(error) {
+                    // A slow Redis may have run the script after the reply timed out.
+                    mayHoldLease = true
                     action = transition { $0.redisUnreachable(now: Date()) } ?? .fail(.noProgress)
                 }
             case .callEndpoint(let credential):
