@@ -8,7 +8,8 @@ import Foundation
 ///   ``revokeEachAccessToken(afterAuthorizing:)`` revokes each token after so many requests,
 ///   ``expireAccessTokens(after:)`` after so long.
 /// - `POST /oauth/token` takes a form (RFC 6749) and answers a JSON token response:
-///   - `grant_type=refresh_token` with the current refresh token rotates both tokens;
+///   - `grant_type=refresh_token` with the current refresh token rotates both tokens; one rotated
+///     away is refused, or answered, as ``setRefreshRotation(_:)`` says;
 ///   - `grant_type=password` with a known user (any user if ``init(name:access:refresh:users:)``
 ///     was given none) signs in;
 ///   - a token exchange (RFC 8693) whose `subject_token` was allowed with ``acceptExchange(of:)``
@@ -40,6 +41,20 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         case issue
         /// Answer every token request with this status and OAuth 2.0 error code.
         case reject(status: Int, error: String)
+    }
+
+    /// What the token endpoint does with a refresh token it rotated away (RFC 9700 §4.14.2),
+    /// the ways real servers differ.
+    public enum RefreshRotation: Sendable, Equatable {
+        /// The old token is refused (`invalid_grant`); the current pair stays valid.
+        case refuseReused
+        /// The old token, presented within this long after it was rotated, gets the current
+        /// pair again (Okta's grace period, Auth0's reuse interval); later it is refused.
+        case graceWindow(Duration)
+        /// Reuse detection: presenting a rotated-away token refuses it and revokes the whole
+        /// family, the current refresh and access tokens included (Keycloak's "revoke refresh
+        /// token", RFC 9700's recommendation).
+        case revokeFamilyOnReuse
     }
 
     /// How the authorization endpoint answers.
@@ -81,6 +96,12 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var heldPaths: [String: Gate] = [:]
     private var exchangeAccepts: @Sendable (String) -> Bool = { _ in false }
     private var receivedRefreshTokens: [String] = []
+    private var rotation = RefreshRotation.refuseReused
+    /// Refresh tokens this server rotated away, and when (for ``RefreshRotation/graceWindow(_:)``).
+    private var rotatedAway: [String: ContinuousClock.Instant] = [:]
+    /// The last answer to a refresh grant, sent again within a grace window.
+    private var lastRefreshAnswer: Data?
+    private var refusedRefreshes = 0
     private var onTokenRequest: (@Sendable () -> Void)?
     private var unauthorizedDelay: Duration?
     /// Requests each access token authorizes before it is revoked (`nil`: no limit).
@@ -212,6 +233,12 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     /// Makes the current refresh token invalid too: only a new sign-in helps.
     public func revokeRefresh() { lock.withLock { validRefresh = nil } }
 
+    /// Sets what happens to a refresh token presented again after it was rotated away.
+    public func setRefreshRotation(_ rotation: RefreshRotation) { lock.withLock { self.rotation = rotation } }
+
+    /// How many `refresh_token` grants were answered `invalid_grant`.
+    public var refreshRefusals: Int { lock.withLock { refusedRefreshes } }
+
     /// Decodes an `application/x-www-form-urlencoded` body.
     public static func decodeForm(_ text: String) -> [String: String] {
         var fields: [String: String] = [:]
@@ -291,6 +318,8 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         switch form["grant_type"] {
         case "refresh_token" where validRefresh != nil && form["refresh_token"] == validRefresh:
             break
+        case "refresh_token":
+            return answerReusedRefresh(form["refresh_token"] ?? "")
         case "password" where users.isEmpty || (form["username"].flatMap { users[$0] } == form["password"] && form["password"] != nil):
             break
         case "urn:ietf:params:oauth:grant-type:token-exchange" where exchangeAllowed:
@@ -308,6 +337,24 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             return .json(["error": "invalid_grant"], status: 400)
         }
         return issue()
+    }
+
+    /// The answer to a refresh token that is not the current one, as ``rotation`` says. Must be
+    /// called with `lock` held.
+    private func answerReusedRefresh(_ token: String) -> ServerResponse {
+        if let rotated = rotatedAway[token] {
+            switch rotation {
+            case .refuseReused:
+                break
+            case .graceWindow(let window):
+                if rotated.duration(to: .now) <= window, let lastRefreshAnswer { return .json(lastRefreshAnswer) }
+            case .revokeFamilyOnReuse:
+                validRefresh = nil
+                validAccess = nil
+            }
+        }
+        refusedRefreshes += 1
+        return .json(["error": "invalid_grant"], status: 400)
     }
 
     /// The answer to a token request whose client authentication is missing or wrong, or `nil`
@@ -399,12 +446,14 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         var body: [String: Any] = ["access_token": access, "token_type": "Bearer"]
         if refreshToken {
             let refresh = "\(name)-refresh-\(issued)"
+            if let old = validRefresh { rotatedAway[old] = .now }
             validRefresh = refresh
             body["refresh_token"] = refresh
         }
         if let expiresIn { body["expires_in"] = expiresIn }
         // Keys sorted: the same grant gives the same bytes.
         let data = (try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])) ?? Data()
+        if refreshToken { lastRefreshAnswer = data }
         return .json(data)
     }
 }

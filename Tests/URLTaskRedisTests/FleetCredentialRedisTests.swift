@@ -16,7 +16,7 @@ import FoundationNetworking
 /// endpoint that rotates refresh tokens.
 final class FleetCredentialRedisTests: XCTestCase {
     /// One member of the fleet: what a process would own.
-    private struct Member {
+    private struct Member: Sendable {
         let client: RedisClient
         let fleet: FleetCredential
         let authenticator: OAuth2Authenticator
@@ -25,13 +25,15 @@ final class FleetCredentialRedisTests: XCTestCase {
     }
 
     private func member(
-        _ redis: RedisServerProcess, _ server: OAuthServer, prefix: String, lease: Duration = .seconds(5)
+        _ redis: RedisServerProcess, _ server: OAuthServer, prefix: String, lease: Duration = .seconds(5),
+        outageWait: Duration = .milliseconds(500)
     ) -> Member {
         let client = RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1)))
         let fleet = FleetCredential(
             client: client,
             configuration: .init(
-                keyPrefix: prefix, leaseTimeToLive: lease, writeBackDelay: .milliseconds(50), maximumWriteBackDelay: .milliseconds(200)),
+                keyPrefix: prefix, leaseTimeToLive: lease, writeBackDelay: .milliseconds(50), maximumWriteBackDelay: .milliseconds(200),
+                redisOutageWait: outageWait),
             tokenEndpoint: OAuth2TokenEndpoint(url: server.tokenURL, clientID: "fleet", timeout: .seconds(3)))
         let authenticator = fleet.makeAuthenticator(origins: [server.baseURL], refreshBackoff: .zero)
         let manager = URLTaskManager(
@@ -42,7 +44,7 @@ final class FleetCredentialRedisTests: XCTestCase {
     private func prefix() -> String { "urltask:cred:test-\(UUID().uuidString.prefix(8))" }
 
     /// The number of `GET` answers that were `200 ok`, over `count` concurrent requests per member.
-    private func storm(_ members: [Member], _ url: URL, count: Int) async -> (ok: Int, failures: [String]) {
+    private static func storm(_ members: [Member], _ url: URL, count: Int) async -> (ok: Int, failures: [String]) {
         await withTaskGroup(of: String?.self) { group in
             for member in members {
                 for _ in 0..<count {
@@ -65,6 +67,11 @@ final class FleetCredentialRedisTests: XCTestCase {
             }
             return (ok, failures)
         }
+    }
+
+    /// ``storm(_:_:count:)`` on a task of its own, for a test to act while it runs.
+    private static func stormInBackground(_ members: [Member], _ url: URL, count: Int) -> Task<(ok: Int, failures: [String]), Never> {
+        Task { await storm(members, url, count: count) }
     }
 
     /// Redis's count of commands processed, read on a connection of its own.
@@ -107,7 +114,7 @@ final class FleetCredentialRedisTests: XCTestCase {
         try await members[0].authenticator.signIn(expired)
         for member in members { _ = try await member.authenticator.currentCredential() }
 
-        let result = await storm(members, server.apiURL(), count: 20)
+        let result = await Self.storm(members, server.apiURL(), count: 20)
 
         XCTAssertEqual(result.ok, 80, "\(result.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 1, "one refresh for the fleet")
@@ -128,7 +135,7 @@ final class FleetCredentialRedisTests: XCTestCase {
 
         // The server revokes the token: every process gets 401s, and still one refresh for all.
         server.revokeAccess()
-        let revoked = await storm(members, server.apiURL(), count: 20)
+        let revoked = await Self.storm(members, server.apiURL(), count: 20)
         XCTAssertEqual(revoked.ok, 80, "\(revoked.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 2, "one more refresh for the fleet")
         XCTAssertEqual(server.refreshTokensReceived, ["refresh-0", "f-refresh-1"])
@@ -139,7 +146,7 @@ final class FleetCredentialRedisTests: XCTestCase {
 
         // While the token is fresh, a request costs no Redis round trip.
         let before = try await commandsProcessed(redis)
-        let again = await storm(members, server.apiURL(), count: 10)
+        let again = await Self.storm(members, server.apiURL(), count: 10)
         XCTAssertEqual(again.ok, 40, "\(again.failures.prefix(5))")
         let after = try await commandsProcessed(redis)
         XCTAssertLessThanOrEqual(after - before, 1, "only the INFO command itself")
@@ -193,6 +200,81 @@ final class FleetCredentialRedisTests: XCTestCase {
         try await quickEvents.wait(for: .refreshed, within: .seconds(2))
     }
 
+    /// Any client the documented ACL allows may publish on the update channel: a bogus
+    /// announcement (the largest fence, a fake refusal) only makes the waiting refreshes read the
+    /// record, which decides. Before, one `PUBLISH <prefix>:updated 9223372036854775807` made every
+    /// later wait end at once and count as a lost round, and the refreshes failed in 0.3 s.
+    func testABogusAnnouncementCannotEndAWaitOrFailARefresh() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "p", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let members = (0..<3).map { _ in member(redis, server, prefix: prefix) }
+        let rogue = RedisClient(configuration: redis.configuration())
+        defer {
+            for member in members {
+                member.fleet.shutdown()
+                member.client.close()
+            }
+            rogue.close()
+        }
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await members[0].authenticator.signIn(expired)
+        for member in members { _ = try await member.authenticator.currentCredential() }
+        _ = try await rogue.send(["PUBLISH", prefix + ":updated", "9223372036854775807"])
+
+        // The holder's token request takes 600 ms; the others wait for it, hearing lies meanwhile.
+        server.delayTokenAnswers(by: .milliseconds(600))
+        let storming = Self.stormInBackground(members, server.apiURL(), count: 5)
+        for index in 0..<20 {
+            _ = try await rogue.send(["PUBLISH", prefix + ":updated", index.isMultiple(of: 2) ? "9223372036854775807" : "refused:1"])
+            try await Task.sleep(for: .milliseconds(20))  // the rogue's pace, not a synchronisation
+        }
+        let result = await storming.value
+        XCTAssertEqual(result.ok, 15, "\(result.failures.prefix(3))")
+        XCTAssertEqual(server.tokenRequestCount, 1, "one refresh for the fleet, the lies notwithstanding")
+        for member in members { XCTAssertFalse(member.events.contains(.leaseExpired), "no wait ended as a lease lost") }
+    }
+
+    /// A Redis that stalls for 3 s (`CLIENT PAUSE 3000 ALL`, which answers the pausing client at
+    /// once and so starts the stall at a known moment; `DEBUG SLEEP 3` stalls alike) while the
+    /// holder asks the token endpoint: another
+    /// process's lease script times out, and it waits for Redis instead of refreshing alone with
+    /// the same refresh token (a second token request, and with rotation an `invalid_grant`).
+    func testARedisThatStallsDuringARefreshIsWaitedForNotRefreshedAround() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "s", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let members = (0..<2).map { _ in member(redis, server, prefix: prefix, outageWait: .seconds(10)) }
+        let staller = RedisClient(configuration: redis.configuration())
+        defer {
+            for member in members {
+                member.fleet.shutdown()
+                member.client.close()
+            }
+            staller.close()
+        }
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await members[0].authenticator.signIn(expired)
+        for member in members { _ = try await member.authenticator.currentCredential() }
+
+        let (arrivals, arrived) = AsyncStream.makeStream(of: Void.self)
+        server.onTokenRequest { arrived.yield() }
+        server.delayTokenAnswers(by: .milliseconds(300))
+        let holder = Self.stormInBackground([members[0]], server.apiURL(), count: 1)
+        for await _ in arrivals { break }
+        // The holder is at the token endpoint: Redis stalls for 3 s.
+        _ = try await staller.send(["CLIENT", "PAUSE", "3000", "ALL"])
+        let other = await Self.storm([members[1]], server.apiURL(), count: 5)
+        let first = await holder.value
+        XCTAssertEqual(first.ok + other.ok, 6, "\(first.failures) \(other.failures)")
+        XCTAssertEqual(server.tokenRequestCount, 1, "a stall is waited out, not refreshed around")
+        XCTAssertEqual(server.refreshRefusals, 0)
+    }
+
     func testRedisStoppedMidRunFallsBackAndTheCredentialIsWrittenBackWhenItReturns() async throws {
         let redis = try RedisServerProcess()
         // Stopped last, once every client is closed (a release right after its last use would
@@ -211,14 +293,14 @@ final class FleetCredentialRedisTests: XCTestCase {
         let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
         try await members[0].authenticator.signIn(expired)
         for member in members { _ = try await member.authenticator.currentCredential() }
-        let first = await storm(members, server.apiURL(), count: 5)
+        let first = await Self.storm(members, server.apiURL(), count: 5)
         XCTAssertEqual(first.ok, 10, "\(first.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 1)
 
         // Redis goes away (no persistence: it comes back empty); the access token is revoked.
         redis.stop()
         server.revokeAccess()
-        let during = await storm([members[0]], server.apiURL(), count: 10)
+        let during = await Self.storm([members[0]], server.apiURL(), count: 10)
         XCTAssertEqual(during.ok, 10, "no request fails because Redis is away: \(during.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 2, "one refresh, alone")
         try await members[0].events.wait(for: .redisUnreachable, within: .seconds(2))
@@ -234,7 +316,7 @@ final class FleetCredentialRedisTests: XCTestCase {
         XCTAssertEqual(inRedis?.refreshToken, server.currentRefresh, "with the rotated refresh token")
 
         // The other process's token was revoked too: it takes the credential from Redis.
-        let after = await storm([members[1]], server.apiURL(), count: 5)
+        let after = await Self.storm([members[1]], server.apiURL(), count: 5)
         XCTAssertEqual(after.ok, 5, "\(after.failures.prefix(5))")
         XCTAssertEqual(server.tokenRequestCount, 2, "no token request: the written-back credential is used")
         let other = try await members[1].authenticator.currentCredential()
@@ -279,6 +361,120 @@ final class FleetCredentialRedisTests: XCTestCase {
             XCTAssertFalse("\(error)".contains("secret"), "no token in \(error)")
             XCTAssertFalse(String(reflecting: error).contains("secret"))
         }
+    }
+
+    /// The narrow ACL RunningAFleet shows: the fleet's keys and channels, and only the commands
+    /// the client sends and its scripts call. A fleet credential runs its whole life under it:
+    /// sign-in, load, a refresh with a waiter, a refusal recorded and adopted; and a fleet rate
+    /// limiter its script.
+    func testTheNarrowACLOfRunningAFleetIsEnoughForTheWholeLifecycle() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let admin = RedisClient(configuration: redis.configuration())
+        defer { admin.close() }
+        // The same line as RunningAFleet's (split into arguments).
+        _ = try await admin.send(
+            ("ACL SETUSER fleet on >fleet-password resetkeys ~urltask:* resetchannels &urltask:* -@all "
+                + "+auth +hello +ping +evalsha +script|load +hmget +publish +subscribe +unsubscribe "
+                + "+get +set +del +hget +hset +hdel +incr +pexpire +pttl +time").split(separator: " ").map(String.init))
+        let server = try OAuthServer(name: "n", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        var configuration = redis.configuration(replyTimeout: .seconds(1))
+        configuration.username = "fleet"
+        configuration.password = "fleet-password"
+        let prefix = "urltask:cred:narrow"
+        let members: [Member] = (0..<2).map { _ in
+            let client = RedisClient(configuration: configuration)
+            let fleet = FleetCredential(
+                client: client, configuration: .init(keyPrefix: prefix, leaseTimeToLive: .seconds(5)),
+                tokenEndpoint: OAuth2TokenEndpoint(url: server.tokenURL, clientID: "fleet", timeout: .seconds(3)))
+            let authenticator = fleet.makeAuthenticator(origins: [server.baseURL], refreshBackoff: .zero)
+            let manager = URLTaskManager(
+                interceptors: [BearerInterceptor(authenticator: authenticator)],
+                reactors: [OAuth2RefreshReactor(authenticator: authenticator)])
+            return Member(client: client, fleet: fleet, authenticator: authenticator, manager: manager, events: FleetEventLog(fleet))
+        }
+        let limiterClient = RedisClient(configuration: configuration)
+        defer {
+            for member in members {
+                member.fleet.shutdown()
+                member.client.close()
+            }
+            limiterClient.close()
+        }
+        let expired = OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1))
+        try await members[0].authenticator.signIn(expired)
+        for member in members { _ = try await member.authenticator.currentCredential() }
+        server.delayTokenAnswers(by: .milliseconds(200))  // the second member waits for the first
+        let refreshed = await Self.storm(members, server.apiURL(), count: 3)
+        XCTAssertEqual(refreshed.ok, 6, "\(refreshed.failures.prefix(3))")
+        XCTAssertEqual(server.tokenRequestCount, 1)
+        // A refusal: recorded by one, adopted by the other.
+        server.revokeRefresh()
+        server.revokeAccess()
+        let refused = await Self.storm(members, server.apiURL(), count: 3)
+        XCTAssertEqual(refused.ok, 0)
+        XCTAssertFalse(refused.failures.contains { $0.contains("NOPERM") }, "\(refused.failures.prefix(3))")
+        XCTAssertEqual(server.tokenRequestCount, 2, "the refusal recorded once, adopted by the other")
+        var recorded = 0
+        for member in members where member.events.contains(.refusalRecorded) { recorded += 1 }
+        XCTAssertEqual(recorded, 1)
+        // The fleet rate limiter's script.
+        let limiter = FleetRateLimiter(
+            redis: limiterClient, policy: .init(rate: 0.5, burst: 1, processCount: 1, keyPrefix: "urltask:ratelimit"))
+        let limited = URLTaskManager(interceptors: [limiter])
+        defer { limited.session.invalidateAndCancel() }
+        let (_, response) = try await limited.data(for: URLRequest(url: server.server.url("/other")))
+        XCTAssertNotNil(response)
+        let keys = try await admin.send(["KEYS", "urltask:ratelimit:*"])
+        XCTAssertEqual(keys.array?.isEmpty, false, "the shared bucket was taken, not the local fallback: \(keys)")
+    }
+
+    /// A lease that keeps changing hands without a new credential (here a client that retakes it
+    /// as soon as it expires) ends the refresh after ``FleetCredential/Configuration/maximumLeaseRounds``
+    /// rounds with a ``FleetCredentialError`` naming the fleet: through the manager, a
+    /// `URLTaskError` coded `reactorFailed`, never a `RedisError` while Redis is up.
+    func testLeaseRoundsExhaustedFailWithAnErrorNamingTheFleet() async throws {
+        let redis = try RedisServerProcess()
+        defer { redis.stop() }
+        let server = try OAuthServer(name: "x", access: nil, refresh: "refresh-0")
+        defer { server.shutdown() }
+        let prefix = prefix()
+        let client = RedisClient(configuration: redis.configuration(replyTimeout: .seconds(1)))
+        let squatter = RedisClient(configuration: redis.configuration())
+        let fleet = FleetCredential(
+            client: client, configuration: .init(keyPrefix: prefix, leaseTimeToLive: .seconds(5), maximumLeaseRounds: 2),
+            tokenEndpoint: OAuth2TokenEndpoint(url: server.tokenURL, clientID: "fleet", timeout: .seconds(3)))
+        let authenticator = fleet.makeAuthenticator(origins: [server.baseURL], refreshBackoff: .zero)
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: authenticator)], reactors: [OAuth2RefreshReactor(authenticator: authenticator)])
+        // A holder that never writes, and keeps its lease alive: every round of the refresh waits
+        // out a short lease and finds it held again.
+        _ = try await squatter.send(["SET", prefix + ":lease", "squatter", "PX", "150"])
+        let squatting = Task {
+            while !Task.isCancelled {
+                _ = try? await squatter.send(["PEXPIRE", prefix + ":lease", "150"])
+                try? await Task.sleep(for: .milliseconds(20))  // the squatter's pace, not a synchronisation
+            }
+        }
+        defer {
+            squatting.cancel()
+            fleet.shutdown()
+            client.close()
+            squatter.close()
+        }
+        try await authenticator.signIn(
+            OAuth2Credential(accessToken: "stale", refreshToken: "refresh-0", expiresAt: Date(timeIntervalSinceNow: -1)))
+        do {
+            _ = try await manager.data(for: URLRequest(url: server.apiURL()))
+            XCTFail("the refresh cannot succeed")
+        } catch let error as URLTaskError {
+            XCTAssertEqual(error.code, .reactorFailed, "\(error)")
+            let fleetError = try XCTUnwrap(error.underlying as? FleetCredentialError, "\(error)")
+            XCTAssertEqual(fleetError, FleetCredentialError(kind: .leaseRoundsExhausted, keyPrefix: prefix, rounds: 2))
+            XCTAssertTrue("\(fleetError)".contains(prefix))
+        }
+        XCTAssertEqual(server.tokenRequestCount, 0)
     }
 
     func testACancelledCallerStopsWaitingButTheRefreshRunsOnAndIsKept() async throws {
@@ -348,7 +544,7 @@ final class FleetCredentialRedisTests: XCTestCase {
         let holder = Task { try await dead.refresh(expired) }
         await started.wait()
         let began = ContinuousClock.now
-        let result = await storm([live], server.apiURL(), count: 20)
+        let result = await Self.storm([live], server.apiURL(), count: 20)
         let waited = began.duration(to: .now)
 
         XCTAssertEqual(result.ok, 20, "\(result.failures.prefix(5))")

@@ -178,7 +178,8 @@ final class FleetProcessTests: XCTestCase {
             Self.processes,
             environment: FleetWorker.environment(
                 redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix,
-                rate: (10_000, 1_000, Self.processes)))
+                // The lone refresh happens during the outage: a short wait for Redis.
+                rate: (10_000, 1_000, Self.processes), outageWait: refreshAlone ? .milliseconds(300) : nil))
         defer { for child in children { child.kill() } }
 
         let first = try await Self.round(children, requests: 50)  // the stored token is expired: one refresh

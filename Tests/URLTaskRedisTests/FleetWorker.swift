@@ -33,19 +33,25 @@ enum FleetWorker {
     static let rateVariable = "URLTASK_FLEET_RATE"
     static let burstVariable = "URLTASK_FLEET_BURST"
     static let processesVariable = "URLTASK_FLEET_PROCESSES"
+    static let outageWaitVariable = "URLTASK_FLEET_OUTAGE_WAIT_MS"
+    static let takeoverVariable = "URLTASK_FLEET_TAKEOVER"
 
     /// The settings a parent passes to every child of one fleet.
     static func environment(
         redisPort: Int, api: URL, tokenURL: URL, prefix: String, lease: Duration? = nil,
-        rate: (rate: Double, burst: Int, processes: Int)? = nil
+        rate: (rate: Double, burst: Int, processes: Int)? = nil, outageWait: Duration? = nil,
+        takeover: FleetCredential.Configuration.InFlightTakeover? = nil
     ) -> [String: String] {
         var environment = [
             redisPortVariable: String(redisPort), apiVariable: api.absoluteString, tokenVariable: tokenURL.absoluteString,
             prefixVariable: prefix,
         ]
-        if let lease {
-            environment[leaseVariable] = String(lease.components.seconds * 1_000 + lease.components.attoseconds / 1_000_000_000_000_000)
+        func milliseconds(_ duration: Duration) -> String {
+            String(duration.components.seconds * 1_000 + duration.components.attoseconds / 1_000_000_000_000_000)
         }
+        if let lease { environment[leaseVariable] = milliseconds(lease) }
+        if let outageWait { environment[outageWaitVariable] = milliseconds(outageWait) }
+        if takeover == .requireSignIn { environment[takeoverVariable] = "require-sign-in" }
         if let rate {
             environment[rateVariable] = String(rate.rate)
             environment[burstVariable] = String(rate.burst)
@@ -82,7 +88,9 @@ enum FleetWorker {
                 reconnectDelay: .milliseconds(20), maximumReconnectDelay: .milliseconds(200)))
         defer { redis.close() }
         let endpoint = OAuth2TokenEndpoint(url: tokenURL)
-        let configuration = FleetCredential.Configuration(keyPrefix: prefix, leaseTimeToLive: lease)
+        var configuration = FleetCredential.Configuration(keyPrefix: prefix, leaseTimeToLive: lease)
+        if let wait = environment[outageWaitVariable].flatMap(Int64.init) { configuration.redisOutageWait = .milliseconds(wait) }
+        if environment[takeoverVariable] == "require-sign-in" { configuration.refreshTokenInFlightAtTakeover = .requireSignIn }
         let fleet: FleetCredential
         if mode == "holder" {
             fleet = FleetCredential(client: redis, configuration: configuration, isTokenRequest: { endpoint.matches($0) }) { _ in
@@ -126,11 +134,11 @@ enum FleetWorker {
                 let warm = command.hasPrefix("WARM ")
                 let count = Int(command.split(separator: " ").last ?? "") ?? 0
                 round += 1
-                let (ok, failed, firstError) = await requests(
+                let (ok, failed, signIn, firstError) = await requests(
                     manager.session, api: api, path: warm ? "warm" : "items", name: name, round: round, count: count)
                 tally.add("ok", ok)
                 tally.add("failed", failed)
-                say("FLEET-ROUND ok=\(ok) failed=\(failed)" + (firstError.map { " first_error=\($0)" } ?? ""))
+                say("FLEET-ROUND ok=\(ok) failed=\(failed) sign_in=\(signIn)" + (firstError.map { " first_error=\($0)" } ?? ""))
             } else if command == "WAIT-WROTE-BACK" {
                 // Told by the fleet credential's events, not found by polling.
                 let written = await tally.wait(for: "wrote_back", within: .seconds(20))
@@ -146,10 +154,12 @@ enum FleetWorker {
         say("FLEET-RESULT " + keys.map { "\($0)=\(tally[$0])" }.joined(separator: " "))
     }
 
-    /// `count` concurrent GETs: how many answered 200, how many did not, and the first error.
+    /// `count` concurrent GETs: how many answered 200, how many did not, how many of those
+    /// failed as an app's sign-in handler expects (`authenticationFailed` with an `OAuth2Error`
+    /// that `requiresSignIn`), and the first error.
     private static func requests(
         _ session: URLSession, api: URL, path: String, name: String, round: Int, count: Int
-    ) async -> (ok: Int, failed: Int, firstError: String?) {
+    ) async -> (ok: Int, failed: Int, signIn: Int, firstError: String?) {
         await withTaskGroup(of: String?.self) { group in
             for index in 0..<count {
                 var request = URLRequest(
@@ -161,22 +171,30 @@ enum FleetWorker {
                         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
                         return status == 200 ? nil : "status-\(status)"
                     } catch {
-                        return "\(error)".replacingOccurrences(of: " ", with: "_").replacingOccurrences(of: "\n", with: "_")
+                        let text = "\(error)".replacingOccurrences(of: " ", with: "_").replacingOccurrences(of: "\n", with: "_")
+                        if let error = error as? URLTaskError, error.code == .authenticationFailed,
+                            (error.underlying as? OAuth2Error)?.requiresSignIn == true
+                        {
+                            return "SIGN-IN " + text
+                        }
+                        return text
                     }
                 }
             }
             var ok = 0
             var failed = 0
+            var signIn = 0
             var firstError: String?
             for await outcome in group {
                 if let outcome {
                     failed += 1
+                    if outcome.hasPrefix("SIGN-IN ") { signIn += 1 }
                     firstError = firstError ?? outcome
                 } else {
                     ok += 1
                 }
             }
-            return (ok, failed, firstError)
+            return (ok, failed, signIn, firstError)
         }
     }
 
@@ -236,6 +254,11 @@ final class FleetTally: @unchecked Sendable {  // `counts`, `waiters` are guarde
         case .refreshedAlone: add("refreshed_alone")
         case .redisUnreachable: add("unreachable")
         case .wroteBack: add("wrote_back")
+        case .leaseWon: add("lease_won")
+        case .refusalRecorded: add("refusal_recorded")
+        case .refusalAdopted: add("refusal_adopted")
+        case .waitingForRedis: add("waiting_for_redis")
+        case .keptWhileRedisAway: add("kept_while_away")
         case .redisReachable, .staleWriteRefused: add("\(event)")
         }
     }

@@ -1,18 +1,22 @@
 import Foundation
 import URLTaskManager
 
-/// The fences announced on a fleet credential's update channel, and the refreshes waiting for
-/// one: a waiter is resumed by an announcement above the fence it knows, by the end of its
-/// time, by the subscription's loss, or by its task's cancellation, whichever comes first.
-/// Continuations are resumed outside the lock.
+/// The messages heard on a fleet credential's update channel, and the refreshes waiting for
+/// one. A message is a hint, never a fact: it only tells a waiter to read the record (the
+/// record's fence decides), so nothing a publisher sends is kept. Messages are counted
+/// (``heardCount``); a waiter waits for one heard after the count it read before its last read
+/// of the record, so one heard in between is not missed. A waiter is resumed by such a message,
+/// by the subscription's loss or renewal (messages may have been missed), by the end of its
+/// time, or by its task's cancellation, whichever comes first. Continuations are resumed outside
+/// the lock.
 final class FleetAnnouncements: Sendable {
     private struct Waiter {
-        let after: Int64
+        let after: Int
         let continuation: CheckedContinuation<Bool, Never>
     }
 
     private struct State {
-        var announced: Int64 = 0
+        var heard = 0
         var ready = false
         var waiters: [UUID: Waiter] = [:]
         var readyWaiters: [UUID: CheckedContinuation<Bool, Never>] = [:]
@@ -23,13 +27,15 @@ final class FleetAnnouncements: Sendable {
     /// Whether the subscription heard its own test message and has not been lost since.
     var isReady: Bool { state.withLock { $0.ready } }
 
-    /// A fence was announced: wakes the waiters that know an older one.
-    func announce(_ fence: Int64) {
+    /// How many hints were heard so far (messages, and the subscription's losses and renewals).
+    var heardCount: Int { state.withLock { $0.heard } }
+
+    /// A message was heard on the channel: wakes every waiter.
+    func heard() {
         let woken = state.withLock { state -> [CheckedContinuation<Bool, Never>] in
-            state.announced = max(state.announced, fence)
-            let due = state.waiters.filter { $0.value.after < fence }
-            for id in due.keys { state.waiters[id] = nil }
-            return due.values.map(\.continuation)
+            state.heard += 1
+            defer { state.waiters = [:] }
+            return state.waiters.values.map(\.continuation)
         }
         for continuation in woken { continuation.resume(returning: true) }
     }
@@ -44,22 +50,17 @@ final class FleetAnnouncements: Sendable {
         for continuation in woken { continuation.resume(returning: true) }
     }
 
-    /// The subscription ended: announcements may be missed until it is active again, so the
-    /// waiters look at Redis now rather than wait out their time.
+    /// The subscription ended: messages may be missed until it is active again, so the waiters
+    /// read the record now rather than wait out their time.
     func markLost() {
         state.withLock { $0.ready = false }
-        wakeAll()
+        heard()
     }
 
-    /// The subscription was confirmed (again): announcements published while it was away were
-    /// missed, so the fence waiters look at Redis now (as if a fence had been announced: their
-    /// lease holder is not presumed dead).
+    /// The subscription was confirmed (again): messages published while it was away were
+    /// missed, so the waiters read the record now (their lease holder is not presumed dead).
     func resubscribed() {
-        let woken = state.withLock { state -> [CheckedContinuation<Bool, Never>] in
-            defer { state.waiters = [:] }
-            return state.waiters.values.map(\.continuation)
-        }
-        for continuation in woken { continuation.resume(returning: true) }
+        heard()
     }
 
     /// Wakes every waiter (as if its time had run out).
@@ -74,13 +75,13 @@ final class FleetAnnouncements: Sendable {
         for continuation in woken { continuation.resume(returning: false) }
     }
 
-    /// Whether a fence above `after` was announced within `limit` (`true` at once if one was).
-    func wait(forFenceAbove after: Int64, within limit: Duration) async -> Bool {
+    /// Whether a hint was heard after the `after`th within `limit` (`true` at once if one was).
+    func wait(forMessageAfter after: Int, within limit: Duration) async -> Bool {
         let id = UUID()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let now = state.withLock { state -> Bool in
-                    if state.announced > after { return true }
+                    if state.heard > after { return true }
                     state.waiters[id] = Waiter(after: after, continuation: continuation)
                     return false
                 }

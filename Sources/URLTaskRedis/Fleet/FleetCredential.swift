@@ -35,11 +35,13 @@ import FoundationNetworking
 /// The other processes wait for that announcement (not polling), at most as long as the lease
 /// lives; if it expired without a new credential (its holder died), one of them takes it over.
 ///
-/// **A refused refresh token** (`invalid_grant`) is not taken as final at once by the holder: a
-/// process whose lease expired while its token request was under way, or one that refreshed
-/// while Redis was away and has not written back yet, may hold the rotated one. The holder reads
-/// the record, and if nothing newer is there waits one lease's life for an announcement, before
-/// the refusal stands (and the authenticator asks the user to sign in).
+/// **The refresh token is one fleet-wide fact.** The lease marks the refresh token its holder
+/// is about to send; a successor that finds the mark (the holder died, perhaps after the server
+/// rotated the token) does what ``Configuration/refreshTokenInFlightAtTakeover`` says. A refused
+/// refresh token (`invalid_grant`) is recorded in the record (a fingerprint, never the token)
+/// unless the record holds a newer credential by then, and announced: no process sends it
+/// again, and every one fails with an `OAuth2Error` that `requiresSignIn`. An announcement is a
+/// hint: it makes a waiting process read the record, which decides.
 ///
 /// **A caller that gives up** (its task is cancelled, as the `OAuth2RefreshReactor` does when
 /// its run times out) stops waiting at once, but the refresh runs on to its end: a refresh token
@@ -49,13 +51,17 @@ import FoundationNetworking
 /// **No round trip while the token is fresh.** The authenticator keeps the credential in
 /// memory; this store is read at the authenticator's first load and by refreshes only.
 ///
-/// **When Redis is unreachable** (``RedisError`` `.connectionClosed` or `.timeout`), each
-/// process refreshes on its own (``Event/redisUnreachable``, then ``Event/refreshedAlone``),
-/// from the newest credential it has seen, never an older one. A credential the token endpoint
-/// issued, a sign-in or a sign-out that could not be written is kept and written back when
-/// Redis answers again (``Event/wroteBack``), also after Redis lost its data. With rotating
-/// refresh tokens, two processes that both refresh during an outage can still invalidate each
-/// other: the fleet can only coordinate through Redis.
+/// **When Redis is unreachable** (``RedisError`` `.connectionClosed` or `.timeout`, or a reply
+/// that means "not yet" such as `LOADING`), a renewal ahead of the token's expiry keeps the
+/// still-valid token (``Event/keptWhileRedisAway``); an expired or refused one waits for Redis
+/// up to ``Configuration/redisOutageWait`` (``Event/waitingForRedis``) and only then refreshes
+/// alone (``Event/refreshedAlone``), from the newest credential it has seen, never an older one.
+/// A credential the token endpoint issued, a sign-in or a sign-out that could not be written is
+/// kept and written back when Redis answers again (``Event/wroteBack``), also after Redis lost
+/// its data. A lone refresh that is refused waits for Redis and takes a newer credential another
+/// process wrote back, if one comes. With rotating refresh tokens, two processes that both
+/// refresh alone during one outage can still invalidate each other: the fleet can only
+/// coordinate through Redis.
 ///
 /// **Signing in and out.** A sign-in (the authenticator's `OAuth2Authenticator.signIn(_:)`)
 /// is written with a new fence whatever Redis holds; a sign-out leaves a record with no
@@ -90,6 +96,20 @@ public final class FleetCredential: Sendable {
         case staleWriteRefused
         /// A lease lived out without a new credential (its holder died or failed): taken over.
         case leaseExpired
+        /// This process took the lease and asks the token endpoint (or finds the refresh token
+        /// presumed spent).
+        case leaseWon
+        /// The fleet's refresh token was refused (`invalid_grant`), or presumed spent, and that
+        /// was recorded in Redis and announced: no process sends it again.
+        case refusalRecorded
+        /// A refusal recorded by another process ended this refresh without a token request.
+        case refusalAdopted
+        /// Redis could not be reached for an expired credential: this refresh waits for it, up
+        /// to ``Configuration/redisOutageWait``, before refreshing alone.
+        case waitingForRedis
+        /// Redis could not be reached while the credential presented was still valid: it is
+        /// kept, not renewed alone (until it expires, or the server refuses it).
+        case keptWhileRedisAway
     }
 
     /// Everything a fleet credential is configured with, as plain values (a child process can be
@@ -113,18 +133,54 @@ public final class FleetCredential: Sendable {
         /// confirmed before taking the lease (once per subscription): an announcement sent before
         /// the subscription is active would be missed and cost a lease's life.
         public var subscriptionReadyTimeout: Duration
+        /// How many times in a row one refresh may find the lease held by another process that
+        /// then produces no new credential, before it fails with ``FleetCredentialError``
+        /// (``FleetCredentialError/Kind/leaseRoundsExhausted``). Each round lasts at most a lease.
+        public var maximumLeaseRounds: Int
+        /// How long a refresh of an expired credential waits for an unreachable Redis (trying it
+        /// every 250 ms) before this process refreshes alone, which with rotating refresh tokens
+        /// can cost the other processes theirs. Also how long a lone refresh that was refused
+        /// waits for Redis to learn whether another process holds a newer credential. Keep it
+        /// below the refresh reactor's timeout (30 s) and the requests' own.
+        public var redisOutageWait: Duration
+        /// What a lease holder does with a refresh token that an earlier holder took the lease
+        /// to send and never reported on (it died, perhaps after the server rotated the token).
+        public var refreshTokenInFlightAtTakeover: InFlightTakeover
 
-        /// A configuration with a lease of 30 s (three times the token endpoint's default
-        /// timeout) and write-backs from 100 ms to 5 s apart.
+        /// What to do with a refresh token found in flight at a takeover: whether the token
+        /// endpoint forgives a refresh token sent twice.
+        public enum InFlightTakeover: Sendable, Equatable {
+            /// Send it once more (the default). Right for a server that does not rotate refresh
+            /// tokens, or forgives a reused one within a grace window (Okta's grace period,
+            /// Auth0's reuse interval): the fleet goes on with 0 failures. With strict rotation
+            /// the resend is refused (`invalid_grant`), the refusal is recorded, and the fleet
+            /// signs in again: one token request more than ``requireSignIn``.
+            case resendOnce
+            /// Never send it again: the fleet signs in again at once. For a server with strict
+            /// rotation whose reuse detection you would rather not trip (it revokes the token
+            /// family and may alert), at the price of a sign-in when a holder died before its
+            /// request left.
+            case requireSignIn
+        }
+
+        /// A configuration with a lease of 15 s (longer than the token endpoint's default 10 s
+        /// timeout, half the refresh reactor's 30 s), write-backs from 100 ms to 5 s apart, 4
+        /// lease rounds, a 10 s wait for an unreachable Redis, and one resend of a refresh token
+        /// found in flight.
         public init(
-            keyPrefix: String, leaseTimeToLive: Duration = .seconds(30), writeBackDelay: Duration = .milliseconds(100),
-            maximumWriteBackDelay: Duration = .seconds(5), subscriptionReadyTimeout: Duration = .seconds(1)
+            keyPrefix: String, leaseTimeToLive: Duration = .seconds(15), writeBackDelay: Duration = .milliseconds(100),
+            maximumWriteBackDelay: Duration = .seconds(5), subscriptionReadyTimeout: Duration = .seconds(1),
+            maximumLeaseRounds: Int = 4, redisOutageWait: Duration = .seconds(10),
+            refreshTokenInFlightAtTakeover: InFlightTakeover = .resendOnce
         ) {
             self.keyPrefix = keyPrefix
             self.leaseTimeToLive = leaseTimeToLive
             self.writeBackDelay = writeBackDelay
             self.maximumWriteBackDelay = maximumWriteBackDelay
             self.subscriptionReadyTimeout = subscriptionReadyTimeout
+            self.maximumLeaseRounds = maximumLeaseRounds
+            self.redisOutageWait = redisOutageWait
+            self.refreshTokenInFlightAtTakeover = refreshTokenInFlightAtTakeover
         }
     }
 
@@ -162,7 +218,11 @@ public final class FleetCredential: Sendable {
         self.isTokenRequest = isTokenRequest
         self.refresher = refresh
         self.keys = FleetCredentialKeys(prefix: configuration.keyPrefix)
-        self.state = LockedState(FleetCredentialStateMachine(refusalWait: configuration.leaseTimeToLive))
+        self.state = LockedState(
+            FleetCredentialStateMachine(
+                maximumRounds: configuration.maximumLeaseRounds, refusalWait: configuration.leaseTimeToLive,
+                outageWait: configuration.redisOutageWait,
+                allowedSends: configuration.refreshTokenInFlightAtTakeover == .resendOnce ? 2 : 1))
     }
 
     /// A fleet credential renewed with the refresh-token grant at `tokenEndpoint`.
@@ -197,7 +257,8 @@ public final class FleetCredential: Sendable {
         refreshBackoff: Duration = OAuth2Authenticator.defaultRefreshBackoff,
         onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil
     ) -> OAuth2Authenticator {
-        OAuth2Authenticator(
+        state.withLock { $0.authenticatorLeeway = refreshLeeway }
+        return OAuth2Authenticator(
             origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff,
             isTokenRequest: isTokenRequest, onRefreshFailure: onRefreshFailure, refresh: refresh)
     }
@@ -259,25 +320,31 @@ public final class FleetCredential: Sendable {
     }
 
     private func runRefresh(_ presented: OAuth2Credential) async throws -> OAuth2Credential {
-        var lease: (token: String, fence: Int64)?
+        // One lease token for the whole refresh: a lease script whose reply was lost to a slow
+        // Redis took the lease for this token, and the next attempt finds it its own.
+        let token = UUID().uuidString
+        var mayHoldLease = false
         defer {
             transition { $0.refreshEnded() }
             tasks.withLock { $0.refresh = nil }
             scheduleWriteBackIfOwed()
         }
         do {
-            return try await refreshLoop(presented, lease: &lease)
+            let credential = try await refreshLoop(presented, token: token, mayHoldLease: &mayHoldLease)
+            if mayHoldLease { await release(token) }
+            return credential
         } catch {
-            // A Redis reply error (an ACL refusal, say) or a stored value that is no credential.
-            if let lease { await release(lease.token) }
+            if mayHoldLease { await release(token) }
             throw error
         }
     }
 
     private func refreshLoop(
-        _ presented: OAuth2Credential, lease: inout (token: String, fence: Int64)?
+        _ presented: OAuth2Credential, token: String, mayHoldLease: inout Bool
     ) async throws -> OAuth2Credential {
         var endpointError: (any Error)?
+        // The announcements heard before the record was last read: a wait ends at the next one.
+        var heard = announcements.heardCount
         var action = transition { $0.refreshRequested(presented, now: Date()) }
         while true {
             switch action {
@@ -285,30 +352,36 @@ public final class FleetCredential: Sendable {
                 if await perform(pending) {
                     action = transition { $0.continueAfterWriteBack() }
                 } else {
-                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                    action = transition { $0.redisUnreachable(now: Date()) } ?? .fail(.noProgress)
                 }
-            case .acquireLease:
+            case .acquireLease(let sending):
                 await ensureSubscribed()
-                let token = UUID().uuidString
                 let known = state.withLock { $0.newest?.fence ?? 0 }
+                heard = announcements.heardCount
                 do {
                     let reply = try FleetCredentialScripts.elements(
                         await client.run(
                             FleetCredentialScripts.acquire, keys: [keys.lease, keys.fence, keys.record],
-                            arguments: [token, String(Self.milliseconds(configuration.leaseTimeToLive)), String(known)]))
-                    let stored = try FleetCredentialScripts.record(fence: reply[safe: 2], json: reply[safe: 3])
+                            arguments: [token, String(Self.milliseconds(configuration.leaseTimeToLive)), String(known), sending]))
+                    let stored = try FleetCredentialScripts.record(reply, at: 3)
                     let number = FleetCredentialScripts.integer(reply[safe: 1]) ?? 0
+                    let now = Date()
                     switch FleetCredentialScripts.integer(reply.first) {
                     case 1:
-                        lease = (token, number)
-                        action = transition { $0.leaseWon(fence: number, stored: stored, now: Date()) }
+                        mayHoldLease = true
+                        let sends = Int(FleetCredentialScripts.integer(reply[safe: 2]) ?? 1)
+                        action = transition { $0.leaseWon(fence: number, sends: sends, stored: stored, now: now) }
                     case 2:
-                        action = transition { $0.leaseNotTaken(stored: stored, now: Date()) }
+                        action = transition { $0.leaseNotTaken(stored: stored, now: now) }
+                    case 3:
+                        action = transition { $0.leaseRefused(stored: stored, now: now) }
                     default:
-                        action = transition { $0.leaseLost(stored: stored, remaining: .milliseconds(number), now: Date()) }
+                        action = transition { $0.leaseLost(stored: stored, remaining: .milliseconds(number), now: now) }
                     }
                 } catch let error as RedisError where Self.isUnreachable(error) {
-                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                    // A slow Redis may have run the script after the reply timed out.
+                    mayHoldLease = true
+                    action = transition { $0.redisUnreachable(now: Date()) } ?? .fail(.noProgress)
                 }
             case .callEndpoint(let credential):
                 do {
@@ -316,62 +389,94 @@ public final class FleetCredential: Sendable {
                     action = transition { $0.endpointAnswered(renewed) }
                 } catch {
                     endpointError = error
-                    action = transition { $0.endpointFailed(requiresSignIn: (error as? OAuth2Error)?.requiresSignIn == true) }
+                    let requiresSignIn = (error as? OAuth2Error)?.requiresSignIn == true
+                    action = transition { $0.endpointFailed(requiresSignIn: requiresSignIn, now: Date()) }
                 }
             case .commit(let fence, let credential):
                 do {
                     let reply = try FleetCredentialScripts.elements(
                         await client.run(
                             FleetCredentialScripts.commit, keys: [keys.record, keys.lease],
-                            arguments: [String(fence), try FleetCredentialScripts.encode(credential), lease?.token ?? "", keys.channel]))
-                    lease = nil  // The script released it if it still held it.
+                            arguments: [String(fence), try FleetCredentialScripts.encode(credential), token, keys.channel]))
+                    mayHoldLease = false  // The script released it if it still held it.
                     if FleetCredentialScripts.integer(reply.first) == 1 {
                         action = transition { $0.committed(fence: fence) }
                     } else {
-                        let stored = try FleetCredentialScripts.record(fence: reply[safe: 1], json: reply[safe: 2])
+                        let stored = try FleetCredentialScripts.record(reply, at: 1)
                         action = transition { $0.commitRefused(stored: stored, now: Date()) }
                     }
                 } catch let error as RedisError where Self.isUnreachable(error) {
-                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                    action = transition { $0.redisUnreachable(now: Date()) } ?? .fail(.noProgress)
                 }
-            case .waitForUpdate(let after, let within):
-                let announced = await announcements.wait(forFenceAbove: after, within: within)
-                action = transition { $0.waitEnded(timedOut: !announced) }
+            case .recordRefusal(let fingerprint, let base):
+                do {
+                    let reply = try FleetCredentialScripts.elements(
+                        await client.run(
+                            FleetCredentialScripts.refuse, keys: [keys.record, keys.lease],
+                            arguments: [fingerprint, String(base), keys.channel, token]))
+                    mayHoldLease = false
+                    if FleetCredentialScripts.integer(reply.first) == 1 {
+                        action = transition { $0.refusalRecorded(fingerprint: fingerprint) }
+                    } else {
+                        let stored = try FleetCredentialScripts.record(reply, at: 1)
+                        action = transition { $0.refusalSuperseded(stored: stored, now: Date()) }
+                    }
+                } catch let error as RedisError where Self.isUnreachable(error) {
+                    action = transition { $0.redisUnreachable(now: Date()) } ?? .fail(.endpointError)
+                }
+            case .waitForUpdate(let within):
+                let woken = await announcements.wait(forMessageAfter: heard, within: within)
+                action = transition { $0.waitEnded(timedOut: !woken, now: Date()) }
+            case .pauseForRedis(let delay):
+                if delay > .zero { try? await Task.sleep(for: delay) }
+                action = transition { $0.redisRetryDue(now: Date()) }
             case .reload:
+                heard = announcements.heardCount
                 do {
                     let stored = try await readRecord()
                     action = transition { $0.reloaded(stored, now: Date()) }
                 } catch let error as RedisError where Self.isUnreachable(error) {
-                    action = transition { $0.redisUnreachable() } ?? .fail(.noProgress)
+                    action = transition { $0.redisUnreachable(now: Date()) } ?? .fail(.noProgress)
                 }
             case .finish(let credential):
-                if let held = lease {
-                    lease = nil
-                    await release(held.token)
-                }
                 return credential
             case .fail(let failure):
-                if let held = lease {
-                    lease = nil
-                    await release(held.token)
-                }
-                switch failure {
-                case .signedOut: throw OAuth2Error.notSignedIn
-                case .endpointError: throw endpointError ?? OAuth2Error.notSignedIn
-                case .noProgress:
-                    throw RedisError(kind: .timeout, message: "the fleet's refresh lease changed hands without a new credential")
-                }
+                throw error(for: failure, endpointError: endpointError)
             }
         }
     }
 
+    /// What a caller gets for a refresh that ended with `failure`: the one error rule of the
+    /// kit (``OAuth2Error`` for what requires signing in, the endpoint's own error), and a
+    /// ``FleetCredentialError`` naming this fleet when its leases ran out.
+    private func error(for failure: FleetCredentialStateMachine.Failure, endpointError: (any Error)?) -> any Error {
+        switch failure {
+        case .signedOut:
+            return OAuth2Error.notSignedIn
+        case .endpointError:
+            return endpointError ?? OAuth2Error.notSignedIn
+        case .refused:
+            return OAuth2Error.tokenRequestRejected(
+                status: 400, error: "invalid_grant",
+                description: "the fleet's refresh token was refused, for another process of the fleet (recorded in Redis)")
+        case .presumedSpent:
+            return OAuth2Error.tokenRequestRejected(
+                status: 400, error: "invalid_grant",
+                description: "the fleet's refresh token was in flight when its lease holders stopped; presumed spent "
+                    + "(FleetCredential.Configuration.refreshTokenInFlightAtTakeover)")
+        case .noProgress:
+            return FleetCredentialError(
+                kind: .leaseRoundsExhausted, keyPrefix: configuration.keyPrefix, rounds: configuration.maximumLeaseRounds)
+        }
+    }
+
     private func release(_ token: String) async {
-        _ = try? await client.run(FleetCredentialScripts.release, keys: [keys.lease], arguments: [token])
+        _ = try? await client.run(FleetCredentialScripts.release, keys: [keys.lease, keys.record], arguments: [token])
     }
 
     private func readRecord() async throws -> FleetCredentialStateMachine.Record? {
-        let reply = try FleetCredentialScripts.elements(await client.send(["HMGET", keys.record, "fence", "credential"]))
-        return try FleetCredentialScripts.record(fence: reply[safe: 0], json: reply[safe: 1])
+        let reply = try FleetCredentialScripts.elements(await client.send(["HMGET", keys.record] + FleetCredentialScripts.recordFields))
+        return try FleetCredentialScripts.record(reply, at: 0)
     }
 
     // MARK: Writes owed
@@ -389,7 +494,7 @@ public final class FleetCredential: Sendable {
                 let fence = FleetCredentialScripts.integer(reply[safe: 1]) ?? 0
                 transition { $0.writeBackAccepted(id: pending.id, fence: fence) }
             } else {
-                let stored = try? FleetCredentialScripts.record(fence: reply[safe: 1], json: reply[safe: 2])
+                let stored = try? FleetCredentialScripts.record(reply, at: 1)
                 transition { $0.writeBackRefused(id: pending.id, stored: stored) }
             }
             return true
@@ -470,8 +575,9 @@ public final class FleetCredential: Sendable {
                     let text = String(decoding: message, as: UTF8.self)
                     if text == nonce {
                         announcements.markReady()
-                    } else if let fence = Int64(text) {
-                        announcements.announce(fence)
+                    } else if !text.hasPrefix("ready:") {
+                        // A hint, whatever it says: the waiters read the record, which decides.
+                        announcements.heard()
                     }
                 }
             } catch {}
@@ -494,9 +600,19 @@ public final class FleetCredential: Sendable {
         return result
     }
 
+    /// Whether `error` says Redis cannot serve the fleet now, rather than refusing what was asked:
+    /// no connection, no answer in time, or an error reply that means "not yet" (a Redis still
+    /// loading its data after a restart, busy with a script, a replica without its primary).
     static func isUnreachable(_ error: RedisError) -> Bool {
-        error.kind == .connectionClosed || error.kind == .timeout
+        switch error.kind {
+        case .connectionClosed, .timeout: true
+        case .reply(let code): transientReplyCodes.contains(code)
+        default: false
+        }
     }
+
+    /// The error replies Redis gives while it cannot serve yet, whatever the command.
+    static let transientReplyCodes: Set<String> = ["LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"]
 
     static func milliseconds(_ duration: Duration) -> Int64 {
         let (seconds, attoseconds) = duration.components
