@@ -150,6 +150,42 @@ final class RedisClientTests: XCTestCase {
             "figures: round trip (PING, median of 200) \(median); 1,000 pipelined INCR \(pipelined); 1,000 pipelined PING \(pingTime)")
     }
 
+    // MARK: - Reply limits
+
+    /// Real Redis replies against the two limits: a value larger than `maximumReplySize` fails
+    /// its command with a `.protocolViolation` naming the setting, the client reconnects for
+    /// the next command, and the limit is per reply (a pipeline of replies that each fit, more
+    /// than the limit together, is read); `XREAD` answers 5 levels deep, within the default
+    /// depth and past a depth of 4.
+    func testTheReplyLimitsAreConfigurableAndPerReply() async throws {
+        let admin = client()
+        _ = try await admin.send(["SET", "big", String(repeating: "b", count: 2 << 20)])
+        _ = try await admin.send(["SET", "half", String(repeating: "h", count: 600 << 10)])
+        let small = client { $0.maximumReplySize = 1 << 20 }
+        let refused = await assertRedisError([.protocolViolation]) { try await small.send(["GET", "big"]) }
+        XCTAssertEqual(refused?.message.contains("maximumReplySize (1 MiB)"), true, refused?.message ?? "")
+        let pong = try await small.send(["PING"])
+        XCTAssertEqual(pong, .simpleString("PONG"))
+        let halves = try await small.pipeline([["GET", "half"], ["GET", "half"], ["GET", "half"]])
+        XCTAssertEqual(halves.map { $0.data?.count }, [600 << 10, 600 << 10, 600 << 10])
+        let roomy = client { $0.maximumReplySize = 4 << 20 }
+        let value = try await roomy.send(["GET", "big"])
+        XCTAssertEqual(value.data?.count, 2 << 20)
+
+        _ = try await admin.send(["XADD", "stream", "*", "field", "value"])
+        let read = try await admin.send(["XREAD", "STREAMS", "stream", "0"])
+        XCTAssertEqual(Self.depth(of: read), 5)
+        let shallow = client { $0.maximumReplyDepth = 4 }
+        let tooDeep = await assertRedisError([.protocolViolation]) { try await shallow.send(["XREAD", "STREAMS", "stream", "0"]) }
+        XCTAssertEqual(tooDeep?.message.contains("maximumReplyDepth (4 levels)"), true, tooDeep?.message ?? "")
+    }
+
+    /// How many arrays deep a value is (a scalar is 0).
+    private static func depth(of value: RESPValue) -> Int {
+        guard case .array(let elements?) = value else { return 0 }
+        return 1 + (elements.map { depth(of: $0) }.max() ?? 0)
+    }
+
     // MARK: - AUTH and SELECT
 
     func testAuthWithAnACLUserAndAWrongPassword() async throws {

@@ -39,6 +39,13 @@ public struct RedisScript: Sendable, Hashable {
 /// timeout). Cancelling a caller's task does not withdraw a command already written: the reply
 /// timeout bounds the wait. RESP3 push messages (`CLIENT TRACKING`) are not supported on the
 /// command connection.
+///
+/// A reply's bytes come from the network, so each reply is bounded: nested at most
+/// ``Configuration/maximumReplyDepth`` deep (32 by default) and holding at most
+/// ``Configuration/maximumReplySize`` while it is read (16 MiB by default). A reply past either
+/// fails its command with `.protocolViolation`, whose message names the setting to raise, and
+/// closes the connection as bytes that are not RESP do (the next command reconnects); a peer
+/// announcing gigabytes is refused at the header, before its bytes are read.
 public final class RedisClient: Sendable {
     /// Where Redis is and how to talk to it: one value per client, fixed at creation.
     public struct Configuration: Sendable {
@@ -72,6 +79,36 @@ public final class RedisClient: Sendable {
         /// answer within `replyTimeout` and it reconnects (a server gone without closing the
         /// connection, a network partition, is otherwise never noticed by a subscriber).
         public var subscriptionHealthCheckInterval: Duration = .seconds(15)
+        /// The deepest nesting of arrays (maps, sets, pushes) a reply may have: 32 by default,
+        /// at most 128 (a larger setting counts as 128, values below 1 as 1). Redis's own
+        /// replies are a few levels deep (`XREAD`'s are 5) and the fleet's scripts answer flat
+        /// arrays; a peer that nests deeper is not Redis, and a value nested 100,000 deep
+        /// overflowed the stack of the thread that released it. A deeper reply fails its
+        /// command with `.protocolViolation`, whose message names this setting, and closes the
+        /// connection (the stream cannot be resynchronised).
+        public var maximumReplyDepth: Int = Configuration.defaultMaximumReplyDepth
+        /// The most memory one reply may hold while it is read: 16 MiB by default (as
+        /// `URLTaskManager.Options.maximumHeldBodySize`). Counted are the bytes of its strings,
+        /// as their headers announce them, and the storage of its arrays (about 24 bytes an
+        /// element), so a reply announcing more is refused at its header, before its bytes are
+        /// read, and an endless one once it holds the limit; either fails its command with
+        /// `.protocolViolation`, whose message names this setting, and closes the connection.
+        /// The fleet's records and answers are a few hundred bytes; raise it to `GET` larger
+        /// values (Redis's own limit on a string is 512 MB, `proto-max-bulk-len`, which stays
+        /// the limit on a bulk string whatever this says). A subscription's connection reads
+        /// each message under the same limit and holds at most this much of messages its
+        /// reader has not taken (see ``RedisClient/subscribe(to:onSubscribed:)``).
+        public var maximumReplySize: Int = Configuration.defaultMaximumReplySize
+
+        /// ``maximumReplyDepth``'s default.
+        static let defaultMaximumReplyDepth = 32
+        /// ``maximumReplySize``'s default.
+        static let defaultMaximumReplySize = 16 * 1024 * 1024
+        /// The deepest ``maximumReplyDepth`` can be set to: a value this deep is still compared,
+        /// printed, dumped and released on a thread with a 512 KiB stack (`RESPLimitTests`);
+        /// printing and `dump(_:)` recurse through reflection, about 2.5 KB of stack a level in a
+        /// debug build, and gave out at about 200 levels there.
+        static let maximumReplyDepthCeiling = 128
 
         /// Every setting but the endpoint has a default fit for a Redis on the same network.
         public init(
@@ -199,7 +236,8 @@ public final class RedisClient: Sendable {
     }
 
     /// Messages published on `channel`, on a connection of their own (resubscribed after a
-    /// reconnect); the stream ends when the task iterating it is cancelled or the client closes.
+    /// reconnect); the stream ends when the task iterating it is cancelled, when it is released,
+    /// or when the client closes.
     public func subscribe(to channel: String) -> AsyncThrowingStream<Data, any Error> {
         subscribe(to: channel, onSubscribed: {})
     }
@@ -208,24 +246,38 @@ public final class RedisClient: Sendable {
     /// and again after every reconnect (on the subscription's thread: keep it short). Messages published before it (or during a reconnect) are
     /// not delivered, so a waiter re-reads the state it waits on after each call. The stream
     /// throws (and ends) when the server refuses the subscription (`NOPERM`, `WRONGPASS`);
-    /// an unreachable server is retried with back-off, without ending the stream.
+    /// an unreachable server is retried with back-off, without ending the stream, and so is a
+    /// connection closed because a message was not RESP, passed the reply limits
+    /// (``Configuration/maximumReplyDepth``, ``Configuration/maximumReplySize``) or did not
+    /// arrive whole within ``Configuration/replyTimeout`` once begun.
+    ///
+    /// Messages the stream's reader has not taken yet are kept up to
+    /// ``Configuration/maximumReplySize`` bytes; past it the subscription reads nothing more
+    /// from its connection until the reader catches up, so that a flood nobody reads holds
+    /// bounded memory and the client drops no message. Redis then keeps the messages in its
+    /// output buffer, and closes a subscriber that is too far behind (its
+    /// `client-output-buffer-limit pubsub`): the subscription reconnects and `onSubscribed` is
+    /// called, as after any lost connection.
     public func subscribe(to channel: String, onSubscribed: @escaping @Sendable () -> Void) -> AsyncThrowingStream<Data, any Error> {
-        let (stream, continuation) = AsyncThrowingStream<Data, any Error>.makeStream()
         let subscription = RedisSubscription(
-            channel: channel, configuration: configuration, continuation: continuation, onSubscribed: onSubscribed,
+            channel: channel, configuration: configuration, onSubscribed: onSubscribed,
             onEnd: { [weak self] id in
                 self?.state.withLock { _ = $0.subscriptions.removeValue(forKey: id) }
             })
+        let reader = SubscriptionReader(subscription)
+        // Pulled, not pushed: a message is read off the connection only while the reader keeps
+        // up (within the budget), and the stream's end (its task cancelled, the stream
+        // released) releases `reader`, which stops the subscription.
+        let stream = AsyncThrowingStream<Data, any Error> { try await reader.next() }
         let accepted = state.withLock { state in
             guard !state.closed else { return false }
             state.subscriptions[ObjectIdentifier(subscription)] = subscription
             return true
         }
         guard accepted else {
-            continuation.finish(throwing: RedisError.closed("the client was closed"))
+            subscription.messages.finish(throwing: RedisError.closed("the client was closed"))
             return stream
         }
-        continuation.onTermination = { _ in subscription.stop() }
         subscription.start()
         return stream
     }
@@ -312,7 +364,7 @@ public final class RedisClient: Sendable {
         let outcome = result.flatMap { fd -> Result<RedisConnection, RedisError> in
             do throws(RedisError) {
                 return .success(
-                    try RedisConnection(fd: fd, replyTimeout: configuration.replyTimeout) { [weak self] connection in
+                    try RedisConnection(fd: fd, configuration: configuration) { [weak self] connection in
                         self?.state.withLock { $0.lifecycle.lost(connection) }
                     })
             } catch {

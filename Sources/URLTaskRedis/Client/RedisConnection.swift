@@ -35,21 +35,30 @@ final class RedisConnection: Sendable {
     private let wakeReader: Int32
     private let wakeWriter: Int32
     private let replyTimeout: Duration
+    /// The limits of the replies the reader reads (``RedisClient/Configuration/maximumReplyDepth``
+    /// and ``RedisClient/Configuration/maximumReplySize``).
+    private let maximumReplyDepth: Int
+    private let maximumReplySize: Int
     private let state = LockedState(State())
     /// Held while a command is queued and written: the wire order is the queue order. A plain
     /// mutex held across the socket write (never a continuation), always taken before `state`'s.
     private let writeLock = LockedState(())
     private let onClose: @Sendable (RedisConnection) -> Void
 
-    /// Takes over `fd` (connected, authenticated) and starts its reader thread.
-    init(fd: Int32, replyTimeout: Duration, onClose: @escaping @Sendable (RedisConnection) -> Void) throws(RedisError) {
+    /// Takes over `fd` (connected, authenticated) and starts its reader thread, which reads
+    /// replies within `configuration`'s timeout and limits.
+    init(
+        fd: Int32, configuration: RedisClient.Configuration, onClose: @escaping @Sendable (RedisConnection) -> Void
+    ) throws(RedisError) {
         let pair = try RedisSocket.makeWakePair()
         self.fd = fd
         self.wakeReader = pair.reader
         self.wakeWriter = pair.writer
-        self.replyTimeout = replyTimeout
+        self.replyTimeout = configuration.replyTimeout
+        self.maximumReplyDepth = configuration.maximumReplyDepth
+        self.maximumReplySize = configuration.maximumReplySize
         self.onClose = onClose
-        RedisSocket.setSendTimeout(fd, replyTimeout)
+        RedisSocket.setSendTimeout(fd, configuration.replyTimeout)
         let thread = Thread { [self] in readLoop() }
         thread.name = "URLTaskRedis reader"
         thread.start()
@@ -127,7 +136,7 @@ final class RedisConnection: Sendable {
     }
 
     private func readLoop() {
-        var parser = RESPParser()
+        var parser = RESPParser(maximumDepth: maximumReplyDepth, maximumSize: maximumReplySize)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
         defer { buffer.deallocate() }
         while true {
@@ -169,7 +178,7 @@ final class RedisConnection: Sendable {
                 violation = .violation("the server sent a reply no command was waiting for")
             }
             if let violation {
-                fail(first: violation, rest: .closed("the connection was closed after the server sent bytes that are not RESP"))
+                fail(first: violation, rest: .closed("the connection was closed after the server sent a reply the client could not read"))
                 return
             }
         }
@@ -220,7 +229,7 @@ enum RedisHandshake {
         if configuration.database != 0 { commands.append(["SELECT", String(configuration.database)]) }
         guard !commands.isEmpty else { return fd }
         do throws(RedisError) {
-            var parser = RESPParser()
+            var parser = RESPParser(limitsOf: configuration)
             let replies = try exchange(fd, commands, parser: &parser, timeout: configuration.replyTimeout)
             for (command, reply) in zip(commands, replies) {
                 if case .error(let text) = reply { throw RedisError.reply(text, command: command[0]) }

@@ -11,7 +11,9 @@ public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
         case timeout
         /// The connection closed, or could not be made.
         case connectionClosed
-        /// The server's bytes were not RESP.
+        /// The server's bytes were not RESP, or a reply passed the client's limits
+        /// (`RedisClient.Configuration.maximumReplyDepth`, `maximumReplySize`: the message says
+        /// which, and how to raise it). The connection was closed.
         case protocolViolation
     }
 

@@ -2,10 +2,12 @@ import Foundation
 import URLTaskManager
 
 /// One `subscribe(to:)` stream: a connection of its own on a thread of its own, which
-/// subscribes, yields each message's payload, and on a lost connection reconnects with back-off
-/// and subscribes again until stopped (the iterating task cancelled, or the client closed).
-/// Messages published while it is reconnecting are lost (Redis pub/sub keeps none): a consumer
-/// re-reads what it waits for after each `onSubscribed`.
+/// subscribes, hands each message's payload to ``messages``, and on a lost connection reconnects
+/// with back-off and subscribes again until stopped (the iterating task cancelled, the stream
+/// released, or the client closed). Messages published while it is reconnecting are lost (Redis
+/// pub/sub keeps none): a consumer re-reads what it waits for after each `onSubscribed`. Each
+/// message is read within the client's reply limits and, once it has begun, within the reply
+/// timeout; while ``messages`` holds its budget of unread messages, the thread stops reading.
 final class RedisSubscription: Sendable {
     private struct State {
         var stopped = false
@@ -13,23 +15,29 @@ final class RedisSubscription: Sendable {
     }
 
     let channel: String
+    /// The messages received and not yet read: what the stream's reader takes.
+    let messages: SubscriptionMessages
     private let configuration: RedisClient.Configuration
-    private let continuation: AsyncThrowingStream<Data, any Error>.Continuation
     private let onSubscribed: @Sendable () -> Void
     private let onEnd: @Sendable (ObjectIdentifier) -> Void
     private let state = LockedState(State())
     private let wake: (reader: Int32, writer: Int32)?
 
     init(
-        channel: String, configuration: RedisClient.Configuration, continuation: AsyncThrowingStream<Data, any Error>.Continuation,
-        onSubscribed: @escaping @Sendable () -> Void, onEnd: @escaping @Sendable (ObjectIdentifier) -> Void
+        channel: String, configuration: RedisClient.Configuration, onSubscribed: @escaping @Sendable () -> Void,
+        onEnd: @escaping @Sendable (ObjectIdentifier) -> Void
     ) {
         self.channel = channel
         self.configuration = configuration
-        self.continuation = continuation
         self.onSubscribed = onSubscribed
         self.onEnd = onEnd
-        self.wake = try? RedisSocket.makeWakePair()
+        let wake = try? RedisSocket.makeWakePair()
+        self.wake = wake
+        // The wake pair lives as long as this subscription, which its messages' reader holds.
+        let writer = wake?.writer
+        self.messages = SubscriptionMessages(budget: configuration.maximumReplySize) {
+            if let writer { RedisSocket.wake(writer) }
+        }
     }
 
     deinit {
@@ -61,7 +69,7 @@ final class RedisSubscription: Sendable {
     private func run() {
         defer { onEnd(ObjectIdentifier(self)) }
         guard let wake else {
-            continuation.finish(throwing: RedisError.closed("could not create a wake socket"))
+            messages.finish(throwing: RedisError.closed("could not create a wake socket"))
             return
         }
         var failures = 0
@@ -71,7 +79,7 @@ final class RedisSubscription: Sendable {
                 failures = 0
             } catch {
                 if case .reply = error.kind {
-                    continuation.finish(throwing: error)
+                    messages.finish(throwing: error)
                     return
                 }
                 failures += 1
@@ -93,11 +101,13 @@ final class RedisSubscription: Sendable {
                 }
             }
         }
-        continuation.finish()
+        messages.finish()
     }
 
-    /// One connection: subscribes and yields messages until the connection ends. Throws when
-    /// the attempt failed before the subscription was confirmed.
+    /// One connection: subscribes and hands over messages until the connection ends. Throws
+    /// when the attempt failed before the subscription was confirmed, and when the connection
+    /// is given up for a message: not RESP, past a reply limit, or not whole within the reply
+    /// timeout (the caller backs off before the next attempt, as after a failed one).
     private func session() throws(RedisError) {
         let fd = try RedisHandshake.open(configuration)
         let registered = state.withLock { state in
@@ -110,7 +120,7 @@ final class RedisSubscription: Sendable {
             RedisSocket.closeDescriptor(fd)
         }
         guard registered else { return }
-        var parser = RESPParser()
+        var parser = RESPParser(limitsOf: configuration)
         let replies = try RedisHandshake.exchange(fd, [["SUBSCRIBE", channel]], parser: &parser, timeout: configuration.replyTimeout)
         if case .error(let text) = replies[0] { throw RedisError.reply(text, command: "SUBSCRIBE") }
         guard case .array(let parts?) = replies[0], parts.first?.string?.lowercased() == "subscribe" else {
@@ -120,17 +130,44 @@ final class RedisSubscription: Sendable {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         var lastHeard = ContinuousClock.now
         var pingSentAt: ContinuousClock.Instant?
+        /// When the bytes of a message still incomplete began to arrive.
+        var messageBegan: ContinuousClock.Instant?
         while true {
+            var heard = false
             while let value = try parser.next() {
-                lastHeard = .now
-                pingSentAt = nil
+                heard = true
                 handle(value)
             }
+            if heard {
+                lastHeard = .now
+                pingSentAt = nil
+            }
+            // A message that has begun arrives whole within the reply timeout, as a reply does.
+            if !parser.isMidReply {
+                messageBegan = nil
+            } else if messageBegan == nil || heard {
+                messageBegan = .now
+            }
             guard let wake else { return }
+            if messages.isProducerPaused {
+                // The reader is a budget behind: read nothing until it has taken some.
+                waitForRoom(wake: wake.reader)
+                if isStopped { return }
+                // The time spent waiting was the reader's, not the server's.
+                lastHeard = .now
+                pingSentAt = nil
+                if messageBegan != nil { messageBegan = .now }
+                continue
+            }
             // Silent for the health-check interval: PING; no answer in the reply timeout: gone.
-            let deadline = pingSentAt.map { $0 + configuration.replyTimeout } ?? lastHeard + configuration.subscriptionHealthCheckInterval
-            let wait = RedisSocket.milliseconds(until: deadline)
+            let healthDeadline =
+                pingSentAt.map { $0 + configuration.replyTimeout } ?? lastHeard + configuration.subscriptionHealthCheckInterval
+            let messageDeadline = messageBegan.map { $0 + configuration.replyTimeout }
+            let wait = RedisSocket.milliseconds(until: min(healthDeadline, messageDeadline ?? healthDeadline))
             if wait == 0 {
+                if let messageDeadline, messageDeadline <= .now {
+                    throw .timeout("a message on a subscription did not arrive whole within \(configuration.replyTimeout)")
+                }
                 if pingSentAt != nil { return }
                 var ping: [UInt8] = []
                 RESPEncoder.append(["PING"], to: &ping)
@@ -148,10 +185,19 @@ final class RedisSubscription: Sendable {
         }
     }
 
+    /// Waits on the wake socket until the reader has made room (or the subscription stops).
+    private func waitForRoom(wake reader: Int32) {
+        while messages.isProducerPaused, !isStopped {
+            var entry = pollfd(fd: reader, events: Int16(POLLIN), revents: 0)
+            _ = poll(&entry, 1, -1)
+            RedisSocket.drain(reader)
+        }
+    }
+
     private func handle(_ value: RESPValue) {
         guard case .array(let parts?) = value, parts.count == 3, parts[0].string?.lowercased() == "message",
             let payload = parts[2].data
         else { return }
-        continuation.yield(payload)
+        _ = messages.deliver(payload)
     }
 }
