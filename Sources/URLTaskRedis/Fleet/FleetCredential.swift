@@ -601,11 +601,12 @@ public final class FleetCredential: Sendable {
     }
 
     /// Whether `error` says Redis cannot serve the fleet now, rather than refusing what was asked:
-    /// no connection, no answer in time, or an error reply that means "not yet" (a Redis still
+    /// no connection, no answer in time, an answer that is not RESP or past the client's bounds
+    /// (the connection is replaced), or an error reply that means "not yet" (a Redis still
     /// loading its data after a restart, busy with a script, a replica without its primary).
     static func isUnreachable(_ error: RedisError) -> Bool {
         switch error.kind {
-        case .connectionClosed, .timeout: true
+        case .connectionClosed, .timeout, .protocolViolation: true
         case .reply(let code): transientReplyCodes.contains(code)
         default: false
         }
