@@ -608,7 +608,6 @@ public final class FleetCredential: Sendable {
         switch error.kind {
         case .connectionClosed, .timeout, .protocolViolation: true
         case .reply(let code): transientReplyCodes.contains(code)
-        default: false
         }
     }
 
