@@ -288,6 +288,43 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         XCTAssertTrue(told.contains("fellBack"), told)
     }
 
+    /// While Redis is away, at most ``FleetRateLimiter/Policy/maximumFallbackQueueLength``
+    /// requests wait for a host; the others fail at once with `rateLimitQueueFull`, as with
+    /// `RateLimiter` (the waiting ones wait in the fleet limiter's line, not in the fallback's).
+    func testTheFallbackQueueBoundRefusesPastIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.shutdown() }
+        server.route("/b") { _ in .text("ok") }
+        let redis = RedisClient(
+            configuration: .init(
+                endpoint: .tcp(host: "127.0.0.1", port: try TestSockets.freePort()), connectTimeout: .milliseconds(300),
+                replyTimeout: .milliseconds(300)))
+        defer { redis.close() }
+        let limiter = FleetRateLimiter(
+            redis: redis,
+            policy: .init(
+                rate: 10, burst: 1, processCount: 1, keyPrefix: "fleet-bound", probeDelay: .seconds(60), maximumFallbackQueueLength: 2))
+        let manager = URLTaskManager(interceptors: [limiter])
+        let first = await FleetFetched.fetch(manager.session, URLRequest(url: server.url("/b?first")))
+        XCTAssertEqual(first.status, 200, "\(String(describing: first.error))")
+        XCTAssertFalse(limiter.isShared)
+        // Six at once, just after the bucket's one token went: two wait, four are refused.
+        let results = await withTaskGroup(of: FleetFetched.self) { group in
+            for index in 0..<6 {
+                group.addTask { await FleetFetched.fetch(manager.session, URLRequest(url: server.url("/b?i=\(index)"))) }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let refused = results.filter { ($0.error as? URLTaskError)?.code == .rateLimitQueueFull }
+        let answered = results.filter { $0.status == 200 }
+        printFigures("fallback bound 2: \(answered.count) answered, \(refused.count) refused of 6")
+        XCTAssertEqual(refused.count + answered.count, 6, "\(results.compactMap(\.error))")
+        XCTAssertGreaterThanOrEqual(refused.count, 3, "at most 2 wait (and one may have found a token)")
+        XCTAssertLessThanOrEqual(answered.count, 3)
+        let error = try XCTUnwrap(refused.first?.error as? URLTaskError)
+        XCTAssertTrue(error.underlying is RateLimitQueueFullError, "\(error)")
+    }
+
     /// An infinite rate limits nothing and asks Redis nothing; a rate that is not positive lets
     /// no request through, which then fails at its `timeoutInterval`, as with `RateLimiter`.
     func testAnInfiniteRateAsksNothingAndAZeroRateWaitsForTheTimeout() async throws {

@@ -27,14 +27,25 @@ import FoundationNetworking
 ///   pause already set is kept): every process's requests to that host wait it out, since the
 ///   script answers with the pause's remaining time before anything else. The process that saw
 ///   it also pauses at once, without waiting for the round trip.
-/// - **When Redis does not answer** (a closed connection, a refused connection, a timeout, or
-///   any other ``RedisError``), the limiter falls back to a local `RateLimiter`
-///   (``fallback``) at `rate / processCount` and `burst / processCount` (at least 1), emits
-///   ``Event/fellBack(reason:localRate:probeIn:)``, and asks Redis again on the first request
-///   after ``Policy/probeDelay`` (doubled after each failed probe, up to
+/// - **When Redis does not answer** (a closed connection, a refused connection, a timeout, a
+///   "not yet" reply such as `LOADING` from a Redis that is loading its data, `BUSY`,
+///   `MASTERDOWN` or `TRYAGAIN`, or any other ``RedisError``), the limiter falls back to a local
+///   `RateLimiter` (``fallback``) at `rate / processCount` and `burst / processCount` (at
+///   least 1), emits ``Event/fellBack(reason:localRate:probeIn:)``, and asks Redis again on the
+///   first request after ``Policy/probeDelay`` (doubled after each failed probe, up to
 ///   ``Policy/maximumProbeDelay``); when Redis answers it emits ``Event/rejoined`` and the
 ///   shared bucket is back. No request fails because Redis is away; if ``Policy/processCount``
-///   is right, the fleet still stays within the rate.
+///   is right, the fleet still stays within the rate, across the fall back and the rejoin too:
+///   - the first local turn comes no sooner than an empty local bucket would give it, at a
+///     random phase within one local interval (every process falls back at the same moment: the
+///     shared bucket may have just given its burst, and buckets started full together would add
+///     theirs and then release in lockstep);
+///   - the requests waiting while Redis is away wait in this limiter's line, one at a time in
+///     ``fallback``, so when Redis returns they ask the shared bucket instead of draining from a
+///     local queue beside it;
+///   - for ``Policy/maximumProbeDelay`` (and one local burst) after it rejoins, a process takes
+///     a local turn before each shared one: the other processes keep to their local share until
+///     their own next probe, and this one keeps to its share meanwhile.
 ///
 /// Keys: `<prefix>:tat:<host>` (the bucket) and `<prefix>:pause:<host>` (the pause), both with
 /// an expiry, `<host>` being `scheme://host:port` (`URLOrigin`). Nothing the limiter logs or
@@ -75,8 +86,11 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         public var probeDelay: Duration
         /// The longest wait between two probes of an absent Redis (the wait doubles up to it).
         public var maximumProbeDelay: Duration
-        /// The most requests that may wait for one host in the local fallback
-        /// (`RateLimiter.Policy.maximumQueueLength`); `nil` for no limit.
+        /// The most requests of this process that may wait for one host while the local bucket
+        /// decides (while Redis is away, and while a rejoin keeps to the local share): more fail
+        /// at once with a `URLTaskError` coded `URLTaskError.Code.rateLimitQueueFull` carrying a
+        /// `RateLimitQueueFullError`, as `RateLimiter.Policy.maximumQueueLength` fails them;
+        /// `nil` for no limit.
         public var maximumFallbackQueueLength: Int?
         /// Requests that are not limited.
         public var exempts: @Sendable (URLRequest) -> Bool
@@ -107,7 +121,8 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
     /// The local fallback's own decisions are ``fallback``'s events.
     public enum Event: Sendable {
         /// `task` must wait `wait` before it asks again (`paused`: a server's pause is the
-        /// reason); emitted once per request, at its first wait.
+        /// reason; otherwise the shared bucket's next turn, or the first local turn after a fall
+        /// back); emitted once per request, at its first wait.
         case delayed(task: URLTask.ID, host: String, wait: Duration, paused: Bool)
         /// `task` got its turn from Redis after waiting `waited` in all.
         case released(task: URLTask.ID, host: String, waited: Duration)
@@ -125,7 +140,10 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
     /// How fast requests may go.
     public let policy: Policy
     /// The local bucket used while Redis is away, at `rate / processCount`: its events
-    /// (`RateLimiter.events(bufferingNewest:)`) say what it decided then.
+    /// (`RateLimiter.events(bufferingNewest:)`) say what it decided then. The requests waiting
+    /// for a host wait in this limiter's line and enter it one at a time, so its events show
+    /// each waiting first in line; a request refused because too many wait
+    /// (``Policy/maximumFallbackQueueLength``) is refused by this limiter, before it.
     public let fallback: RateLimiter
     private let redis: RedisClient
     private let line = FleetHostLine()
@@ -141,13 +159,17 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         self.redis = redis
         let processes = max(1, policy.processCount)
         let burst = max(1, policy.burst)
+        let localRate = policy.rate / Double(processes)
+        let localBurst = max(1, burst / processes)
         self.fallback = RateLimiter(
             policy: .init(
-                rate: policy.rate / Double(processes), burst: max(1, burst / processes),
-                maximumQueueLength: policy.maximumFallbackQueueLength, pausingStatuses: policy.pausingStatuses,
-                maximumPause: policy.maximumPause, exempts: policy.exempts))
+                rate: localRate, burst: localBurst, maximumQueueLength: policy.maximumFallbackQueueLength,
+                pausingStatuses: policy.pausingStatuses, maximumPause: policy.maximumPause, exempts: policy.exempts))
+        let localInterval = localRate > 0 ? Duration(clampingSeconds: 1 / localRate) : .longestWait
         self.state = FleetRateLimiterState(
-            mode: FleetRateLimitMode(probeDelay: policy.probeDelay, maximumProbeDelay: policy.maximumProbeDelay))
+            mode: FleetRateLimitMode(
+                probeDelay: policy.probeDelay, maximumProbeDelay: policy.maximumProbeDelay, localInterval: localInterval,
+                localBurst: localBurst))
         // 100 years at most: a tiny rate waits "forever", and the µs stay exact in Lua's doubles.
         let interval = policy.rate > 0 ? min(1_000_000 / policy.rate, Self.longestWaitMicroseconds) : Self.longestWaitMicroseconds
         self.interval = interval.rounded(.up)
@@ -163,7 +185,8 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
     }
 
     /// Whether requests take their turns from Redis now (`false` while the local fallback is
-    /// in force): for a health check or a dashboard.
+    /// in force; `true` again from the rejoin, while requests also keep to the local share for
+    /// a while): for a health check or a dashboard.
     public var isShared: Bool { state.isShared }
 
     /// Lets the task go when the fleet's bucket for its host has a turn for it; until then it
@@ -177,10 +200,16 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         }
         let host = URLOrigin.description(of: task.request.url) ?? ""
         let started = ContinuousClock.now
-        try await line.enter(host)
+        // While the local bucket decides, the line holds as many as the fallback's queue may:
+        // the head (in the fallback) and those behind it.
+        let maximumQueued = state.needsLocalTurn(now: started) ? policy.maximumFallbackQueueLength.map { max($0, 1) - 1 } : nil
+        if case .refused(let queued) = try await line.enter(host, refusingPast: maximumQueued) {
+            task.annotate("fleet-rate-limit", "refused: \(queued + 1) requests wait for \(host) at the local share")
+            return .fail(URLTaskError(code: .rateLimitQueueFull, underlying: RateLimitQueueFullError(host: host, queued: queued + 1)))
+        }
         let outcome: TurnOutcome
         do {
-            outcome = try await takeTurn(task, host: host, started: started)
+            outcome = try await takeTurn(&task, context: context, host: host, started: started)
         } catch {
             line.leave(host)
             throw error
@@ -195,26 +224,33 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
                     "fleet-rate-limit", "sent after waiting \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
             }
             return .execute
-        case .local:
-            return try await fallback.intercept(&task, context: context)
+        case .local(let command):
+            return command
         }
     }
 
     private enum TurnOutcome {
-        /// Redis gave the turn, after a wait (`nil`: at once).
+        /// Redis gave the turn (after the local bucket's, during a rejoin), after a wait (`nil`:
+        /// at once).
         case went(waited: Duration?)
-        /// Redis is away: the local bucket decides.
-        case local
+        /// Redis is away: the local bucket decided (`.execute`, or its refusal).
+        case local(InterceptCommand)
     }
 
-    /// Asks Redis (or the local pause) until the task may go, sleeping as told in between.
-    private func takeTurn(_ task: URLTask, host: String, started: ContinuousClock.Instant) async throws -> TurnOutcome {
+    /// Asks Redis, the local bucket or both, as the mode says, until the task may go, sleeping as
+    /// told in between. Called at the head of the host's line, which it holds throughout.
+    private func takeTurn(
+        _ task: inout URLTask, context: InterceptContext, host: String, started: ContinuousClock.Instant
+    ) async throws -> TurnOutcome {
         var waited = false
+        var hasLocalTurn = false
+        let id = task.id
+        let annotated = task
         func wait(_ duration: Duration, paused: Bool) async throws {
             if !waited {
                 waited = true
-                decisions.emit(.delayed(task: task.id, host: host, wait: duration, paused: paused))
-                task.annotate("fleet-rate-limit", "waits \(duration) for \(host)\(paused ? " (paused)" : "")")
+                decisions.emit(.delayed(task: id, host: host, wait: duration, paused: paused))
+                annotated.annotate("fleet-rate-limit", "waits \(duration) for \(host)\(paused ? " (paused)" : "")")
             }
             try await Task.sleep(for: duration)
         }
@@ -225,8 +261,21 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
                 try await wait(pause, paused: true)
                 continue
             }
-            let route = state.requestArrived(now: now)
-            if route == .local { return .local }
+            let route = state.requestArrived(now: now, hasLocalTurn: hasLocalTurn)
+            switch route {
+            case .go:
+                return .local(.execute)
+            case .wait(let until):
+                try await wait(now.duration(to: until), paused: false)
+                continue
+            case .local:
+                let command = try await fallback.intercept(&task, context: context)
+                guard case .execute = command else { return .local(command) }
+                hasLocalTurn = true
+                continue
+            case .shared, .probe:
+                break
+            }
             let answer: FleetRateLimitScripts.Answer
             do {
                 let reply = try await redis.run(
@@ -239,16 +288,17 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
                     if route == .probe { state.probeAbandoned(now: .now) }
                     throw CancellationError()
                 }
-                if case .fellBack(let probeIn) = state.redisFailed(now: .now) {
+                if case .fellBack(let probeIn) = state.redisFailed(now: .now, phase: .random(in: 0..<1)) {
                     decisions.emit(.fellBack(reason: error, localRate: fallback.policy.rate, probeIn: probeIn))
                     task.annotate("fleet-rate-limit", "Redis did not answer (\(error)): the local bucket decides")
                 }
-                return .local
+                // The mode now says what the local bucket does (a probe that had its turn goes).
+                continue
             } catch {
                 if route == .probe { state.probeAbandoned(now: .now) }
                 throw error
             }
-            if state.redisAnswered() == .rejoined { decisions.emit(.rejoined) }
+            if state.redisAnswered(now: .now) == .rejoined { decisions.emit(.rejoined) }
             switch answer {
             case .go:
                 return .went(waited: waited ? started.duration(to: .now) : nil)
@@ -346,9 +396,14 @@ final class FleetRateLimiterState: Sendable {
 
     var isShared: Bool { state.withLock { $0.mode.isShared } }
 
-    func requestArrived(now: ContinuousClock.Instant) -> FleetRateLimitMode.Route { state.withLock { $0.mode.requestArrived(now: now) } }
-    func redisAnswered() -> FleetRateLimitMode.Action { state.withLock { $0.mode.redisAnswered() } }
-    func redisFailed(now: ContinuousClock.Instant) -> FleetRateLimitMode.Action { state.withLock { $0.mode.redisFailed(now: now) } }
+    func needsLocalTurn(now: ContinuousClock.Instant) -> Bool { state.withLock { $0.mode.needsLocalTurn(now: now) } }
+    func requestArrived(now: ContinuousClock.Instant, hasLocalTurn: Bool) -> FleetRateLimitMode.Route {
+        state.withLock { $0.mode.requestArrived(now: now, hasLocalTurn: hasLocalTurn) }
+    }
+    func redisAnswered(now: ContinuousClock.Instant) -> FleetRateLimitMode.Action { state.withLock { $0.mode.redisAnswered(now: now) } }
+    func redisFailed(now: ContinuousClock.Instant, phase: Double) -> FleetRateLimitMode.Action {
+        state.withLock { $0.mode.redisFailed(now: now, phase: phase) }
+    }
     func probeAbandoned(now: ContinuousClock.Instant) { state.withLock { $0.mode.probeAbandoned(now: now) } }
 
     /// Records a pause of `host` until `until`, unless a longer one is recorded; forgets the
