@@ -224,6 +224,83 @@ final class FleetFaultProcessTests: XCTestCase {
         XCTAssertLessThan(lastKnew, .seconds(2))
     }
 
+    // MARK: The rate limit while Redis goes and comes back
+
+    /// 8 processes × 100 requests through a `FleetRateLimiter` at 50/s in bursts of 10; Redis
+    /// stopped 2.5 s into the run (with its data) and started again 2.5 s later: no one-second
+    /// window of arrivals at the server above burst + rate + the documented arrival allowance,
+    /// and every request answered (before the rejoin fix, in-process: 107 to 115).
+    func testEightProcessesKeepTheRateWhileRedisGoesAndComesBack() async throws {
+        let redisServer = try RedisServerProcess(extraArguments: ["--appendonly", "yes", "--appendfsync", "always"])
+        defer { redisServer.stop() }
+        let oauth = try OAuthServer(name: "fleet", access: "fleet-start", refresh: "refresh-0")
+        defer { oauth.shutdown() }
+        let prefix = "urltask:cred:{j}"
+        try await FleetProcessTests.signIn(
+            redisServer, prefix: prefix, OAuth2Credential(accessToken: "fleet-start", refreshToken: "refresh-0", expiresAt: .distantFuture))
+        let processes = 8
+        let children = try await FleetProcessTests.spawn(
+            processes,
+            environment: FleetWorker.environment(
+                redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix, rate: (50, 10, processes)))
+        defer { for child in children { child.kill() } }
+        _ = try await FleetProcessTests.round(children, requests: 10, command: "WARM")
+
+        let started = ContinuousClock.now
+        for child in children { child.send("GO 100") }
+        // The outage, by the script: 2.5 s into the run, for 2.5 s.
+        try await Task.sleep(until: started + .milliseconds(2_500))
+        redisServer.stop()
+        try await Task.sleep(until: started + .seconds(5))
+        try redisServer.start()
+        var (ok, failed) = (0, 0)
+        for child in children {
+            let figures = FleetWorker.figures(try await child.line("FLEET-ROUND", within: 120))
+            ok += figures["ok", default: 0]
+            failed += figures["failed", default: 0]
+        }
+        for child in children { _ = try await child.finish(within: 30) }
+        let arrivals = oauth.apiRequests.filter { $0.path.hasPrefix("/api/items/") }.map(\.arrivedAt)
+        let busiest = fleetBusiestWindow(arrivals)
+        let afterReturn = fleetBusiestWindow(arrivals.filter { $0 >= started + .seconds(5) })
+        printFigures(
+            "FLEET-FIGURES 8 × 100 at 50/s burst 10, Redis away 2.5 s mid-run: ok=\(ok) failed=\(failed) busiest_second=\(busiest) "
+                + "after_return=\(afterReturn) in \(started.duration(to: .now))")
+        XCTAssertEqual(ok, processes * 100)
+        XCTAssertEqual(failed, 0)
+        XCTAssertLessThanOrEqual(busiest, 10 + 50 + fleetArrivalAllowance(rate: 50))
+    }
+
+    // MARK: A bogus announcement
+
+    /// One `PUBLISH <prefix>:updated 9223372036854775807` from any client the ACL allows, then an
+    /// expiry: the fleet refreshes once, as ever, and no request fails.
+    func testABogusAnnouncementChangesNothingForTheFleet() async throws {
+        let redisServer = try RedisServerProcess()
+        defer { redisServer.stop() }
+        let oauth = try OAuthServer(name: "fleet", access: "fleet-start", refresh: "refresh-0")
+        defer { oauth.shutdown() }
+        let prefix = "urltask:cred:{p}"
+        try await FleetProcessTests.signIn(
+            redisServer, prefix: prefix, OAuth2Credential(accessToken: "fleet-start", refreshToken: "refresh-0", expiresAt: .distantFuture))
+        let children = try await FleetProcessTests.spawn(
+            Self.processes,
+            environment: FleetWorker.environment(redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix))
+        defer { for child in children { child.kill() } }
+        _ = try await FleetProcessTests.round(children, requests: 10)
+        let rogue = RedisClient(configuration: redisServer.configuration())
+        defer { rogue.close() }
+        _ = try await rogue.send(["PUBLISH", prefix + ":updated", "9223372036854775807"])
+        oauth.delayTokenAnswers(by: .milliseconds(500))  // the others wait for the holder
+        for expiry in 1...2 {
+            oauth.revokeAccess()
+            let round = try await FleetProcessTests.round(children, requests: 20)
+            XCTAssertEqual(round.failed, 0, "after expiry \(expiry): \(round.lines)")
+            XCTAssertEqual(oauth.tokenRequestCount, expiry)
+        }
+        for child in children { _ = try await child.finish(within: 30) }
+    }
+
     // MARK: Support
 
     /// Waits for `stream`'s first element, at most `seconds`.
