@@ -38,13 +38,7 @@ final class FleetChildProcess: @unchecked Sendable {  // `output`, `exited` are 
             condition.broadcast()
             condition.unlock()
         }
-        // The concurrency pool's threads block some signals, and a child inherits the mask.
-        var everything = sigset_t()
-        var previous = sigset_t()
-        sigemptyset(&everything)
-        pthread_sigmask(SIG_SETMASK, &everything, &previous)
-        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
-        try process.run()
+        try process.runWithEverySignalUnblocked()
         let reader = pipe.fileHandleForReading
         Thread.detachNewThread { [weak self] in
             while true {

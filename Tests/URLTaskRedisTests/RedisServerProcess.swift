@@ -77,14 +77,7 @@ final class RedisServerProcess: @unchecked Sendable {  // Used from one test at 
             condition.broadcast()
             condition.unlock()
         }
-        // The child inherits the calling thread's signal mask, and the concurrency pool's threads
-        // block SIGTERM: unblock every signal around the spawn, or the server ignores SIGTERM.
-        var everything = sigset_t()
-        var previous = sigset_t()
-        sigemptyset(&everything)
-        pthread_sigmask(SIG_SETMASK, &everything, &previous)
-        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
-        try process.run()
+        try process.runWithEverySignalUnblocked()
         self.process = process
         let reader = pipe.fileHandleForReading
         Thread.detachNewThread { [weak self] in

@@ -236,14 +236,7 @@ final class DjangoOAuthServer: @unchecked Sendable {  // The lifecycle and the o
         process.terminationHandler = { [weak self] finished in
             self?.locked { lifecycle, _ in lifecycle.exited(status: finished.terminationStatus) }
         }
-        // The child inherits the calling thread's signal mask, and the concurrency pool's threads
-        // block SIGTERM: unblock every signal around the spawn, or the server ignores SIGTERM.
-        var everything = sigset_t()
-        var previous = sigset_t()
-        sigemptyset(&everything)
-        pthread_sigmask(SIG_SETMASK, &everything, &previous)
-        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
-        try process.run()
+        try process.runWithEverySignalUnblocked()
         Self.read(output) { [weak self] text in
             self?.locked { lifecycle, printed in
                 printed.standardOutput += text

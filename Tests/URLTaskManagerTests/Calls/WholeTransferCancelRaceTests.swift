@@ -86,14 +86,7 @@ final class WholeTransferCancelRaceTests: XCTestCase {
         process.standardError = pipe
         let exited = Latch<Int32>("the child's exit")
         process.terminationHandler = { exited.fulfill($0.terminationStatus) }
-        // The concurrency pool's threads block some signals, and a child inherits the mask: a
-        // child that hangs must still die of the signal that ends it.
-        var everything = sigset_t()
-        var previous = sigset_t()
-        sigemptyset(&everything)
-        pthread_sigmask(SIG_SETMASK, &everything, &previous)
-        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
-        try process.run()
+        try process.runWithEverySignalUnblocked()
         let collected = Latch<String>("the child's output")
         Thread.detachNewThread {
             collected.fulfill(String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
