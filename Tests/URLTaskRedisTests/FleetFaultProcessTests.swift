@@ -65,16 +65,11 @@ final class FleetFaultProcessTests: XCTestCase {
     private func holderKilledInFlight(
         rotation: OAuthServer.RefreshRotation, takeover: FleetCredential.Configuration.InFlightTakeover, prefix: String
     ) async throws -> KilledInFlight {
-        let redisServer = try RedisServerProcess()
-        defer { redisServer.stop() }
-        let oauth = try OAuthServer(name: "fleet", access: nil, refresh: "refresh-0")  // the stored token is expired
-        defer { oauth.shutdown() }
-        oauth.setRefreshRotation(rotation)
-        try await FleetProcessTests.signIn(
-            redisServer, prefix: prefix, OAuth2Credential(accessToken: "expired", refreshToken: "refresh-0", expiresAt: .distantFuture))
+        let servers = try await FleetServers(prefix: prefix, access: nil, rotation: rotation)  // the stored token is expired
+        defer { servers.stop() }
+        let oauth = servers.oauth
         let lease = Duration.seconds(3)
-        let environment = FleetWorker.environment(
-            redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix, lease: lease, takeover: takeover)
+        let environment = servers.environment(lease: lease, takeover: takeover)
         let others = try await FleetProcessTests.spawn(Self.processes, environment: environment)
         defer { for child in others { child.kill() } }
         let holder = try await FleetProcessTests.spawn(1, environment: environment, name: "holder")[0]
@@ -95,8 +90,7 @@ final class FleetFaultProcessTests: XCTestCase {
 
         var result = KilledInFlight(lease: lease)
         for child in others { child.send("GO 20") }
-        for child in others {
-            let figures = FleetWorker.figures(try await child.line("FLEET-ROUND", within: 60))
+        for (_, _, figures) in try await FleetProcessTests.roundLines(others) {
             result.ok += figures["ok", default: 0]
             result.signIn += figures["sign_in", default: 0]
             if figures["sign_in", default: 0] == 0 { result.everyProcessSignedOut = false }
@@ -135,16 +129,10 @@ final class FleetFaultProcessTests: XCTestCase {
     }
 
     private func redisAwayAcrossAnExpiry(_ rotation: OAuthServer.RefreshRotation, prefix: String) async throws {
-        let redisServer = try RedisServerProcess(extraArguments: ["--appendonly", "yes", "--appendfsync", "always"])
-        defer { redisServer.stop() }
-        let oauth = try OAuthServer(name: "fleet", access: "fleet-start", refresh: "refresh-0")
-        defer { oauth.shutdown() }
-        oauth.setRefreshRotation(rotation)
-        try await FleetProcessTests.signIn(
-            redisServer, prefix: prefix, OAuth2Credential(accessToken: "fleet-start", refreshToken: "refresh-0", expiresAt: .distantFuture))
-        let children = try await FleetProcessTests.spawn(
-            Self.processes,
-            environment: FleetWorker.environment(redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix))
+        let servers = try await FleetServers(prefix: prefix, rotation: rotation, keepingData: true)
+        defer { servers.stop() }
+        let (redisServer, oauth) = (servers.redis, servers.oauth)
+        let children = try await FleetProcessTests.spawn(Self.processes, environment: servers.environment())
         defer { for child in children { child.kill() } }
 
         let warm = try await FleetProcessTests.round(children, requests: 10)
@@ -156,14 +144,7 @@ final class FleetFaultProcessTests: XCTestCase {
         // The outage lasts 3 s by the script; the round's requests wait meanwhile.
         try await Task.sleep(until: stoppedAt + .seconds(3))
         try redisServer.start()
-        var during = (ok: 0, failed: 0, lines: [String]())
-        for child in children {
-            let line = try await child.line("FLEET-ROUND", within: 60)
-            let figures = FleetWorker.figures(line)
-            during.ok += figures["ok", default: 0]
-            during.failed += figures["failed", default: 0]
-            if figures["failed", default: 0] > 0 { during.lines.append("\(child.name): \(line)") }
-        }
+        let during = try await FleetProcessTests.roundEnded(children)
         let answeredAfter = stoppedAt.duration(to: .now)
         let after = try await FleetProcessTests.round(children, requests: 10)
         var working = 0
@@ -188,16 +169,10 @@ final class FleetFaultProcessTests: XCTestCase {
     /// records it, and every other process knows from the record within 2 s, with one token
     /// request for the whole fleet.
     func testARevocationAtTheServerReachesEveryProcessWithinTwoSecondsAndOneTokenRequest() async throws {
-        let redisServer = try RedisServerProcess()
-        defer { redisServer.stop() }
-        let oauth = try OAuthServer(name: "fleet", access: "fleet-start", refresh: "refresh-0")
-        defer { oauth.shutdown() }
-        let prefix = "urltask:cred:{v}"
-        try await FleetProcessTests.signIn(
-            redisServer, prefix: prefix, OAuth2Credential(accessToken: "fleet-start", refreshToken: "refresh-0", expiresAt: .distantFuture))
-        let children = try await FleetProcessTests.spawn(
-            Self.processes,
-            environment: FleetWorker.environment(redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix))
+        let servers = try await FleetServers(prefix: "urltask:cred:{v}")
+        defer { servers.stop() }
+        let oauth = servers.oauth
+        let children = try await FleetProcessTests.spawn(Self.processes, environment: servers.environment())
         defer { for child in children { child.kill() } }
         _ = try await FleetProcessTests.round(children, requests: 10)
 
@@ -208,8 +183,7 @@ final class FleetFaultProcessTests: XCTestCase {
         var signIn = 0
         var lastKnew = Duration.zero
         var everyProcess = true
-        for child in children {
-            let figures = FleetWorker.figures(try await child.line("FLEET-ROUND", within: 60))
+        for (_, _, figures) in try await FleetProcessTests.roundLines(children) {
             lastKnew = max(lastKnew, revokedAt.duration(to: .now))
             signIn += figures["sign_in", default: 0]
             if figures["sign_in", default: 0] != 10 { everyProcess = false }
@@ -231,18 +205,11 @@ final class FleetFaultProcessTests: XCTestCase {
     /// window of arrivals at the server above burst + rate + the documented arrival allowance,
     /// and every request answered (before the rejoin fix, in-process: 107 to 115).
     func testEightProcessesKeepTheRateWhileRedisGoesAndComesBack() async throws {
-        let redisServer = try RedisServerProcess(extraArguments: ["--appendonly", "yes", "--appendfsync", "always"])
-        defer { redisServer.stop() }
-        let oauth = try OAuthServer(name: "fleet", access: "fleet-start", refresh: "refresh-0")
-        defer { oauth.shutdown() }
-        let prefix = "urltask:cred:{j}"
-        try await FleetProcessTests.signIn(
-            redisServer, prefix: prefix, OAuth2Credential(accessToken: "fleet-start", refreshToken: "refresh-0", expiresAt: .distantFuture))
+        let servers = try await FleetServers(prefix: "urltask:cred:{j}", keepingData: true)
+        defer { servers.stop() }
+        let (redisServer, oauth) = (servers.redis, servers.oauth)
         let processes = 8
-        let children = try await FleetProcessTests.spawn(
-            processes,
-            environment: FleetWorker.environment(
-                redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix, rate: (50, 10, processes)))
+        let children = try await FleetProcessTests.spawn(processes, environment: servers.environment(rate: (50, 10, processes)))
         defer { for child in children { child.kill() } }
         _ = try await FleetProcessTests.round(children, requests: 10, command: "WARM")
 
@@ -253,12 +220,7 @@ final class FleetFaultProcessTests: XCTestCase {
         redisServer.stop()
         try await Task.sleep(until: started + .seconds(5))
         try redisServer.start()
-        var (ok, failed) = (0, 0)
-        for child in children {
-            let figures = FleetWorker.figures(try await child.line("FLEET-ROUND", within: 120))
-            ok += figures["ok", default: 0]
-            failed += figures["failed", default: 0]
-        }
+        let (ok, failed, _) = try await FleetProcessTests.roundEnded(children, within: 120)
         for child in children { _ = try await child.finish(within: 30) }
         let arrivals = oauth.apiRequests.filter { $0.path.hasPrefix("/api/items/") }.map(\.arrivedAt)
         let busiest = fleetBusiestWindow(arrivals)
@@ -276,16 +238,11 @@ final class FleetFaultProcessTests: XCTestCase {
     /// One `PUBLISH <prefix>:updated 9223372036854775807` from any client the ACL allows, then an
     /// expiry: the fleet refreshes once, as ever, and no request fails.
     func testABogusAnnouncementChangesNothingForTheFleet() async throws {
-        let redisServer = try RedisServerProcess()
-        defer { redisServer.stop() }
-        let oauth = try OAuthServer(name: "fleet", access: "fleet-start", refresh: "refresh-0")
-        defer { oauth.shutdown() }
         let prefix = "urltask:cred:{p}"
-        try await FleetProcessTests.signIn(
-            redisServer, prefix: prefix, OAuth2Credential(accessToken: "fleet-start", refreshToken: "refresh-0", expiresAt: .distantFuture))
-        let children = try await FleetProcessTests.spawn(
-            Self.processes,
-            environment: FleetWorker.environment(redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix))
+        let servers = try await FleetServers(prefix: prefix)
+        defer { servers.stop() }
+        let (redisServer, oauth) = (servers.redis, servers.oauth)
+        let children = try await FleetProcessTests.spawn(Self.processes, environment: servers.environment())
         defer { for child in children { child.kill() } }
         _ = try await FleetProcessTests.round(children, requests: 10)
         let rogue = RedisClient(configuration: redisServer.configuration())
@@ -302,6 +259,55 @@ final class FleetFaultProcessTests: XCTestCase {
     }
 
     // MARK: Support
+
+    /// A fleet's servers: a `redis-server` (with an append-only file when `keepingData`) and a
+    /// token server rotating refresh tokens as `rotation` says, the fleet signed in under `prefix`
+    /// with the access token `access` (`nil`: the stored one has expired at the server) and the
+    /// refresh token `refresh-0`.
+    private struct FleetServers {
+        let redis: RedisServerProcess
+        let oauth: OAuthServer
+        let prefix: String
+
+        init(
+            prefix: String, access: String? = "fleet-start", rotation: OAuthServer.RefreshRotation = .refuseReused,
+            keepingData: Bool = false
+        ) async throws {
+            redis = try RedisServerProcess(extraArguments: keepingData ? ["--appendonly", "yes", "--appendfsync", "always"] : [])
+            do {
+                oauth = try OAuthServer(name: "fleet", access: access, refresh: "refresh-0")
+            } catch {
+                redis.stop()
+                throw error
+            }
+            self.prefix = prefix
+            oauth.setRefreshRotation(rotation)
+            do {
+                try await FleetProcessTests.signIn(
+                    redis, prefix: prefix,
+                    OAuth2Credential(accessToken: access ?? "expired", refreshToken: "refresh-0", expiresAt: .distantFuture))
+            } catch {
+                stop()
+                throw error
+            }
+        }
+
+        /// The children's settings for this fleet.
+        func environment(
+            lease: Duration? = nil, rate: (rate: Double, burst: Int, processes: Int)? = nil,
+            takeover: FleetCredential.Configuration.InFlightTakeover? = nil
+        ) -> [String: String] {
+            FleetWorker.environment(
+                redisPort: redis.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix, lease: lease, rate: rate,
+                takeover: takeover)
+        }
+
+        /// Stops the token server, then Redis.
+        func stop() {
+            oauth.shutdown()
+            redis.stop()
+        }
+    }
 
     /// Waits for `stream`'s first element, at most `seconds`.
     private func firstEvent(of stream: AsyncStream<Void>, within seconds: TimeInterval, _ what: String) async throws {

@@ -290,15 +290,33 @@ final class FleetProcessTests: XCTestCase {
         _ children: [FleetChildProcess], requests: Int, command: String = "GO", within seconds: TimeInterval = 60
     ) async throws -> (ok: Int, failed: Int, lines: [String]) {
         for child in children { child.send("\(command) \(requests)") }
+        return try await roundEnded(children, within: seconds)
+    }
+
+    /// The round the children were sent, once each has answered: its figures added up, and the
+    /// lines of the children that had failures.
+    static func roundEnded(
+        _ children: [FleetChildProcess], within seconds: TimeInterval = 60
+    ) async throws -> (ok: Int, failed: Int, lines: [String]) {
         var (ok, failed, lines) = (0, 0, [String]())
-        for child in children {
-            let line = try await child.line("FLEET-ROUND", within: seconds)
-            let figures = FleetWorker.figures(line)
+        for (child, line, figures) in try await roundLines(children, within: seconds) {
             ok += figures["ok", default: 0]
             failed += figures["failed", default: 0]
             if figures["failed", default: 0] > 0 { lines.append("\(child.name): \(line)") }
         }
         return (ok, failed, lines)
+    }
+
+    /// Each child's `FLEET-ROUND` line and its figures, in the children's order.
+    static func roundLines(
+        _ children: [FleetChildProcess], within seconds: TimeInterval = 60
+    ) async throws -> [(child: FleetChildProcess, line: String, figures: [String: Int])] {
+        var lines: [(child: FleetChildProcess, line: String, figures: [String: Int])] = []
+        for child in children {
+            let line = try await child.line("FLEET-ROUND", within: seconds)
+            lines.append((child, line, FleetWorker.figures(line)))
+        }
+        return lines
     }
 
     /// Redis's `total_commands_processed`.
