@@ -155,13 +155,13 @@ public struct FileCredentialStore: CredentialStore {
         return data
     }
 
-    private func refusal(_ kind: FileCredentialStoreError.Kind) -> FileCredentialStoreError {
+    func refusal(_ kind: FileCredentialStoreError.Kind) -> FileCredentialStoreError {
         FileCredentialStoreError(path: url.path, kind: kind)
     }
 
     /// The file a save or a clear replaces: the store's path, or the target of the symbolic
     /// link there when links are allowed (refused otherwise, before anything is written).
-    private func fileToReplace() throws -> URL {
+    func fileToReplace() throws -> URL {
         var status = stat()
         guard lstat(url.path, &status) == 0 else {
             // Nothing there yet (or a parent is missing or not a folder: making it says why).
@@ -223,7 +223,7 @@ public struct FileCredentialStore: CredentialStore {
 
     /// Refuses a folder that users other than its owner may write to without the sticky bit:
     /// anyone who can write there can rename another file over the credential.
-    private func checkFolder(_ folder: URL) throws {
+    func checkFolder(_ folder: URL) throws {
         var status = stat()
         guard stat(folder.path, &status) == 0 else { throw failure("stat", folder) }
         let permissions = UInt16(status.st_mode & 0o7777)
@@ -241,7 +241,7 @@ public struct FileCredentialStore: CredentialStore {
     }
 
     /// Creates `folder` (and its parents) with permissions 0700 if it does not exist.
-    private func makeFolder(_ folder: URL) throws {
+    func makeFolder(_ folder: URL) throws {
         var isFolder: ObjCBool = false
         if FileManager.default.fileExists(atPath: folder.path, isDirectory: &isFolder), isFolder.boolValue { return }
         do {
@@ -251,7 +251,7 @@ public struct FileCredentialStore: CredentialStore {
         }
     }
 
-    private func failure(_ operation: String, _ file: URL) -> FileCredentialStoreError {
+    func failure(_ operation: String, _ file: URL) -> FileCredentialStoreError {
         FileCredentialStoreError(path: file.path, kind: .systemCallFailed(operation: operation, errno: errno))
     }
 

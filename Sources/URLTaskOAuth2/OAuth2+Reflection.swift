@@ -7,14 +7,14 @@ import URLTaskManager
 // `description` hides them.
 
 extension OAuth2Credential: CustomReflectable {
-    /// The token lengths, the expiry and the scope; never the tokens.
+    /// The token lengths, the expiry, the scope and when it was issued; never the tokens.
     public var customMirror: Mirror {
         Mirror(
             self,
             children: [
                 "accessToken": "<\(accessToken.count) characters>",
                 "refreshToken": refreshToken.map { "<\($0.count) characters>" } ?? "nil",
-                "expiresAt": expiresAt, "scope": scope as Any,
+                "expiresAt": expiresAt, "scope": scope as Any, "issuedAt": issuedAt as Any,
             ], displayStyle: .struct)
     }
 }

@@ -134,6 +134,10 @@ public actor OAuth2Authenticator {
     /// `refresh`) waits for the refresh's end. The refresh itself runs on (see the hard cases).
     private let refreshWait: (limit: Duration, tokenEndpoint: URL)?
     private let store: any CredentialStore
+    /// How long a refresh waits for a ``SharedCredentialStore``'s lock: as long as another
+    /// holder's refresh may run (the token endpoint's `timeout` plus its `lateAnswerLimit`), a
+    /// minute with your own `refresh`.
+    private let lockWait: Duration
     private let onRefreshFailure: (@Sendable (any Error) async -> Void)?
 
     private var credential: OAuth2Credential? { didSet { publish() } }
@@ -197,6 +201,7 @@ public actor OAuth2Authenticator {
             origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff,
             isTokenRequest: { tokenEndpoint.matches($0) }, onRefreshFailure: onRefreshFailure,
             refreshWait: tokenEndpoint.timeout.map { ($0, tokenEndpoint.url) },
+            lockWait: (tokenEndpoint.timeout ?? OAuth2TokenEndpoint.defaultTimeout).clampedWait + tokenEndpoint.lateAnswerLimit,
             refresh: { try await tokenEndpoint.refreshAllowingLateAnswer($0) }
         )
     }
@@ -232,15 +237,16 @@ public actor OAuth2Authenticator {
     ) {
         self.init(
             origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff, isTokenRequest: isTokenRequest,
-            onRefreshFailure: onRefreshFailure, refreshWait: nil, refresh: refresh)
+            onRefreshFailure: onRefreshFailure, refreshWait: nil, lockWait: .seconds(60), refresh: refresh)
     }
 
     private init(
         origins: [URL], store: any CredentialStore, refreshLeeway: Duration, refreshBackoff: Duration,
         isTokenRequest: @escaping @Sendable (URLRequest) -> Bool, onRefreshFailure: (@Sendable (any Error) async -> Void)?,
-        refreshWait: (limit: Duration, tokenEndpoint: URL)?, refresh: @escaping Refresh
+        refreshWait: (limit: Duration, tokenEndpoint: URL)?, lockWait: Duration, refresh: @escaping Refresh
     ) {
         self.refreshWait = refreshWait
+        self.lockWait = lockWait
         self.origins = Set(origins.compactMap { URLOrigin($0) })
         self.originKeys = self.origins.map(\.description)
         self.store = store
@@ -285,8 +291,7 @@ public actor OAuth2Authenticator {
             if let refreshing { _ = try await wait(for: refreshing) }
             try throwIfRejected()
             guard let credential else { return nil }
-            let leeway = storedVersion == refreshedVersion ? .zero : refreshLeeway
-            if credential.isExpired(within: leeway) {
+            if credential.isExpired(within: leeway(for: credential)) {
                 try throwIfBackingOff()
                 _ = try await wait(for: startRefresh())
             }
@@ -447,7 +452,7 @@ public actor OAuth2Authenticator {
                 authorization: credential.map { "Bearer " + $0.accessToken },
                 version: storedVersion,
                 settled: loaded && refreshing == nil && !rejected,
-                leeway: storedVersion == refreshedVersion ? .zero : refreshLeeway
+                leeway: leeway(for: credential)
             ))
     }
 
@@ -493,27 +498,113 @@ public actor OAuth2Authenticator {
         return task
     }
 
-    /// The body of the one refresh in flight; every caller awaits its task.
+    /// The body of the one refresh in flight; every caller awaits its task. With a
+    /// ``SharedCredentialStore`` it runs under the store's lock (see ``refreshSharing(_:startVersion:)``).
     private func performRefresh() async throws -> OAuth2Credential {
         let startVersion = storedVersion
+        guard let held = credential else { throw refreshFailed(OAuth2Error.notSignedIn, startVersion: startVersion) }
+        guard let shared = store as? any SharedCredentialStore else {
+            let refreshed: OAuth2Credential
+            do {
+                refreshed = try await refresher(held)
+            } catch {
+                throw refreshFailed(error, startVersion: startVersion)
+            }
+            return try await refreshSucceeded(refreshed, startVersion: startVersion)
+        }
+        let outcome: Result<OAuth2Credential, any Error>
+        do {
+            outcome = try await shared.withRefreshLock(waitingAtMost: lockWait) {
+                do {
+                    return .success(try await self.refreshSharing(held, startVersion: startVersion))
+                } catch {
+                    return .failure(error)
+                }
+            }
+        } catch {
+            // The lock itself failed (its file refused, a system call): a failed refresh.
+            throw refreshFailed(error, startVersion: startVersion)
+        }
+        return try outcome.get()
+    }
+
+    /// A refresh holding a shared store's lock: the store is read first, and a credential
+    /// another holder saved is adopted instead of renewing the one held (renewed itself if it is
+    /// about to expire, with its refresh token, the one the server still accepts); a refusal
+    /// makes it read the store again, and a credential saved meanwhile by a holder that did not
+    /// wait for the lock is adopted instead of failing. The new credential is saved before the
+    /// lock is released. See ``SharedCredentialStore``.
+    private func refreshSharing(_ held: OAuth2Credential, startVersion: Int) async throws -> OAuth2Credential {
+        var base = held
+        var version = startVersion
+        if let stored = await reread(), storedVersion == version, Self.differ(stored, held) {
+            guard let stored else {
+                // Another holder signed out: so is this one.
+                replace(with: nil)
+                throw refreshFailed(OAuth2Error.notSignedIn, startVersion: startVersion)
+            }
+            replace(with: stored)
+            version = storedVersion
+            guard stored.isExpired(within: leeway(for: stored)) else {
+                refreshing = nil
+                return stored
+            }
+            base = stored
+        }
         let refreshed: OAuth2Credential
         do {
-            guard let credential else { throw OAuth2Error.notSignedIn }
-            refreshed = try await refresher(credential)
+            refreshed = try await refresher(base)
         } catch {
-            refreshing = nil
-            guard storedVersion == startVersion else {
-                // Signed in or out meanwhile: the failure belongs to a credential that is gone.
-                reportFailure(error)
-                throw error
+            if (error as? OAuth2Error)?.requiresSignIn == true, let stored = await reread(), let newer = stored,
+                storedVersion == version, Self.differ(newer, base)
+            {
+                // Renewed meanwhile by a holder that did not wait for the lock.
+                replace(with: newer)
+                refreshing = nil
+                return newer
             }
-            let requiresSignIn = (error as? OAuth2Error)?.requiresSignIn == true
-            // A connectivity failure starts no back-off: the state machine tells them apart.
-            if case .report(let first) = failures.refreshFailed(error, requiresSignIn: requiresSignIn, at: .now) {
-                reportFailure(first)
-            }
-            throw error
+            throw refreshFailed(error, startVersion: version)
         }
+        return try await refreshSucceeded(refreshed, startVersion: version)
+    }
+
+    /// The store's credential once this authenticator's writes have landed (`.some(nil)`:
+    /// signed out), or `nil` when it could not be read: the refresh then goes on with the
+    /// credential held.
+    private func reread() async -> OAuth2Credential?? {
+        _ = await lastWrite?.result
+        do {
+            return .some(try await store.load())
+        } catch {
+            return nil
+        }
+    }
+
+    /// Whether `stored` is another credential than `held`: other tokens, or signed out.
+    private static func differ(_ stored: OAuth2Credential?, _ held: OAuth2Credential) -> Bool {
+        stored?.accessToken != held.accessToken || stored?.refreshToken != held.refreshToken
+    }
+
+    /// A refresh begun at `startVersion` failed with `error`: the back-off or the rejection it
+    /// starts, the failure hook, and the error to throw.
+    private func refreshFailed(_ error: any Error, startVersion: Int) -> any Error {
+        refreshing = nil
+        guard storedVersion == startVersion else {
+            // Signed in or out meanwhile: the failure belongs to a credential that is gone.
+            reportFailure(error)
+            return error
+        }
+        let requiresSignIn = (error as? OAuth2Error)?.requiresSignIn == true
+        // A connectivity failure starts no back-off: the state machine tells them apart.
+        if case .report(let first) = failures.refreshFailed(error, requiresSignIn: requiresSignIn, at: .now) {
+            reportFailure(first)
+        }
+        return error
+    }
+
+    /// A refresh begun at `startVersion` produced `refreshed`: made current and saved, unless
+    /// a sign-in or sign-out came meanwhile (that credential wins).
+    private func refreshSucceeded(_ refreshed: OAuth2Credential, startVersion: Int) async throws -> OAuth2Credential {
         refreshing = nil
         if storedVersion == startVersion { failures.refreshSucceeded() }
         guard storedVersion == startVersion else {
@@ -529,6 +620,16 @@ public actor OAuth2Authenticator {
             reportFailure(error)
         }
         return refreshed
+    }
+
+    /// How long before its expiry `credential` is renewed: ``refreshLeeway``, at most a quarter
+    /// of the token's lifetime when it is known (``OAuth2Credential/refreshLeeway(upTo:)``). A
+    /// credential of unknown lifetime that this authenticator just refreshed gets none: the
+    /// endpoint may issue tokens living shorter than the leeway (see the hard cases).
+    private func leeway(for credential: OAuth2Credential?) -> Duration {
+        guard let credential else { return .zero }
+        if credential.issuedAt == nil, storedVersion == refreshedVersion { return .zero }
+        return credential.refreshLeeway(upTo: refreshLeeway)
     }
 }
 

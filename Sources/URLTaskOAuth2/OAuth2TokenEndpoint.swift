@@ -344,7 +344,8 @@ public struct OAuth2TokenEndpoint: Sendable {
             accessToken: accessToken,
             refreshToken: (object["refresh_token"] as? String) ?? previous?.refreshToken,
             expiresAt: lifetime.map { issuedAt.addingTimeInterval($0) } ?? .distantFuture,
-            scope: (object["scope"] as? String) ?? previous?.scope
+            scope: (object["scope"] as? String) ?? previous?.scope,
+            issuedAt: issuedAt
         )
     }
 

@@ -199,7 +199,8 @@ struct FleetCredentialStateMachine: Sendable {
     /// was unreachable: asked to renew it again, the server has refused it (a 401), so it is
     /// treated as expired.
     private var keptWhileAway: String?
-    /// The authenticator's `refreshLeeway`: a still-valid credential presented within it is a
+    /// The authenticator's `refreshLeeway` (bounded by the token's lifetime as the authenticator
+    /// bounds it, `OAuth2Credential.refreshLeeway(upTo:)`): a still-valid credential presented within it is a
     /// renewal ahead of its expiry (kept while Redis is away); one presented earlier was refused
     /// by the server (a 401), and is renewed as an expired one.
     var authenticatorLeeway: Duration = .seconds(60)
@@ -513,7 +514,8 @@ struct FleetCredentialStateMachine: Sendable {
             return nil
         case .writingBack(let presented), .acquiring(let presented), .reloading(let presented, .hint),
             .reloading(let presented, .leaseOver):
-            if !presented.isExpired(within: .zero, at: now), presented.isExpired(within: authenticatorLeeway, at: now),
+            if !presented.isExpired(within: .zero, at: now),
+                presented.isExpired(within: presented.refreshLeeway(upTo: authenticatorLeeway), at: now),
                 keptWhileAway != presented.accessToken
             {
                 // Renewed ahead of its expiry: kept, not renewed alone. Asked again for the same

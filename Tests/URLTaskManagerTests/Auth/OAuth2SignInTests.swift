@@ -128,7 +128,9 @@ final class OAuth2SignInTests: XCTestCase {
             issuedAt: issued, previous: previous)
         XCTAssertEqual(
             rotated,
-            OAuth2Credential(accessToken: "new", refreshToken: "rotated", expiresAt: issued.addingTimeInterval(3600), scope: "read write"))
+            OAuth2Credential(
+                accessToken: "new", refreshToken: "rotated", expiresAt: issued.addingTimeInterval(3600), scope: "read write",
+                issuedAt: issued))
 
         let kept = try OAuth2TokenEndpoint.credential(
             from: ["access_token": "new", "expires_in": "60"], issuedAt: issued, previous: previous)
