@@ -32,7 +32,7 @@ extension OAuth2Authenticator {
             if let previous {
                 try? await first.signIn(previous)
             } else {
-                try? await first.signOut()
+                _ = try? await first.signOut()
             }
             throw error
         }
