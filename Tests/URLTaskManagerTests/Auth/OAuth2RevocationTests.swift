@@ -264,6 +264,8 @@ final class OAuth2RevocationTests: XCTestCase {
         let stored = try await store.load()
         XCTAssertNil(stored)
         assertNoSecret(in: outcome, ["refresh-0", "demo-access-0", secret, "url-PASSWORD", "url-SECRET"])
+        assertNoSecret(in: endpoint, [secret, "url-PASSWORD", "url-SECRET"])
+        XCTAssertTrue(endpoint.description.contains("revocationURL: http://"), endpoint.description)
         // Still valid at the server: that is what the failure says.
         XCTAssertEqual(oauth.currentRefresh, "refresh-0")
     }
