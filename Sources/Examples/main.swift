@@ -9,6 +9,7 @@ let scenarios: [Scenario] = [
     .headerEnrichment,
     .expiredToken,
     .signInAgain,
+    .signOut,
     .twoBackends,
     .batching,
     .retries,

@@ -21,6 +21,15 @@ import Foundation
 ///     `redirect_uri` and `client_id`, and the `code_verifier` whose S256 hash is the code's
 ///     challenge (RFC 7636 §4.6); each code is accepted once;
 ///   - anything else: 400 `invalid_grant`.
+/// - `POST /oauth/revoke` (``revocationURL``) is the revocation endpoint (RFC 7009): a form with
+///   `token` (and `token_type_hint`), the client authenticated as at the token endpoint. The
+///   current refresh token revokes itself and the access token (RFC 7009 §2.1), the current
+///   access token itself; any token gets 200, a known one or not (§2.2), and is recorded in
+///   ``revokedTokens``. ``setRevocationAnswer(_:)`` makes it refuse instead,
+///   ``holdRevocationResponses(on:)`` hold its answers.
+/// - `GET /.well-known/oauth-authorization-server` (``metadataURL``) is its RFC 8414 metadata,
+///   naming ``issuer`` (the server's origin) and the endpoints above;
+///   ``setMetadataIssuer(_:)`` makes it name another issuer.
 /// - `GET /oauth/authorize` (``authorizeURL``) is the authorization endpoint of the
 ///   authorization code grant with PKCE (RFC 6749 §4.1, RFC 7636): it approves at once, as if
 ///   the user had signed in, and redirects to `redirect_uri` with `code` and the `state` it was
@@ -55,6 +64,15 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
         /// family, the current refresh and access tokens included (Keycloak's "revoke refresh
         /// token", RFC 9700's recommendation).
         case revokeFamilyOnReuse
+    }
+
+    /// How the revocation endpoint answers.
+    public enum RevocationAnswer: Sendable {
+        /// Revoke the token (a known one), answer 200.
+        case revoke
+        /// Answer every revocation request with this status and OAuth 2.0 error code, revoking
+        /// nothing (503 `temporarily_unavailable`, RFC 7009 §2.2.1, is a server that is down).
+        case reject(status: Int, error: String)
     }
 
     /// How the authorization endpoint answers.
@@ -116,6 +134,10 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     private var authorizationAnswer = AuthorizationAnswer.approve
     private var codes: [String: IssuedCode] = [:]
     private var codeRefusals: [String] = []
+    private var revocationAnswer = RevocationAnswer.revoke
+    private var revocationGate: Gate?
+    private var revoked: [String] = []
+    private var metadataIssuer: String?
 
     /// Starts the demo API and its token endpoint on a new ``LoopbackServer`` on 127.0.0.1.
     ///
@@ -142,6 +164,26 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
     public var tokenURL: URL { server.url("/oauth/token") }
     /// The authorization endpoint, `GET /oauth/authorize`.
     public var authorizeURL: URL { server.url("/oauth/authorize") }
+    /// The revocation endpoint (RFC 7009), `POST /oauth/revoke`.
+    public var revocationURL: URL { server.url("/oauth/revoke") }
+    /// The RFC 8414 metadata, `GET /.well-known/oauth-authorization-server`.
+    public var metadataURL: URL { server.url("/.well-known/oauth-authorization-server") }
+    /// The server's issuer identifier: its origin, `http://127.0.0.1:<port>`, as its metadata
+    /// names it (unless ``setMetadataIssuer(_:)`` said otherwise).
+    public var issuer: String { server.baseURL.absoluteString }
+    /// Makes the metadata name `issuer` instead of the server's own (`nil`: its own again): a
+    /// document served for another issuer, which a client must refuse (RFC 8414 §3.3).
+    public func setMetadataIssuer(_ issuer: String?) { lock.withLock { metadataIssuer = issuer } }
+    /// Makes the revocation endpoint revoke or refuse the next requests.
+    public func setRevocationAnswer(_ answer: RevocationAnswer) { lock.withLock { revocationAnswer = answer } }
+    /// Holds every revocation answer until `gate` opens (`nil`: stop holding): a revocation
+    /// endpoint that hangs.
+    public func holdRevocationResponses(on gate: Gate?) { lock.withLock { revocationGate = gate } }
+    /// The requests the revocation endpoint received.
+    public var revocationRequests: [RecordedRequest] { server.requests(path: "/oauth/revoke") }
+    /// Every token the revocation endpoint was asked to revoke and answered 200 for, in order
+    /// (known to it or not).
+    public var revokedTokens: [String] { lock.withLock { revoked } }
     /// Makes the authorization endpoint approve or refuse the next requests.
     public func setAuthorizationAnswer(_ answer: AuthorizationAnswer) { lock.withLock { authorizationAnswer = answer } }
     /// How many authorization codes the authorize endpoint issued.
@@ -280,6 +322,27 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             }
             return .text("ok \(request.path)")
         }
+        server.route("POST", "/oauth/revoke") { [weak self] request in
+            guard let self else { return .status(500) }
+            let form = Self.decodeForm(request.bodyText)
+            let basic = Self.decodeBasicClient(request.headers["authorization"])
+            let gate = lock.withLock { revocationGate }
+            _ = gate?.wait(timeout: .seconds(30))
+            return lock.withLock { answerRevocation(form, basic: basic) }
+        }
+        server.route("GET", "/.well-known/oauth-authorization-server") { [weak self] _ in
+            guard let self else { return .status(500) }
+            let issuer = lock.withLock { metadataIssuer } ?? issuer
+            let metadata: [String: Any] = [
+                "issuer": issuer, "authorization_endpoint": authorizeURL.absoluteString, "token_endpoint": tokenURL.absoluteString,
+                "revocation_endpoint": revocationURL.absoluteString, "response_types_supported": ["code"],
+                "grant_types_supported": ["authorization_code", "refresh_token", "password", "client_credentials"],
+                "code_challenge_methods_supported": ["S256"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "none"],
+                "revocation_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "none"],
+            ]
+            return .json((try? JSONSerialization.data(withJSONObject: metadata, options: [.sortedKeys])) ?? Data())
+        }
         server.route("GET", "/oauth/authorize") { [weak self] request in
             guard let self else { return .status(500) }
             return lock.withLock { authorize(Self.decodeForm(request.query ?? "")) }
@@ -337,6 +400,23 @@ public final class OAuthServer: @unchecked Sendable {  // all mutable state is g
             return .json(["error": "invalid_grant"], status: 400)
         }
         return issue()
+    }
+
+    /// The revocation endpoint's answer (RFC 7009 §2.1, §2.2). Must be called with `lock` held.
+    private func answerRevocation(_ form: [String: String], basic: (id: String, secret: String)?) -> ServerResponse {
+        if case .reject(let status, let error) = revocationAnswer { return .json(["error": error], status: status) }
+        if let refusal = refuseClient(form, basic: basic) { return refusal }
+        guard let token = form["token"], !token.isEmpty else { return .json(["error": "invalid_request"], status: 400) }
+        if token == validRefresh {
+            // The refresh token, and the access token of the same grant.
+            validRefresh = nil
+            validAccess = nil
+        } else if token == validAccess {
+            validAccess = nil
+        }
+        rotatedAway[token] = nil
+        revoked.append(token)
+        return .status(200)
     }
 
     /// The answer to a refresh token that is not the current one, as ``rotation`` says. Must be

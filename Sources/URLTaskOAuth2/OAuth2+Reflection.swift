@@ -20,14 +20,15 @@ extension OAuth2Credential: CustomReflectable {
 }
 
 extension OAuth2TokenEndpoint: CustomReflectable {
-    /// The URL (secrets redacted, see `Redaction`), the client ID, whether a client secret is
+    /// The URL and the revocation URL (secrets redacted, see `Redaction`), the client ID, whether a client secret is
     /// set, how the client authenticates, the timeout, the late answer's limit and the answer's
     /// size limit; never the secret.
     public var customMirror: Mirror {
         Mirror(
             self,
             children: [
-                "url": Redaction.standard.url(url), "clientID": clientID as Any, "clientSecret": clientSecret == nil ? "none" : "set",
+                "url": Redaction.standard.url(url), "revocationURL": revocationURL.map { Redaction.standard.url($0) } as Any,
+                "clientID": clientID as Any, "clientSecret": clientSecret == nil ? "none" : "set",
                 "clientAuthentication": clientAuthentication, "timeout": timeout as Any, "lateAnswerLimit": lateAnswerLimit,
                 "answerSizeLimit": answerSizeLimit,
             ], displayStyle: .struct)

@@ -32,7 +32,8 @@ extension OAuth2Authenticator {
             if let previous {
                 try? await first.signIn(previous)
             } else {
-                try? await first.signOut()
+                // Put back as it was: signed out locally, nothing revoked (as before revocation).
+                _ = await first.signOutLocally()
             }
             throw error
         }

@@ -129,6 +129,9 @@ public actor OAuth2Authenticator {
     private nonisolated let originKeys: [String]
     private nonisolated let tokenRequestMatcher: @Sendable (URLRequest) -> Bool
     private let refresher: Refresh
+    /// Revokes a credential signed out of (RFC 7009), if the app configured a revocation: the
+    /// token endpoint's ``OAuth2TokenEndpoint/revocationURL``, or its own `revoke`.
+    nonisolated let revoker: Revoke?
     /// How long a request waits for a refresh in flight before it fails with `URLError.timedOut`
     /// (the token endpoint's `timeout`), and the endpoint that error names; `nil` (your own
     /// `refresh`) waits for the refresh's end. The refresh itself runs on (see the hard cases).
@@ -202,6 +205,7 @@ public actor OAuth2Authenticator {
             isTokenRequest: { tokenEndpoint.matches($0) }, onRefreshFailure: onRefreshFailure,
             refreshWait: tokenEndpoint.timeout.map { ($0, tokenEndpoint.url) },
             lockWait: (tokenEndpoint.timeout ?? OAuth2TokenEndpoint.defaultTimeout).clampedWait + tokenEndpoint.lateAnswerLimit,
+            revoke: Self.revoker(for: tokenEndpoint),
             refresh: { try await tokenEndpoint.refreshAllowingLateAnswer($0) }
         )
     }
@@ -225,6 +229,9 @@ public actor OAuth2Authenticator {
     ///     that uses this authenticator: they are then neither given the token nor held.
     ///   - onRefreshFailure: Called once per failure episode, on a task of its own, as for
     ///     ``init(origins:tokenEndpoint:store:refreshLeeway:refreshBackoff:onRefreshFailure:)``.
+    ///   - revoke: Revokes a credential ``signOut()`` dropped, after the local sign-out (for
+    ///     example ``OAuth2TokenEndpoint/revoke(_:)``); `nil` sends nothing
+    ///     (``OAuth2Revocation/notConfigured``).
     ///   - refresh: Returns a new credential for the current one.
     public init(
         origins: [URL],
@@ -233,20 +240,22 @@ public actor OAuth2Authenticator {
         refreshBackoff: Duration = OAuth2Authenticator.defaultRefreshBackoff,
         isTokenRequest: @escaping @Sendable (URLRequest) -> Bool = { _ in false },
         onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil,
+        revoke: Revoke? = nil,
         refresh: @escaping Refresh
     ) {
         self.init(
             origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff, isTokenRequest: isTokenRequest,
-            onRefreshFailure: onRefreshFailure, refreshWait: nil, lockWait: .seconds(60), refresh: refresh)
+            onRefreshFailure: onRefreshFailure, refreshWait: nil, lockWait: .seconds(60), revoke: revoke, refresh: refresh)
     }
 
     private init(
         origins: [URL], store: any CredentialStore, refreshLeeway: Duration, refreshBackoff: Duration,
         isTokenRequest: @escaping @Sendable (URLRequest) -> Bool, onRefreshFailure: (@Sendable (any Error) async -> Void)?,
-        refreshWait: (limit: Duration, tokenEndpoint: URL)?, lockWait: Duration, refresh: @escaping Refresh
+        refreshWait: (limit: Duration, tokenEndpoint: URL)?, lockWait: Duration, revoke: Revoke?, refresh: @escaping Refresh
     ) {
         self.refreshWait = refreshWait
         self.lockWait = lockWait
+        self.revoker = revoke
         self.origins = Set(origins.compactMap { URLOrigin($0) })
         self.originKeys = self.origins.map(\.description)
         self.store = store
@@ -402,14 +411,63 @@ public actor OAuth2Authenticator {
         }.value
     }
 
-    /// Forgets the credential, here and in the store. Requests are then sent without a token.
+    /// Forgets the credential, here and in the store, then revokes its tokens at the server
+    /// (RFC 7009) if a revocation is configured. Requests are then sent without a token.
     ///
-    /// The credential is forgotten at once; the store is cleared after any save already under
-    /// way (a refresh that finished just before), so when this returns the store is empty and no
-    /// earlier refresh can put a credential back.
-    public func signOut() async throws {
+    /// The local sign-out comes first and always happens: the credential is forgotten at once;
+    /// the store is cleared after any save already under way (a refresh that finished just
+    /// before), so when this returns the store is empty and no earlier refresh can put a
+    /// credential back. (An authenticator that has not read its store yet reads it first, so
+    /// that what it held can be revoked.)
+    ///
+    /// Then the credential dropped is revoked, once: with a token endpoint's
+    /// ``OAuth2TokenEndpoint/revocationURL``, its refresh token and then its access token (see
+    /// ``OAuth2TokenEndpoint/revoke(_:)``), within the endpoint's timeout; with your own
+    /// `revoke`, whatever it does. Two sign-outs at the same time revoke once: the second finds
+    /// nothing held (``OAuth2Revocation/nothingToRevoke``). A failed revocation (an answer other
+    /// than 200, a timeout, an unreachable server) does not undo the sign-out: it is the
+    /// returned ``OAuth2Revocation/failed(_:)``. The revocation runs to its end even if the
+    /// caller's task is cancelled meanwhile.
+    ///
+    /// Throws only the store's error when it could not be cleared, after the revocation ran (the
+    /// tokens left in the store are then revoked ones).
+    @discardableResult
+    public func signOut() async throws -> OAuth2Revocation {
+        let signedOut = await signOutLocally()
+        let revocation = await revocation(after: signedOut)
+        try signedOut.cleared.get()
+        return revocation
+    }
+
+    /// The local half of a sign-out: the credential forgotten and the store cleared (after the
+    /// writes already enqueued), returning what was dropped for the revocation.
+    func signOutLocally() async -> SignedOut {
+        var loadError: (any Error)?
+        if !loaded {
+            do { try await ensureLoaded() } catch { loadError = error }
+        }
+        let held = credential
         replace(with: nil)
-        try await enqueueWrite { [store] in try await store.clear() }.value
+        guard let shared = store as? any SharedCredentialStore else {
+            let cleared = await enqueueWrite { [store] in try await store.clear() }.result
+            return SignedOut(credential: held, loadError: held == nil ? loadError : nil, cleared: cleared)
+        }
+        // A shared store is cleared under its lock, once another holder's refresh has saved
+        // what it got: the credential revoked is then the newest one, and no refresh in flight
+        // elsewhere can put a credential back after the clear.
+        let outcome = try? await shared.withRefreshLock(waitingAtMost: lockWait) {
+            let stored = await self.reread()
+            let cleared = await self.enqueueWrite { [store] in try await store.clear() }.result
+            return (stored: stored, cleared: cleared)
+        }
+        let newest = (outcome?.stored ?? nil) ?? held
+        let cleared: Result<Void, any Error>
+        if let outcome {
+            cleared = outcome.cleared
+        } else {
+            cleared = await enqueueWrite { [store] in try await store.clear() }.result
+        }
+        return SignedOut(credential: newest, loadError: newest == nil ? loadError : nil, cleared: cleared)
     }
 
     // MARK: Internals

@@ -55,6 +55,12 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// every request with (twice per request a manager sends): worked out once rather than parsed
     /// from the URL each time.
     private var address: (origin: String?, path: String)
+    /// The revocation endpoint (RFC 7009), if the server has one: ``OAuth2Authenticator/signOut()``
+    /// then revokes the refresh token and the access token it signs out of (see
+    /// ``revoke(_:)``), with this endpoint's client authentication, ``timeout`` and
+    /// ``answerSizeLimit``. `nil` (the default) signs out locally only. The server's metadata
+    /// names it `revocation_endpoint` (see ``OAuth2ServerMetadata``).
+    public var revocationURL: URL?
     /// Sent as `client_id`, if set.
     public var clientID: String?
     /// The client's secret, if it has one (confidential clients only: an app binary keeps no
@@ -63,7 +69,8 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// How a confidential client proves who it is; ignored without a ``clientSecret``.
     public var clientAuthentication: ClientAuthentication
     /// How long a token request may take, from sending it to the end of the answer, before it
-    /// fails with `URLError.timedOut` (it is also each request's `timeoutInterval`, except for
+    /// fails with `URLError.timedOut` (it is also each request's `timeoutInterval`, rounded up to
+    /// whole seconds as swift-corelibs-foundation reads it, except for
     /// an ``OAuth2Authenticator``'s refresh, whose connection lives ``lateAnswerLimit`` longer:
     /// see there); `nil` leaves the session's own `timeoutIntervalForRequest`, which bounds only
     /// the silence between two bytes. Short, because every request waiting for a
@@ -133,6 +140,8 @@ public struct OAuth2TokenEndpoint: Sendable {
     ///
     /// - Parameters:
     ///   - url: The token endpoint URL.
+    ///   - revocationURL: The revocation endpoint (RFC 7009) a sign-out revokes the tokens at;
+    ///     `nil` signs out locally only.
     ///   - clientID: Sent as `client_id`, if set.
     ///   - clientSecret: The client's secret, if it has one (confidential clients only).
     ///   - clientAuthentication: How a confidential client sends its secret; HTTP Basic unless
@@ -144,7 +153,7 @@ public struct OAuth2TokenEndpoint: Sendable {
     ///     cancelled (``defaultAnswerSizeLimit``).
     ///   - session: The session the requests go through (``defaultSession``).
     public init(
-        url: URL, clientID: String? = nil, clientSecret: String? = nil,
+        url: URL, revocationURL: URL? = nil, clientID: String? = nil, clientSecret: String? = nil,
         clientAuthentication: ClientAuthentication = .basic, timeout: Duration? = OAuth2TokenEndpoint.defaultTimeout,
         lateAnswerLimit: Duration = OAuth2TokenEndpoint.defaultLateAnswerLimit,
         answerSizeLimit: Int = OAuth2TokenEndpoint.defaultAnswerSizeLimit,
@@ -152,6 +161,7 @@ public struct OAuth2TokenEndpoint: Sendable {
     ) {
         self.url = url
         self.address = (URLOrigin.description(of: url), url.path)
+        self.revocationURL = revocationURL
         self.clientID = clientID
         self.clientSecret = clientSecret
         self.clientAuthentication = clientAuthentication
@@ -274,8 +284,8 @@ public struct OAuth2TokenEndpoint: Sendable {
 
     /// Sends `request`, within `limit` for the whole answer; an HTTP authentication
     /// challenge the session's ``TokenSessionDelegate`` refused (URLSession then reports a
-    /// cancel) becomes the rejection it stands for.
-    private func send(_ request: URLRequest, within limit: Duration?) async throws -> (Data, URLResponse) {
+    /// cancel) becomes the rejection it stands for. Token and revocation requests alike.
+    func send(_ request: URLRequest, within limit: Duration?) async throws -> (Data, URLResponse) {
         let delegate = session.delegate as? TokenSessionDelegate
         do {
             let answer = try await session.boundedData(for: request, deadline: limit, sizeLimit: answerSizeLimit)
@@ -298,12 +308,21 @@ public struct OAuth2TokenEndpoint: Sendable {
     /// late answer ``timeout`` plus ``lateAnswerLimit`` (a `timeoutInterval` of ``timeout`` would
     /// cut a server silent until it answers, and lose the refresh token it rotated).
     func tokenRequest(_ parameters: [String: String], transportTimeout: Duration?) -> URLRequest {
+        formRequest(to: url, parameters, transportTimeout: transportTimeout)
+    }
+
+    /// The `POST` to `target` (the token endpoint, or the revocation endpoint) that carries
+    /// `parameters` plus the client's authentication, with `transportTimeout` as its
+    /// `timeoutInterval`.
+    func formRequest(to target: URL, _ parameters: [String: String], transportTimeout: Duration?) -> URLRequest {
         var fields = parameters
-        var request = URLRequest(url: url)
+        var request = URLRequest(url: target)
         request.httpMethod = "POST"
         request.cachePolicy = .reloadIgnoringLocalCacheData
-        // Clamped: corelibs traps on a `timeoutInterval` beyond about 9.2e15 s.
-        if let transportTimeout { request.timeoutInterval = transportTimeout.clampedWait / .seconds(1) }
+        // Clamped: corelibs traps on a `timeoutInterval` beyond about 9.2e15 s. Whole seconds,
+        // rounded up: corelibs (6.3.1) reads it as whole seconds, so 0.5 s failed at once and
+        // 1.5 s at 1 s; the deadline of `send` (`boundedData`) keeps the limit exactly.
+        if let transportTimeout { request.timeoutInterval = (transportTimeout.clampedWait / .seconds(1)).rounded(.up) }
         request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         request.setValue("close", forHTTPHeaderField: "Connection")
@@ -393,7 +412,9 @@ extension OAuth2TokenEndpoint: CustomStringConvertible, CustomDebugStringConvert
     /// authenticates; never the client secret (the synthesized description of a struct would
     /// print every stored property).
     public var description: String {
-        "OAuth2TokenEndpoint(url: \(Redaction.standard.url(url)), clientID: \(clientID ?? "none"), clientSecret: \(clientSecret == nil ? "none" : "set"), "
+        "OAuth2TokenEndpoint(url: \(Redaction.standard.url(url)), "
+            + (revocationURL.map { "revocationURL: \(Redaction.standard.url($0)), " } ?? "")
+            + "clientID: \(clientID ?? "none"), clientSecret: \(clientSecret == nil ? "none" : "set"), "
             + "clientAuthentication: \(clientAuthentication))"
     }
 

@@ -259,6 +259,7 @@ final class FleetTally: @unchecked Sendable {  // `counts`, `waiters` are guarde
         case .refusalAdopted: add("refusal_adopted")
         case .waitingForRedis: add("waiting_for_redis")
         case .keptWhileRedisAway: add("kept_while_away")
+        case .signOutAdopted: add("sign_out_adopted")
         case .redisReachable, .staleWriteRefused: add("\(event)")
         }
     }

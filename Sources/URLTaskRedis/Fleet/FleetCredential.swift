@@ -49,7 +49,9 @@ import FoundationNetworking
 /// process takes it without a token request.
 ///
 /// **No round trip while the token is fresh.** The authenticator keeps the credential in
-/// memory; this store is read at the authenticator's first load and by refreshes only.
+/// memory; this store is read at the authenticator's first load and by refreshes only. (The
+/// first load of an authenticator from ``makeAuthenticator(origins:refreshLeeway:refreshBackoff:onRefreshFailure:)``
+/// also subscribes to the update channel, on a connection of its own, to hear a sign-out.)
 ///
 /// **When Redis is unreachable** (``RedisError`` `.connectionClosed` or `.timeout`, or a reply
 /// that means "not yet" such as `LOADING`), a renewal ahead of the token's expiry keeps the
@@ -64,11 +66,20 @@ import FoundationNetworking
 /// coordinate through Redis.
 ///
 /// **Signing in and out.** A sign-in (the authenticator's `OAuth2Authenticator.signIn(_:)`)
-/// is written with a new fence whatever Redis holds; a sign-out leaves a record with no
-/// credential. Other processes see either at their next refresh (their authenticators keep the
-/// credential they hold until then). A process that starts while Redis is unreachable, having
-/// seen nothing, cannot load a credential: the authenticator's load fails and is tried again by
-/// the next request.
+/// is written with a new fence whatever Redis holds; other processes see it at their next
+/// refresh (their authenticators keep the credential they hold until then). A sign-out leaves a
+/// record with no credential and is announced (`signed-out:<fence>`): every process whose
+/// authenticator came from ``makeAuthenticator(origins:refreshLeeway:refreshBackoff:onRefreshFailure:)``
+/// reads the record and, finding it signed out, has its authenticator forget the credential
+/// (``Event/signOutAdopted``), so its next request carries no token; one that missed the
+/// announcement finds the sign-out at its next refresh, as before. The sign-out revokes the
+/// credential (RFC 7009, at the token endpoint's `revocationURL`) once for the fleet: only the
+/// process whose write took it out of Redis revokes it (the credential Redis held, which the
+/// script returns); a process that heard of the sign-out, or whose own sign-out found the fleet
+/// signed out already, revokes nothing (`OAuth2Revocation.nothingToRevoke`). A sign-out written
+/// while Redis is away revokes what this process knew. A process that starts while Redis is
+/// unreachable, having seen nothing, cannot load a credential: the authenticator's load fails
+/// and is tried again by the next request.
 ///
 /// **Secrets.** The credential is stored as JSON in the hash `<prefix>:credential`; the
 /// channel `<prefix>:updated` carries fences, never tokens; nothing is logged, and no error
@@ -110,6 +121,10 @@ public final class FleetCredential: Sendable {
         /// Redis could not be reached while the credential presented was still valid: it is
         /// kept, not renewed alone (until it expires, or the server refuses it).
         case keptWhileRedisAway
+        /// Another process signed the fleet out (announced, then read in the record): this
+        /// process's authenticators forgot the credential, without revoking it again (the
+        /// process that signed out revokes it, once for the fleet).
+        case signOutAdopted
     }
 
     /// Everything a fleet credential is configured with, as plain values (a child process can be
@@ -193,6 +208,12 @@ public final class FleetCredential: Sendable {
     public let isTokenRequest: @Sendable (URLRequest) -> Bool
 
     private let refresher: OAuth2Authenticator.Refresh
+    /// Revokes what this process's sign-out took out of the fleet's record (RFC 7009), if
+    /// configured.
+    private let revoker: OAuth2Authenticator.Revoke?
+    /// The authenticators ``makeAuthenticator(origins:refreshLeeway:refreshBackoff:onRefreshFailure:)``
+    /// made, told when another process signs the fleet out.
+    private let authenticators = LockedState<[WeakAuthenticator]>([])
     private let keys: FleetCredentialKeys
     private let state: LockedState<FleetCredentialStateMachine>
     private let tasks = LockedState(Tasks())
@@ -207,16 +228,19 @@ public final class FleetCredential: Sendable {
     }
 
     /// A fleet credential renewed by `refresh` (another grant, or a test's own): the fleet runs
-    /// it once per refresh, in the process that holds the lease.
+    /// it once per refresh, in the process that holds the lease; and revoked by `revoke`, if
+    /// given, once per fleet sign-out, in the process that signed out (see "Signing in and out").
     public init(
         client: RedisClient, configuration: Configuration,
         isTokenRequest: @escaping @Sendable (URLRequest) -> Bool = { _ in false },
+        revoke: OAuth2Authenticator.Revoke? = nil,
         refresh: @escaping OAuth2Authenticator.Refresh
     ) {
         self.client = client
         self.configuration = configuration
         self.isTokenRequest = isTokenRequest
         self.refresher = refresh
+        self.revoker = revoke
         self.keys = FleetCredentialKeys(prefix: configuration.keyPrefix)
         self.state = LockedState(
             FleetCredentialStateMachine(
@@ -225,10 +249,13 @@ public final class FleetCredential: Sendable {
                 allowedSends: configuration.refreshTokenInFlightAtTakeover == .resendOnce ? 2 : 1))
     }
 
-    /// A fleet credential renewed with the refresh-token grant at `tokenEndpoint`.
+    /// A fleet credential renewed with the refresh-token grant at `tokenEndpoint`, and revoked at
+    /// its `revocationURL` (RFC 7009), if it has one, when the fleet signs out.
     public convenience init(client: RedisClient, configuration: Configuration, tokenEndpoint: OAuth2TokenEndpoint) {
+        var revoke: OAuth2Authenticator.Revoke?
+        if tokenEndpoint.revocationURL != nil { revoke = { credential in await tokenEndpoint.revoke(credential) } }
         self.init(
-            client: client, configuration: configuration, isTokenRequest: { tokenEndpoint.matches($0) },
+            client: client, configuration: configuration, isTokenRequest: { tokenEndpoint.matches($0) }, revoke: revoke,
             refresh: { try await tokenEndpoint.refresh($0) })
     }
 
@@ -251,16 +278,26 @@ public final class FleetCredential: Sendable {
     }
 
     /// An authenticator wired to this fleet credential: its ``store``, ``refresh`` and
-    /// ``isTokenRequest``.
+    /// ``isTokenRequest``, and the fleet's revocation: its `signOut()` revokes the credential
+    /// only when this process's sign-out is the one that took it out of Redis. When another
+    /// process signs the fleet out, this authenticator forgets the credential too
+    /// (``Event/signOutAdopted``), without revoking it again.
     public func makeAuthenticator(
         origins: [URL], refreshLeeway: Duration = .seconds(60),
         refreshBackoff: Duration = OAuth2Authenticator.defaultRefreshBackoff,
         onRefreshFailure: (@Sendable (any Error) async -> Void)? = nil
     ) -> OAuth2Authenticator {
         state.withLock { $0.authenticatorLeeway = refreshLeeway }
-        return OAuth2Authenticator(
+        var revoke: OAuth2Authenticator.Revoke?
+        if revoker != nil { revoke = { [self] credential in await self.revokeSignedOut(credential) } }
+        let authenticator = OAuth2Authenticator(
             origins: origins, store: store, refreshLeeway: refreshLeeway, refreshBackoff: refreshBackoff,
-            isTokenRequest: isTokenRequest, onRefreshFailure: onRefreshFailure, refresh: refresh)
+            isTokenRequest: isTokenRequest, onRefreshFailure: onRefreshFailure, revoke: revoke, refresh: refresh)
+        authenticators.withLock { list in
+            list.removeAll { $0.authenticator == nil }
+            list.append(WeakAuthenticator(authenticator: authenticator))
+        }
+        return authenticator
     }
 
     /// What this fleet credential does from now on, for one reader (see ``Event``).
@@ -294,6 +331,8 @@ public final class FleetCredential: Sendable {
             let stored = try await readRecord()
             let credential = transition { $0.loaded(stored) }
             scheduleWriteBackIfOwed()
+            // Listening from the first load: a sign-out of another process is then heard.
+            if authenticators.withLock({ !$0.isEmpty }) { await ensureSubscribed() }
             return credential
         } catch let error as RedisError where Self.isUnreachable(error) {
             guard let known = transition({ $0.loadFailed() }) else { throw error }
@@ -305,6 +344,28 @@ public final class FleetCredential: Sendable {
         guard let write = transition({ $0.saveRequested(credential) }) else { return }
         await perform(write)
         scheduleWriteBackIfOwed()
+    }
+
+    // MARK: Signing out
+
+    /// The revocation an authenticator asks for after its sign-out: of what this process's
+    /// sign-out took out of the record, or nothing when the fleet was signed out already (by
+    /// another process, which revokes).
+    private func revokeSignedOut(_ held: OAuth2Credential) async -> OAuth2Revocation {
+        guard let revoker else { return .notConfigured }
+        guard let credential = state.withLock({ $0.takeSignedOutCredential() }) else { return .nothingToRevoke }
+        return await revoker(credential)
+    }
+
+    /// A sign-out was announced: the record decides whether this process's authenticators must
+    /// forget the credential they hold. Their sign-out writes nothing and revokes nothing: the
+    /// record already says signed out.
+    private func signOutHeard() async {
+        guard authenticators.withLock({ !$0.isEmpty }) else { return }
+        guard let stored = try? await readRecord(), transition({ $0.signOutAnnounced(stored) }) else { return }
+        for authenticator in authenticators.withLock({ $0.compactMap(\.authenticator) }) {
+            _ = try? await authenticator.signOut()
+        }
     }
 
     // MARK: The refresh
@@ -492,7 +553,12 @@ public final class FleetCredential: Sendable {
                     arguments: try FleetCredentialScripts.writeArguments(pending, channel: keys.channel)))
             if FleetCredentialScripts.integer(reply.first) == 1 {
                 let fence = FleetCredentialScripts.integer(reply[safe: 1]) ?? 0
-                transition { $0.writeBackAccepted(id: pending.id, fence: fence) }
+                // A sign-out's write answers what it took out of the record, for the revocation.
+                var replaced: OAuth2Credential?? = .none
+                if pending.credential == nil, pending.kind == .replace {
+                    do { replaced = .some(try FleetCredentialScripts.record(reply, at: 2)?.credential) } catch {}
+                }
+                transition { $0.writeBackAccepted(id: pending.id, fence: fence, replaced: replaced) }
             } else {
                 let stored = try? FleetCredentialScripts.record(reply, at: 1)
                 transition { $0.writeBackRefused(id: pending.id, stored: stored) }
@@ -542,8 +608,13 @@ public final class FleetCredential: Sendable {
         tasks.withLock { tasks in
             guard !tasks.closed, tasks.subscription == nil else { return }
             let (client, channel, announcements, pause) = (client, keys.channel, announcements, configuration.writeBackDelay)
+            let onSignOut: @Sendable () -> Void = { [weak self] in
+                guard let self else { return }
+                Task { await self.signOutHeard() }
+            }
             tasks.subscription = Task {
-                await Self.subscriptionLoop(client: client, channel: channel, announcements: announcements, pause: pause)
+                await Self.subscriptionLoop(
+                    client: client, channel: channel, announcements: announcements, pause: pause, onSignOut: onSignOut)
             }
         }
         // While Redis is away the lease script fails at once anyway: no wait for it.
@@ -553,7 +624,9 @@ public final class FleetCredential: Sendable {
 
     /// Listens on `channel` until cancelled (by ``shutdown()`` or the fleet credential's end);
     /// holds no reference to the fleet credential, so dropping it ends the loop.
-    private static func subscriptionLoop(client: RedisClient, channel: String, announcements: FleetAnnouncements, pause: Duration) async {
+    private static func subscriptionLoop(
+        client: RedisClient, channel: String, announcements: FleetAnnouncements, pause: Duration, onSignOut: @escaping @Sendable () -> Void
+    ) async {
         while !Task.isCancelled {
             let nonce = "ready:" + UUID().uuidString
             // The client's subscription reconnects by itself after a lost connection (a Redis
@@ -578,6 +651,7 @@ public final class FleetCredential: Sendable {
                     } else if !text.hasPrefix("ready:") {
                         // A hint, whatever it says: the waiters read the record, which decides.
                         announcements.heard()
+                        if text.hasPrefix("signed-out:") { onSignOut() }
                     }
                 }
             } catch {}
@@ -618,6 +692,11 @@ public final class FleetCredential: Sendable {
         let (seconds, attoseconds) = duration.components
         return max(1, seconds * 1_000 + attoseconds / 1_000_000_000_000_000)
     }
+}
+
+/// An authenticator a fleet credential made, without keeping it alive.
+private struct WeakAuthenticator: Sendable {
+    weak var authenticator: OAuth2Authenticator?
 }
 
 /// The ``CredentialStore`` a ``FleetCredential`` hands out.

@@ -142,7 +142,9 @@ enum FleetCredentialScripts {
     /// fence written.
     ///
     /// KEYS: record, fence counter. ARGV: kind, number, credential JSON (empty: signed out),
-    /// channel. Returns `{1, fence}` or `{0, storedFence, storedJSON}`.
+    /// channel. Returns `{1, fence}` or `{0, storedFence, storedJSON}`; a write of no credential
+    /// (a sign-out) announces `signed-out:<fence>` and returns `{1, fence, storedFence,
+    /// storedJSON}`, what it replaced (for the revocation of the process that signed out).
     static let write = RedisScript(
         """
         local rec = redis.call('HMGET', KEYS[1], 'fence', 'credential')
@@ -166,6 +168,10 @@ enum FleetCredentialScripts {
           redis.call('HSET', KEYS[1], 'fence', fence)
         else
           redis.call('HSET', KEYS[1], 'fence', fence, 'credential', ARGV[3])
+        end
+        if ARGV[3] == '' then
+          redis.call('PUBLISH', ARGV[4], 'signed-out:' .. fence)
+          return {1, fence, rec[1], rec[2]}
         end
         redis.call('PUBLISH', ARGV[4], fence)
         return {1, fence}

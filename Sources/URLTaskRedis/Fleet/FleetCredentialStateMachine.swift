@@ -187,6 +187,11 @@ struct FleetCredentialStateMachine: Sendable {
     private(set) var newest: Record?
     /// The write Redis owes, if any.
     private(set) var pending: Pending?
+    /// What this process's last sign-out took out of the fleet's record, for its revocation
+    /// (RFC 7009): set when the sign-out is requested (what this process knew), corrected by
+    /// the sign-out's write (what the record held), taken by the revocation. A sign-out that
+    /// found the fleet already signed out (another process did it, and revokes) leaves `nil`.
+    private var signedOut: (id: Int, credential: OAuth2Credential)?
     /// Whether Redis answered the last call.
     private(set) var reachable = true
     /// Notes since the driver last took them.
@@ -264,18 +269,46 @@ struct FleetCredentialStateMachine: Sendable {
     /// written, or owed), or a sign-in or sign-out (a write that replaces whatever is stored).
     /// Returns the write to run, if any.
     mutating func saveRequested(_ credential: OAuth2Credential?) -> Pending? {
+        if credential == nil { signedOut = nil }
         if let newest, Self.same(newest.credential, credential) { return nil }
         let write = makePending(credential, .replace)
+        if credential == nil, let known = newest?.credential { signedOut = (write.id, known) }
         newest = Record(fence: newest?.fence ?? 0, credential: credential)
         return write
+    }
+
+    /// The revocation of this process's last sign-out asks what to revoke: what the sign-out
+    /// took out of the record (`nil`: nothing, the fleet was signed out already). Taken once.
+    mutating func takeSignedOutCredential() -> OAuth2Credential? {
+        defer { signedOut = nil }
+        return signedOut?.credential
+    }
+
+    /// A message announced a sign-out: `stored` is the record read after it. Returns whether this
+    /// process held a credential the record now says is signed out, which its authenticators
+    /// must then forget (without revoking it or writing a sign-out again: the process that
+    /// signed out does both).
+    mutating func signOutAnnounced(_ stored: Record?) -> Bool {
+        markReachable()
+        let held = newest?.credential != nil
+        observe(stored)
+        guard held, newest?.credential == nil, stored?.credential == nil, (stored?.fence ?? 0) > 0 else { return false }
+        notes.append(.signOutAdopted)
+        return true
     }
 
     // MARK: Write-backs
 
     /// Redis wrote `id`'s record with `fence` (the refresh's own write-back, or the background
     /// one: neither moves the refresh in flight, see ``continueAfterWriteBack()``).
-    mutating func writeBackAccepted(id: Int, fence: Int64) {
+    ///
+    /// `replaced` is the credential a sign-out's write took out of the record (`nil`: the record
+    /// held none, another process signed out first), or `.none` for other writes.
+    mutating func writeBackAccepted(id: Int, fence: Int64, replaced: OAuth2Credential?? = .none) {
         markReachable()
+        if let replaced, let signedOut, signedOut.id == id {
+            self.signedOut = replaced.map { (id, $0) }
+        }
         guard let pending, pending.id == id else { return }
         self.pending = nil
         newest = Record(fence: fence, credential: pending.credential)

@@ -73,6 +73,8 @@ final class DjangoOAuthServer: @unchecked Sendable {  // The lifecycle and the o
         let path: String
         let status: Int
         let grantType: String?
+        /// RFC 7009's `token_type_hint` (`refresh_token`, `access_token`), if the form had one.
+        let tokenTypeHint: String?
         /// `basic`, `bearer`, `form` (a `client_secret` in the form), `client_id` (a public
         /// client's id alone) or `none`.
         let clientAuthentication: String
@@ -329,13 +331,19 @@ final class DjangoOAuthServer: @unchecked Sendable {  // The lifecycle and the o
             else { throw Failure(description: "a malformed request record: \(entry)") }
             return Request(
                 sequence: sequence, method: method, path: path, status: status, grantType: entry["grant_type"] as? String,
-                clientAuthentication: authentication, parameters: entry["parameters"] as? [String] ?? [])
+                tokenTypeHint: entry["token_type_hint"] as? String, clientAuthentication: authentication,
+                parameters: entry["parameters"] as? [String] ?? [])
         }
     }
 
     /// The requests to the token endpoint, in order.
     func tokenRequests() async throws -> [Request] {
         try await requests().filter { $0.path == "/o/token/" }
+    }
+
+    /// The requests to the revocation endpoint (RFC 7009), in order.
+    func revocationRequests() async throws -> [Request] {
+        try await requests().filter { $0.path == "/o/revoke_token/" }
     }
 
     /// How many access and refresh tokens DOT's database holds, and how many refresh tokens are

@@ -70,7 +70,7 @@ final class OAuth2SignOutTests: XCTestCase {
         let signOut = Task { try await auth.signOut() }
         try await waitUntilSignedOut(auth)
         store.releaseSave.fulfill(())
-        try await signOut.value
+        _ = try await signOut.value
 
         // Once signOut() has returned the store is empty for good.
         XCTAssertNil(store.stored.snapshot, "the refreshed credential was saved after the sign-out cleared the store")

@@ -3,7 +3,8 @@ grant, client authentication used), kept in memory and printed as one line each.
 
 Recorded when the application has produced the response's status, before a byte of it is
 written: a client that has its answer finds its request in GET /test/requests. No token,
-secret, code or verifier is ever recorded or printed: only the parameter names.
+secret, code or verifier is ever recorded or printed: only the parameter names, and the values
+of `grant_type` and `token_type_hint` (RFC 7009), which name a kind, not a secret.
 """
 
 import io
@@ -53,6 +54,8 @@ class RecordingMiddleware:
             "method": environ.get("REQUEST_METHOD", ""),
             "path": path,
             "grant_type": form.get("grant_type", [None])[0],
+            # RFC 7009's hint (`refresh_token`, `access_token`): a name, never a token.
+            "token_type_hint": form.get("token_type_hint", [None])[0],
             "client_authentication": _client_authentication(environ, form),
             "parameters": sorted(form.keys()),
         }
@@ -63,9 +66,11 @@ class RecordingMiddleware:
                 with _lock:
                     record["sequence"] = len(_records) + 1
                     _records.append(record)
-                line = "DOT-REQUEST sequence={} method={} path={} status={} grant_type={} client_authentication={}".format(
+                line = (
+                    "DOT-REQUEST sequence={} method={} path={} status={} grant_type={} token_type_hint={} client_authentication={}"
+                ).format(
                     record["sequence"], record["method"], path, record["status"], record["grant_type"] or "-",
-                    record["client_authentication"],
+                    record["token_type_hint"] or "-", record["client_authentication"],
                 )
                 print(line, flush=True)
             return start_response(status, headers, exc_info)
