@@ -192,7 +192,7 @@ extension NotesError {
         } else if error.isConfigurationError {
             self = .unexpected(error.description)  // invalid_client and the like: ours to fix, not the user's
         } else {
-            self = .unavailable(retryAfter: nil)  // a 5xx, an answer that is not a token: the next request tries again
+            self = .unavailable(retryAfter: nil)  // a 5xx, malformed JSON, an answer that is not a token: the next request tries again
         }
     }
 }
@@ -325,7 +325,34 @@ extension Scenario {
         try transcript.check(expired == .failure(.sessionExpired), "a dead session: \(expired)")
         try transcript.check(wrong == .wrongPassword && backIn == .success("ok /api/notes"), "signing in again: \(backIn)")
 
-        // 7. A credential file that is not one: the next run signs in again and replaces it.
+        // 7. A token endpoint's faulty answer is the server's, not the app's: a 200 with JSON cut
+        // short is unavailable (try again later), an HTML page at the token URL unexpected (check it).
+        let broken = try LoopbackServer()
+        defer { broken.shutdown() }
+        broken.route("POST", "/truncated") { _ in .json(Data(#"{"access_token": "ab"#.utf8)) }
+        broken.route("POST", "/page") { _ in
+            ServerResponse(status: 200, headers: ["Content-Type": "text/html"], body: .data(Data("<h1>Sign in</h1>".utf8)))
+        }
+        var faults: [String: NotesError] = [:]
+        for path in ["/truncated", "/page"] {
+            let endpoint = OAuth2TokenEndpoint(
+                url: broken.url(path), clientID: configuration.clientID, clientSecret: configuration.clientSecret)
+            do {
+                _ = try await endpoint.requestToken(["grant_type": "client_credentials"])
+            } catch {
+                faults[path] = NotesError(error)
+            }
+        }
+        transcript.client(
+            "token endpoint answers 200 with truncated JSON → \(faults["/truncated"].map { describe($0) } ?? "a token"); "
+                + "with an HTML page → \(faults["/page"].map { describe($0) } ?? "a token")")
+        try transcript.check(
+            faults["/truncated"] == .unavailable(retryAfter: nil), "truncated JSON: \(String(describing: faults["/truncated"]))")
+        guard case .unexpected = faults["/page"] else {
+            throw Transcript.CheckFailed(description: "an HTML page at the token URL: \(String(describing: faults["/page"]))")
+        }
+
+        // 8. A credential file that is not one: the next run signs in again and replaces it.
         try Data("not a credential".utf8).write(to: file)
         let thirdRun = try await NotesApp(configuration).start(askPassword: { ("ada", "lovelace") })
         let replaced = try await saved()

@@ -24,17 +24,28 @@ public enum OAuth2Error: Error, Sendable, Equatable {
     case tokenRequestRejected(status: Int, error: String?, description: String?, url: URL? = nil)
     /// The token endpoint answered 2xx with something that is not a usable bearer token
     /// response: no `access_token`, another `token_type`, or an `expires_in` that is not a
-    /// positive number of seconds. `url` is the endpoint's, as in
+    /// positive number of seconds; or a body meant as JSON (an `application/json` or `+json`
+    /// `Content-Type`, or a body that starts with `{` or `[`) that is not a JSON object: cut
+    /// short or otherwise malformed (`reason` "the body is not valid JSON"), or an array or
+    /// another value ("the body is not a JSON object"). The server's faulty answer, not the app's configuration:
+    /// temporary (neither ``isConfigurationError`` nor ``requiresSignIn``), so the next request
+    /// that needs a token tries again after the authenticator's back-off. `reason` is the kit's
+    /// own text, never the body. `url` is the endpoint's, as in
     /// ``tokenRequestRejected(status:error:description:url:)``.
     case invalidTokenResponse(reason: String, url: URL? = nil)
     /// What answered at the token endpoint's URL is not a token endpoint: a 404 or a 405, or an
-    /// answer that is not JSON (an HTML page, plain text) with a 2xx or 4xx status. The URL is
+    /// answer that is not JSON and does not claim to be (an HTML page, plain text, an empty
+    /// 2xx) with a 2xx or 4xx status. The URL is
     /// wrong (a typo, a path of another server's layout, the authorization endpoint), or the
     /// server takes no `POST` there. A configuration error (``isConfigurationError``): signing
     /// in again would fail the same way. `url` is the endpoint's, without its query, user,
     /// password or fragment; `mediaType` is the answer's `Content-Type` without parameters, if
     /// it had one. A 5xx page from a proxy (a 502 in HTML) stays a temporary
-    /// ``tokenRequestRejected(status:error:description:url:)``.
+    /// ``tokenRequestRejected(status:error:description:url:)``. A body meant as JSON that does
+    /// not parse (a JSON `Content-Type`, or a first byte `{` or `[`: a truncated
+    /// `{"access_token": "ab`) is not this but the server's faulty answer: with a 2xx,
+    /// ``invalidTokenResponse(reason:url:)``; with a 4xx or 5xx,
+    /// ``tokenRequestRejected(status:error:description:url:)`` without a code.
     case notATokenEndpoint(url: URL, status: Int, mediaType: String?)
     /// The token endpoint's answer was longer than `limit` bytes
     /// (``OAuth2TokenEndpoint/answerSizeLimit``), announced by its `Content-Length` or counted
@@ -111,8 +122,8 @@ public enum OAuth2Error: Error, Sendable, Equatable {
     /// Only a 4xx `invalid_grant` counts (the grant, that is the refresh token, is revoked,
     /// expired or already used), besides having no credential or no refresh token at all. A
     /// 400 or 401 with another code or none is not the user's to fix (see
-    /// ``isConfigurationError``), and a 5xx, a malformed answer or a transport error is
-    /// temporary: the next request tries again.
+    /// ``isConfigurationError``), and a 5xx, a malformed answer (malformed JSON included) or a
+    /// transport error is temporary: the next request tries again.
     public var requiresSignIn: Bool {
         switch self {
         case .notSignedIn, .noRefreshToken: true
@@ -134,7 +145,8 @@ public enum OAuth2Error: Error, Sendable, Equatable {
     /// error, so a fix on the server's side is picked up by the next request.
     /// ``notATokenEndpoint(url:status:mediaType:)`` counts: the URL is wrong. (So does a token
     /// URL that points at another server, such as the API, which answers 401: the description
-    /// names the ``url``, so that it can be checked first.)
+    /// names the ``url``, so that it can be checked first.) Malformed JSON does not: it is the
+    /// server's faulty answer (``invalidTokenResponse(reason:url:)`` for a 2xx), temporary.
     public var isConfigurationError: Bool {
         if case .notATokenEndpoint = self { return true }
         guard case .tokenRequestRejected(let status, let error, _, _) = self else { return false }

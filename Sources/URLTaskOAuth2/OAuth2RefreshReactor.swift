@@ -8,12 +8,23 @@ import URLTaskManager
 /// requests are refused at once (they all wait for it), and requests that have not been sent
 /// yet wait too instead of going out with the token being replaced. On success every waiting
 /// request is sent again through the interceptors; on failure they all fail with
-/// `URLTaskError.Code.reactorFailed`, the authenticator's
+/// `URLTaskError.Code.authenticationFailed` carrying the ``OAuth2Error`` (a `URLError` arrives
+/// as itself), the authenticator's
 /// `onRefreshFailure` is called once for the failure episode, and 401s that arrive within its
 /// ``OAuth2Authenticator/refreshBackoff`` fail the same way without another token request.
 /// A token endpoint that could not be reached (refused or lost connection, unresolvable host,
 /// offline) fails the waiting requests with its `URLError` but starts no back-off: the next
 /// 401 tries the refresh again, so the first one after the endpoint is back gets a token.
+///
+/// **What the API must answer.** A 401, the answer RFC 6750 §3.1 gives an expired, revoked or
+/// malformed token (with `WWW-Authenticate: Bearer error="invalid_token"`); the status is what
+/// counts. A 403 is not taken: it reaches the caller as the API sent it, and no token request is
+/// made. RFC 6750 answers `insufficient_scope` with 403, which a new token for the same grant
+/// does not fix, and a 403 for a permission says nothing about the token; refreshing on it would
+/// cost a token request for every forbidden request. An API that answers an expired token with
+/// a bare 403 (django-oauth-toolkit's default `ProtectedResourceView`) must be made to answer
+/// 401 (its `ProtectedResourceMetadataView` does): the OAuth2 article's "What the API must
+/// answer".
 ///
 /// It only takes 401s to requests the ``BearerInterceptor`` gave this authenticator's token
 /// to: a 401 from another host, or to a request sent while signed out, reaches the caller as

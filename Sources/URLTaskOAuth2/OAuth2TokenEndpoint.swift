@@ -248,28 +248,58 @@ public struct OAuth2TokenEndpoint: Sendable {
         let issuedAt = Date()
         let (data, response) = try await send(request, within: limit)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-        if let wrong = notATokenEndpoint(status: status, response: response, body: data, object: object) { throw wrong }
+        let mediaType = Self.mediaType(of: response)
+        let parsed = try? JSONSerialization.jsonObject(with: data, options: .fragmentsAllowed)
+        let object = parsed as? [String: Any]
+        if let wrong = notATokenEndpoint(status: status, mediaType: mediaType, body: data, object: object) { throw wrong }
         guard (200..<300).contains(status) else {
             throw OAuth2Error.tokenRequestRejected(
                 status: status, error: object?["error"] as? String, description: object?["error_description"] as? String)
         }
-        guard let object else { throw OAuth2Error.invalidTokenResponse(reason: "the body is not a JSON object") }
+        // Past `notATokenEndpoint`, a 2xx without an object is an answer meant as JSON.
+        guard let object else {
+            throw OAuth2Error.invalidTokenResponse(reason: parsed == nil ? "the body is not valid JSON" : "the body is not a JSON object")
+        }
         return try Self.credential(from: object, issuedAt: issuedAt, previous: previous)
     }
 
     /// The error for an answer that shows ``url`` is no token endpoint: a 404 or 405, or a 2xx
     /// or 4xx answer (but a 401, 408 or 429, which a token endpoint itself sends) whose body is
-    /// not a JSON object. An empty error answer is left to the status, as before.
-    private func notATokenEndpoint(status: Int, response: URLResponse, body: Data, object: [String: Any]?) -> OAuth2Error? {
+    /// not JSON and does not claim to be (``isMeantAsJSON(mediaType:body:)``): an HTML page,
+    /// plain text, an empty 2xx. An empty error answer is left to the status, as before.
+    ///
+    /// A body meant as JSON that is not a JSON object (cut short, a JSON array) is the
+    /// server's faulty answer, not a wrong URL: a 2xx is then
+    /// ``OAuth2Error/invalidTokenResponse(reason:url:)`` and a 4xx
+    /// ``OAuth2Error/tokenRequestRejected(status:error:description:url:)`` without a code, both
+    /// temporary (issue 47: 0.3.0 called a truncated `{"access_token": "ab` a configuration
+    /// error, "check the token endpoint URL").
+    private func notATokenEndpoint(status: Int, mediaType: String?, body: Data, object: [String: Any]?) -> OAuth2Error? {
         let notFound = status == 404 || status == 405
         let success = (200..<300).contains(status)
         let clientError = (400..<500).contains(status) && ![401, 408, 429].contains(status)
-        let notJSON = object == nil && (success || !body.isEmpty)
+        let notJSON = object == nil && (success || !body.isEmpty) && !Self.isMeantAsJSON(mediaType: mediaType, body: body)
         guard notFound || (notJSON && (success || clientError)) else { return nil }
-        let mediaType = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Type")
-            .map { String($0.prefix { $0 != ";" }).trimmingCharacters(in: .whitespaces).lowercased() }
-        return .notATokenEndpoint(url: Self.displayed(url), status: status, mediaType: mediaType.flatMap { $0.isEmpty ? nil : $0 })
+        return .notATokenEndpoint(url: Self.displayed(url), status: status, mediaType: mediaType)
+    }
+
+    /// The answer's `Content-Type` without its parameters, lowercased; `nil` when it has none.
+    private static func mediaType(of response: URLResponse) -> String? {
+        guard let value = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Type") else { return nil }
+        let type = String(value.prefix { $0 != ";" }).trimmingCharacters(in: .whitespaces).lowercased()
+        return type.isEmpty ? nil : type
+    }
+
+    /// Whether an answer is meant as JSON, parsed or not: its media type is `application/json`
+    /// or a `+json` one (RFC 6839), or its body's first byte after whitespace (and a UTF-8 byte
+    /// order mark) opens a JSON object or array. What a token endpoint sends, even when it
+    /// fails to send it whole; an HTML page or plain text is neither.
+    static func isMeantAsJSON(mediaType: String?, body: Data) -> Bool {
+        if let mediaType, mediaType == "application/json" || mediaType.hasSuffix("+json") { return true }
+        var bytes = body[...]
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes = bytes.dropFirst(3) }
+        let first = bytes.first { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }
+        return first == UInt8(ascii: "{") || first == UInt8(ascii: "[")
     }
 
     /// `url` without its query, user, password and fragment: what an error may name.

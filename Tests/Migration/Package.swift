@@ -1,8 +1,10 @@
 // swift-tools-version: 6.0
 // Code written against URLTaskManager 0.2.0 (Before) and the same code after the "Migrating from
 // 0.2" article's steps (After), built by scripts/check-migration.sh against this checkout: After
-// must build, and every diagnostic of Before must say what to write instead. Not part of
-// URLTaskManager's own package. Both targets already depend on the three products and import
+// must build, and every diagnostic of Before must say what to write instead. BeforePatterns holds
+// 0.2.0's patterns over OAuth2Error, for which no declaration can give the compiler a message:
+// it must fail with exactly the diagnostics its comments (and the article) quote. Not part of
+// URLTaskManager's own package. The targets already depend on the three products and import
 // them (the article's first step): without it, 0.2's names are simply not in scope.
 import PackageDescription
 
@@ -12,7 +14,7 @@ let package = Package(
     dependencies: [
         .package(name: "URLTaskManager", path: "../..")
     ],
-    targets: ["Before", "After"].map { name in
+    targets: ["Before", "After", "BeforePatterns"].map { name in
         .executableTarget(
             name: name,
             dependencies: [

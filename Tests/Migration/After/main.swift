@@ -72,4 +72,42 @@ func load(_ request: URLRequest, from session: URLSession) async -> String {
     // DocC migrating errors: end
 }
 
+// 0.2.0's patterns over OAuth2Error (Tests/Migration/BeforePatterns), with the fourth value.
+// DocC migrating oauth patterns: begin
+func serverCode(of error: any Error) -> String? {
+    if case .tokenRequestRejected(_, let code?, _, _)? = error as? OAuth2Error { return code }
+    return nil
+}
+
+func isRefusedGrant(_ oauth: OAuth2Error) -> Bool {
+    if case .tokenRequestRejected(400, "invalid_grant", _, _) = oauth { return true }
+    return false
+}
+
+func status(of oauth: OAuth2Error) -> Int? {
+    guard case .tokenRequestRejected(let status, _, _, _) = oauth else { return nil }
+    return status
+}
+
+func summary(of oauth: OAuth2Error) -> String {
+    switch oauth {
+    case .tokenRequestRejected(let status, let code, _, _): return "\(status) \(code ?? "-")"
+    case .invalidTokenResponse(let reason, _): return reason
+    default: return "\(oauth)"
+    }
+}
+// DocC migrating oauth patterns: end
+
+// The same questions without a pattern: the properties 0.2.0 had too, which no new value breaks.
+// DocC migrating oauth properties: begin
+func serverCodeWithoutAPattern(of error: any Error) -> String? {
+    (error as? OAuth2Error)?.serverErrorCode
+}
+
+func mustSignInAgain(_ oauth: OAuth2Error) -> Bool {
+    oauth.requiresSignIn  // invalid_grant with a 4xx, or no credential or refresh token at all
+}
+// DocC migrating oauth properties: end
+
 _ = (makeManager, ResetConnection(), PerTaskPause(), skipsRetries, load)
+_ = (serverCode, isRefusedGrant, status, summary, serverCodeWithoutAPattern, mustSignInAgain)

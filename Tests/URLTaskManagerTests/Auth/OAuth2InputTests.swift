@@ -28,6 +28,19 @@ final class OAuth2InputTests: XCTestCase {
         server.route("/empty400") { _ in .status(400) }
         server.route("/unauthorized") { _ in page(401) }
         server.route("/api/me") { _ in .json(Data(#"{"error":"unauthorized"}"#.utf8), status: 401) }
+        // A token answer cut short, with the start of a token in it.
+        let truncated = Data(#"{"access_token": "S3CR3T-PARTIAL"#.utf8)
+        @Sendable func body(_ data: Data, _ status: Int, _ type: String?) -> ServerResponse {
+            ServerResponse(status: status, headers: type.map { ["Content-Type": $0] } ?? [:], body: .data(data))
+        }
+        server.route("/truncated-json") { _ in body(truncated, 200, "application/json; charset=utf-8") }
+        server.route("/truncated-untyped") { _ in body(Data(" \r\n".utf8) + truncated, 200, nil) }
+        server.route("/truncated-text") { _ in body(truncated, 200, "text/plain") }
+        server.route("/fragment-plus-json") { _ in body(Data(#""S3CR3T-PARTIAL"#.utf8), 200, "application/vnd.example+json") }
+        server.route("/empty-json") { _ in body(Data(), 200, "application/json") }
+        server.route("/truncated400") { _ in body(truncated, 400, "application/json") }
+        server.route("/truncated401") { _ in body(truncated, 401, "application/json") }
+        server.route("/truncated503") { _ in body(truncated, 503, nil) }
     }
 
     override func tearDown() {
@@ -40,7 +53,7 @@ final class OAuth2InputTests: XCTestCase {
     func testAWrongTokenURLIsAConfigurationErrorThatNamesIt() async throws {
         let cases: [(path: String, status: Int, mediaType: String?)] = [
             ("/missing", 404, "text/html"), ("/get-only", 405, nil), ("/spa", 200, "text/html"), ("/refused", 400, "text/html"),
-            ("/forbidden", 403, "text/plain"), ("/array", 200, "application/json"),
+            ("/forbidden", 403, "text/plain"),
         ]
         for (path, status, mediaType) in cases {
             var parts = URLComponents(url: server.url(path), resolvingAgainstBaseURL: false)!
@@ -63,6 +76,110 @@ final class OAuth2InputTests: XCTestCase {
                 for secret in ["secret", "s3cret", "frag", "client@"] { XCTAssertFalse(text.contains(secret), "\(secret) in \(text)") }
             }
         }
+    }
+
+    /// Issue 47: a body meant as JSON (a JSON `Content-Type`, or a first byte `{` or `[`) that is
+    /// not a JSON object is the server's faulty answer, temporary: with a 2xx an
+    /// ``OAuth2Error/invalidTokenResponse(reason:url:)``, with a 4xx or 5xx a
+    /// ``OAuth2Error/tokenRequestRejected(status:error:description:url:)`` without a code. 0.3.0
+    /// called the 2xx ones (and the 400) ``OAuth2Error/notATokenEndpoint(url:status:mediaType:)``,
+    /// a configuration error. An HTML page stays that; no description shows the body.
+    func testMalformedJSONIsTheServersFaultyAnswerAndAnHTMLPageAWrongURL() async throws {
+        let notJSON = "the body is not valid JSON"
+        let notAnObject = "the body is not a JSON object"
+        let cases: [(path: String, expected: (URL) -> OAuth2Error, configuration: Bool)] = [
+            ("/truncated-json", { .invalidTokenResponse(reason: notJSON, url: $0) }, false),
+            ("/truncated-untyped", { .invalidTokenResponse(reason: notJSON, url: $0) }, false),
+            ("/truncated-text", { .invalidTokenResponse(reason: notJSON, url: $0) }, false),
+            ("/fragment-plus-json", { .invalidTokenResponse(reason: notJSON, url: $0) }, false),
+            ("/empty-json", { .invalidTokenResponse(reason: notJSON, url: $0) }, false),
+            ("/array", { .invalidTokenResponse(reason: notAnObject, url: $0) }, false),
+            ("/truncated400", { .tokenRequestRejected(status: 400, error: nil, description: nil, url: $0) }, false),
+            // A 401 is the client's authentication, as with any body (RFC 6749 §5.2).
+            ("/truncated401", { .tokenRequestRejected(status: 401, error: nil, description: nil, url: $0) }, true),
+            ("/truncated503", { .tokenRequestRejected(status: 503, error: nil, description: nil, url: $0) }, false),
+            ("/spa", { .notATokenEndpoint(url: $0, status: 200, mediaType: "text/html") }, true),
+        ]
+        for (path, expected, configuration) in cases {
+            let shown = server.url(path)
+            let endpoint = OAuth2TokenEndpoint(url: shown, clientID: "app", clientSecret: "s3cret")
+            do {
+                _ = try await endpoint.refresh(OAuth2Credential(accessToken: "a", refreshToken: "refresh-secret", expiresAt: .distantPast))
+                XCTFail("\(path) gave a credential")
+            } catch let error as OAuth2Error {
+                XCTAssertEqual(error, expected(shown), path)
+                XCTAssertEqual(error.isConfigurationError, configuration, path)
+                XCTAssertFalse(error.requiresSignIn, path)
+                let text = error.description
+                XCTAssertTrue(text.contains(shown.absoluteString), text)
+                XCTAssertEqual(text.contains("check the token endpoint URL"), configuration, text)
+                for secret in ["S3CR3T", "s3cret", "refresh-secret"] { XCTAssertFalse(text.contains(secret), "\(secret) in \(text)") }
+            }
+        }
+        XCTAssertEqual(
+            OAuth2Error.invalidTokenResponse(reason: notJSON, url: server.url("/truncated-json")).description,
+            "The answer of the token endpoint at \(server.url("/truncated-json").absoluteString) is not a bearer token: \(notJSON)")
+    }
+
+    /// Through the kit, a token endpoint answering 200 with malformed JSON fails the request with
+    /// the temporary ``OAuth2Error/invalidTokenResponse(reason:url:)``, backs off (a request
+    /// within ``OAuth2Authenticator/refreshBackoff`` fails the same way without a token request),
+    /// calls the hook once, and ends nothing: the store keeps the credential, and once the
+    /// endpoint answers properly the first request after the back-off refreshes and is answered.
+    /// Had the error required a sign-in, that request would fail until one.
+    func testMalformedJSONFromTheTokenEndpointBacksOffAndDoesNotEndTheSession() async throws {
+        let api = try OAuthServer(access: nil)
+        defer { api.shutdown() }
+        let broken = LockedBox(true)
+        api.server.route("POST", "/oauth/truncated") { _ in .json(Data(#"{"access_token": "ab"#.utf8)) }
+        let truncatedURL = api.server.url("/oauth/truncated")
+        let tokenURL = api.tokenURL
+        let hooks = LockedBox<[OAuth2Error?]>([])
+        let firstHook = Latch<Void>("onRefreshFailure")
+        let backoff = Duration.milliseconds(600)
+        let store = InMemoryCredentialStore(api.credential(access: "stale"))
+        let auth = OAuth2Authenticator(
+            origins: [api.baseURL], store: store, refreshBackoff: backoff,
+            onRefreshFailure: { error in
+                hooks.withLock { $0.append(error as? OAuth2Error) }
+                firstHook.fulfill(())
+            },
+            refresh: { credential in
+                try await OAuth2TokenEndpoint(url: broken.snapshot ? truncatedURL : tokenURL, clientID: "tests").refresh(credential)
+            })
+        let manager = URLTaskManager(
+            interceptors: [BearerInterceptor(authenticator: auth)], reactors: [OAuth2RefreshReactor(authenticator: auth)])
+        defer { manager.invalidateAndCancel() }
+
+        let started = ContinuousClock.now
+        let first = await fetched(manager.session, URLRequest(url: api.apiURL()))
+        // The back-off started when the refresh failed, before the first request ended.
+        let firstEnded = ContinuousClock.now
+        let second = await fetched(manager.session, URLRequest(url: api.apiURL()))
+        let withinBackoff = started.duration(to: .now) < backoff
+        let expected = OAuth2Error.invalidTokenResponse(reason: "the body is not valid JSON", url: truncatedURL)
+        for result in [first, second] {
+            XCTAssertEqual(result.taskError?.code, .authenticationFailed, result.label)
+            XCTAssertEqual(result.taskError?.component?.name, "OAuth2RefreshReactor", result.label)
+            XCTAssertEqual(result.taskError?.underlying as? OAuth2Error, expected, result.label)
+        }
+        if withinBackoff {
+            XCTAssertEqual(api.server.requestCount(path: "/oauth/truncated"), 1, "the second request came within the back-off")
+        }
+        try await firstHook.wait(timeout: .seconds(10))
+        XCTAssertEqual(hooks.snapshot, [expected], "one hook call, with the temporary error")
+        XCTAssertEqual(hooks.snapshot.first??.requiresSignIn, false)
+        XCTAssertEqual(hooks.snapshot.first??.isConfigurationError, false)
+        let kept = try await store.load()
+        XCTAssertEqual(kept?.accessToken, "stale", "a faulty answer does not end the session")
+
+        // The back-off is the subject: wait until it has passed; the endpoint answers properly now.
+        broken.withLock { $0 = false }
+        try await Task.sleep(until: firstEnded + backoff, clock: .continuous)
+        let after = await fetched(manager.session, URLRequest(url: api.apiURL()))
+        XCTAssertEqual(after.status, 200, after.label)
+        XCTAssertEqual(api.tokenRequestCount, 1, "one refresh after the back-off, no sign-in")
+        XCTAssertEqual(hooks.snapshot.count, 1)
     }
 
     /// Issue 42: a token URL that points at the API host, which answers 401 with JSON, is

@@ -191,6 +191,31 @@ final class ResilienceErrorMappingTests: XCTestCase {
         }
     }
 
+    /// Issue 47: a token endpoint that answers 200 with malformed JSON is failing, not
+    /// misconfigured: `.unavailable`, where an HTML page at the token URL (a wrong URL) is
+    /// `.unexpected`.
+    func testMalformedJSONFromTheTokenEndpointIsUnavailableAndAnHTMLPageUnexpected() async throws {
+        let api = try OAuthServer(access: nil)
+        defer { api.shutdown() }
+        api.server.route("POST", "/oauth/truncated") { _ in .json(Data(#"{"access_token": "ab"#.utf8)) }
+        api.server.route("POST", "/oauth/page") { _ in
+            ServerResponse(status: 200, headers: ["Content-Type": "text/html"], body: .data(Data("<h1>Sign in</h1>".utf8)))
+        }
+        for (path, unavailable) in [("/oauth/truncated", true), ("/oauth/page", false)] {
+            let stack = Stack(auth: authenticator(api, tokenURL: api.server.url(path)))
+            defer { stack.manager.invalidateAndCancel() }
+            let result = await fetched(stack.session, URLRequest(url: api.apiURL()))
+            assertFollowsTheRule(result, path)
+            XCTAssertEqual(result.taskError?.code, .authenticationFailed, result.label)
+            let mapped = AppError(try XCTUnwrap(result.error))
+            if unavailable {
+                XCTAssertEqual(mapped, .unavailable(retryAfter: nil), path)
+            } else {
+                guard case .unexpected = mapped else { return XCTFail("\(path): \(mapped)") }
+            }
+        }
+    }
+
     /// The token endpoint cannot be reached: the refresh's `URLError` reaches the caller as
     /// itself, naming the refresh reactor, whether a 401 started the refresh or the interceptor
     /// renewed a token about to expire.
