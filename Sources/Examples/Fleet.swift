@@ -144,7 +144,7 @@ extension Scenario {
         let fleet = FleetCredential(
             client: redis, configuration: .init(keyPrefix: prefix),
             tokenEndpoint: OAuth2TokenEndpoint(url: tokenURL))
-        let auth = fleet.makeAuthenticator(origins: [api])
+        let auth = fleet.makeAuthenticator(origins: [api])  // renews 60 s ahead, or a quarter of a shorter token's life
         let limiter = FleetRateLimiter(redis: redis, policy: .init(rate: 50, burst: 10, processCount: 4))
         let manager = URLTaskManager(
             interceptors: [BearerInterceptor(authenticator: auth), limiter],

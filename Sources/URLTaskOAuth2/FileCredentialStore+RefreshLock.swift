@@ -82,7 +82,8 @@ extension FileCredentialStore: SharedCredentialStore {
             if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return true }
             let code = errno
             guard code == EWOULDBLOCK || code == EINTR else {
-                throw FileCredentialStoreError(path: (try? lockFile.path) ?? url.path, kind: .systemCallFailed(operation: "flock", errno: code))
+                throw FileCredentialStoreError(
+                    path: (try? lockFile.path) ?? url.path, kind: .systemCallFailed(operation: "flock", errno: code))
             }
             let now = ContinuousClock.now
             guard now < deadline else { return false }

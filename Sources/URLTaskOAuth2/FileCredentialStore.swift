@@ -32,6 +32,11 @@ import Darwin
 ///   a crash is never read. Concurrent saves (from tasks, or processes sharing the file) each
 ///   write their own temporary file; the last rename wins. A save refuses a folder that other
 ///   users may write to (unless it is sticky, as `/tmp` is): they could replace the file.
+/// - **Shared by processes.** It is a ``SharedCredentialStore``: authenticators in several
+///   processes (or several store values on one path) renew the credential one at a time, under
+///   an `flock` on `.<name>.lock` beside the file, each reading what the one before saved
+///   instead of sending a refresh token already rotated away (see
+///   ``withRefreshLock(waitingAtMost:_:)``).
 /// - **Typed errors, no secrets.** A file that is not a credential fails ``load()`` with
 ///   ``FileCredentialStoreError/Kind/corruptFile(reason:)``, whose reason names what is wrong,
 ///   never what the file holds; a failed system call names the call, the path and `errno`.

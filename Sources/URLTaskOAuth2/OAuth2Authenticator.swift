@@ -86,9 +86,18 @@ import FoundationNetworking
 ///   refresh token, making the old one useless. If saving fails, requests still use the new
 ///   credential and `onRefreshFailure` hears the store's error, because at the next launch the
 ///   user will have to sign in again.
-/// - A token endpoint that issues tokens living shorter than ``refreshLeeway`` would be asked for
-///   a new one before every request; a credential this authenticator just refreshed is therefore
-///   renewed early only once it has actually expired.
+/// - A token living shorter than ``refreshLeeway`` would be renewed by the first request after
+///   every sign-in and every refresh. The leeway is therefore at most a quarter of the token's
+///   lifetime, when its ``OAuth2Credential/issuedAt`` says what that is (the kit's token
+///   requests set it): a 3 s token is renewed 2.25 s after it was issued. A credential of
+///   unknown lifetime that this authenticator just refreshed is renewed early only once it has
+///   actually expired.
+/// - Authenticators sharing a store (processes sharing a ``FileCredentialStore``: see
+///   ``SharedCredentialStore``) renew under the store's lock, read the store first and adopt
+///   what another one saved, and read it again after a refusal: one token request per expiry,
+///   no refresh token sent twice. The lock is waited for as long as another holder's refresh
+///   may run (the token endpoint's `timeout` plus its `lateAnswerLimit`, a minute with your own
+///   `refresh`).
 /// - A refresh that has started runs to its end even if every request waiting for it is
 ///   cancelled or gave up: the new token is still worth keeping, and cancelling a rotation
 ///   half-way could lose the new refresh token (a server that processed the grant has already
@@ -102,7 +111,9 @@ public actor OAuth2Authenticator {
     /// Obtains a new credential from the current one.
     public typealias Refresh = @Sendable (OAuth2Credential) async throws -> OAuth2Credential
 
-    /// How long before its expiry a token is renewed instead of sent.
+    /// How long before its expiry a token is renewed instead of sent: at most, since a token's
+    /// own lifetime bounds it to a quarter of that lifetime
+    /// (``OAuth2Credential/refreshLeeway(upTo:)``).
     public nonisolated let refreshLeeway: Duration
 
     /// How long after a refused refresh (one that does not require signing in: a 5xx, an answer
@@ -183,7 +194,8 @@ public actor OAuth2Authenticator {
     ///   - tokenEndpoint: Where refresh tokens are exchanged. Its requests are never given the
     ///     bearer token nor held behind a refresh, even if they go through the manager.
     ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
-    ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
+    ///   - refreshLeeway: Renew a token that expires within this long instead of sending it
+    ///     (at most a quarter of the token's lifetime, when it is known).
     ///   - refreshBackoff: After a refused refresh, requests that need a new token fail with its
     ///     error for this long without asking the token endpoint (``defaultRefreshBackoff``); an
     ///     endpoint that could not be reached starts none.
@@ -220,7 +232,8 @@ public actor OAuth2Authenticator {
     ///   - origins: The scheme, host and port of every API the token is for. The token is never
     ///     sent anywhere else.
     ///   - store: Where the credential is kept between launches. Loaded lazily, on first use.
-    ///   - refreshLeeway: Renew a token that expires within this long instead of sending it.
+    ///   - refreshLeeway: Renew a token that expires within this long instead of sending it
+    ///     (at most a quarter of the token's lifetime, when it is known).
     ///   - refreshBackoff: After a failed refresh, requests that need a new token fail with its
     ///     error for this long without calling `refresh` (``defaultRefreshBackoff``); a
     ///     `refresh` that throws a `URLError` saying it could not connect (see

@@ -252,10 +252,11 @@ final class DjangoOAuthToolkitTests: XCTestCase {
 
     // MARK: - Refresh with rotation
 
-    /// 50 callers send back to back through one manager from 3 s before the first expiry of a
-    /// 3-second token until half a lifetime after the second: one refresh per expiry, each
-    /// rotating the refresh token, no `invalid_grant`, every call 200. The leeway is zero: the
-    /// default 60 s would refresh a 3-second token at once (issue 47).
+    /// 50 callers send back to back through one manager from the sign-in of a 3-second token
+    /// until one lifetime after its expiry, with the default 60 s `refreshLeeway`: one refresh
+    /// per expiry (a quarter of the lifetime before it: at 2.25 s and 4.5 s), each rotating the
+    /// refresh token, no `invalid_grant`, every call 200. Before issue 47 the leeway had to be
+    /// zero: 60 s refreshed a 3-second token at the first call.
     func testFiftyConcurrentCallersAcrossTwoExpiriesOfA3SecondTokenMakeOneRefreshEach() async throws {
         let lifetime = 3
         let server = try Server.start(.init(accessTokenLifetime: lifetime))
@@ -264,15 +265,15 @@ final class DjangoOAuthToolkitTests: XCTestCase {
         let store = InMemoryCredentialStore(signedIn)
         let hook = Kit.Counter()
         let auth = OAuth2Authenticator(
-            origins: [server.baseURL], tokenEndpoint: endpoint, store: store, refreshLeeway: .zero,
-            onRefreshFailure: { _ in hook.increment() })
+            origins: [server.baseURL], tokenEndpoint: endpoint, store: store, onRefreshFailure: { _ in hook.increment() })
         let manager = makeManager(auth)
         defer { manager.session.invalidateAndCancel() }
         let signInRequests = try await server.tokenRequests().count
         XCTAssertEqual(signInRequests, 1)
 
-        // Two expiries: the first at `expiresAt`, the next one lifetime after the refresh.
-        let end = signedIn.expiresAt.addingTimeInterval(1.5 * Double(lifetime))
+        // Two expiries: each renewed a quarter of the lifetime before it, at 2.25 s and 4.5 s
+        // from the sign-in; the third would be at 6.75 s.
+        let end = signedIn.expiresAt.addingTimeInterval(Double(lifetime))
         let url = server.apiURL
         let session = manager.session
         let started = ContinuousClock.now

@@ -210,7 +210,9 @@ final class SharedCredentialStoreTests: XCTestCase {
         XCTAssertTrue((2...4).contains(refreshes), "\(refreshes) refreshes for 3 expiries")
         let stored = try await FileCredentialStore(url: file).load()
         XCTAssertEqual(stored?.refreshToken, oauth.currentRefresh)
-        printFigures("[shared file] 2 authenticators x 10 callers, 3 expiries of a 2 s token: \(results.count) calls all 200, refreshes=\(refreshes), refusals=0")
+        printFigures(
+            "[shared file] 2 authenticators x 10 callers, 3 expiries of a 2 s token: \(results.count) calls all 200, refreshes=\(refreshes), refusals=0"
+        )
     }
 
     /// A holder that renewed without the lock (another program, an older version) rotated the
