@@ -40,6 +40,12 @@ public struct URLTask: Sendable, Identifiable {
     /// Typed values that belong to this attempt only (for example which credential version an
     /// interceptor applied to these headers): every attempt starts with them empty, as its
     /// interceptors start again from the caller's request.
+    ///
+    /// An attempt whose headers went stale before it was sent (it waited for a rate limiter's
+    /// turn, in a batch or for a connection while a token refresh ran) runs the interceptors
+    /// again as the same attempt, and keeps these values: a part that spent something for the
+    /// attempt (a rate limiter's turn, a circuit breaker's probe) finds that it did, and does
+    /// not spend it again. Nothing was sent yet; the next attempt starts empty.
     public var attemptValues: URLTaskValues
     /// Typed values that live as long as the task, across every attempt (for example a request
     /// id that a retry must send again): an attempt starts with what the last one left.
@@ -91,12 +97,14 @@ public struct URLTask: Sendable, Identifiable {
         self.taskValues = URLTaskValues()
     }
 
-    /// The same task as the interceptors see it at the start of another attempt (or of the same
-    /// one again, when its headers went stale before it was sent): `request` and `body` to start
-    /// from, ``attemptValues`` empty, ``taskValues`` kept.
-    func startingOver(attempt: Int, request: URLRequest, body: URLTaskBody) -> URLTask {
+    /// The same task as the interceptors see it at the start of another attempt, or of the same
+    /// one again when its headers went stale before it was sent (`sameAttempt`): `request` and
+    /// `body` to start from, ``taskValues`` kept, ``attemptValues`` empty for another attempt
+    /// and kept for the same one (what it spent is not spent twice).
+    func startingOver(attempt: Int, request: URLRequest, body: URLTaskBody, sameAttempt: Bool = false) -> URLTask {
         var next = URLTask(id: id, originalRequest: originalRequest, attempt: attempt, request: request, body: body)
         next.taskValues = taskValues
+        if sameAttempt { next.attemptValues = attemptValues }
         next.policy = policy
         return next
     }

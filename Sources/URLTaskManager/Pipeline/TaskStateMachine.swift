@@ -482,9 +482,12 @@ extension TaskStateMachine {
     /// Admission sends a task that waited for it back to the gates, at `gate` if a run holds it:
     /// its interceptors run again on the attempt's starting request, and decide its headers, which
     /// are then stamped as they begin and judged at send (never restamped, even after a requeue
-    /// that skipped the interceptors).
+    /// that skipped the interceptors). It is the same attempt, not sent yet: it keeps its
+    /// attempt values, so a part that spent something for it (a rate limiter's turn) does not
+    /// spend it again.
     private mutating func interceptAgain(gate: Int?) {
-        context.task = context.task.startingOver(attempt: budgets.attempt, request: context.base, body: context.body)
+        context.task = context.task.startingOver(
+            attempt: budgets.attempt, request: context.base, body: context.body, sameAttempt: true)
         context.restamp = false
         state = .gated(gate: gate)
     }

@@ -110,6 +110,8 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
 
     /// How many hosts the limiter keeps a bucket for (at most about ``Policy/maximumHosts``).
     var rememberedHostCount: Int { storage.hostCount }
+    /// ``RateLimiterStorage/passes``, for tests.
+    var passes: (charged: Int, refunded: Int) { storage.passes }
 
     /// A stream of the limiter's decisions; it ends when the limiter is released.
     public func events(bufferingNewest limit: Int = 1_000) -> AsyncStream<Event> {
@@ -121,6 +123,17 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
         let host = URLOrigin(task.request.url)?.description ?? ""
+        if let taken = task.attemptValues[TokenTaken.self], taken.limiter == ObjectIdentifier(storage) {
+            // The attempt came back through the interceptors before it was sent (a token refresh
+            // made its headers stale while it waited): it keeps the turn it had.
+            if taken.host == host {
+                task.annotateWhenSent("rate-limit", Self.sentNote(waited: taken.waited, kept: true))
+                return .execute
+            }
+            // An interceptor sent it elsewhere this time: the first host's token goes back.
+            task.attemptValues[TokenTaken.self] = nil
+            storage.refund(host: taken.host)
+        }
         let waiter = storage.makeWaiter()
         let id = task.id
         let started = ContinuousClock.now
@@ -141,12 +154,13 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
         }
         switch turn {
         case .go(let waited):
-            // Given back if this attempt turns out to send nothing (``observeJoinedTransfer(of:)``).
-            task.attemptValues[TokenTaken.self] = TokenTaken.Value(limiter: ObjectIdentifier(storage), host: host)
-            if waited {
-                let waitedFor = started.duration(to: .now)
+            let waitedFor = waited ? started.duration(to: .now) : nil
+            // Kept if the attempt comes back before it is sent (a refresh), given back if it turns
+            // out to send nothing (``observeJoinedTransfer(of:)``).
+            task.attemptValues[TokenTaken.self] = TokenTaken.Value(limiter: ObjectIdentifier(storage), host: host, waited: waitedFor)
+            if let waitedFor {
                 decisions.emit(.released(task: id, host: host, waited: waitedFor))
-                task.annotate("rate-limit", "sent after waiting \(waitedFor.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
+                task.annotateWhenSent("rate-limit", Self.sentNote(waited: waitedFor, kept: false))
             }
             return .execute
         case .refused(let queued):
@@ -156,6 +170,13 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
         case .cancelled:
             throw CancellationError()
         }
+    }
+
+    /// What the task's events say once the attempt is sent (never before: it may yet wait at a
+    /// refresh, be failed or share another's transfer).
+    private static func sentNote(waited: Duration?, kept: Bool) -> String {
+        let wait = waited.map { "sent after waiting \($0.formatted(.units(allowed: [.milliseconds], width: .narrow)))" } ?? "sent"
+        return kept ? wait + ", its turn kept across a token refresh" : wait
     }
 
     /// Pauses the host on a `429` or `503` with `Retry-After`.
@@ -187,6 +208,8 @@ private enum TokenTaken: URLTaskValueKey {
     struct Value: Sendable {
         let limiter: ObjectIdentifier
         let host: String
+        /// How long the attempt waited for the token (`nil`: it had one at once).
+        let waited: Duration?
     }
 }
 
@@ -231,6 +254,9 @@ final class RateLimiterStorage: Sendable {
         /// The earliest wake-up armed per host.
         var armed: [String: ContinuousClock.Instant] = [:]
         var lastWaiter: UInt64 = 0
+        /// Tokens handed out and given back, for tests (``passes``).
+        var charged = 0
+        var refunded = 0
 
         /// Records a wake-up for `host` at `instant` unless an earlier one is armed; returns it if
         /// a timer must be started.
@@ -263,6 +289,12 @@ final class RateLimiterStorage: Sendable {
         }
     }
 
+    /// Tokens handed out (a turn each) and given back since the limiter was made: for tests that
+    /// check the limiter charged what went to the wire and nothing more.
+    var passes: (charged: Int, refunded: Int) {
+        state.withLock { ($0.charged, $0.refunded) }
+    }
+
     func makeWaiter() -> TokenBucketStateMachine.Waiter {
         state.withLock { state in
             state.lastWaiter += 1
@@ -288,7 +320,10 @@ final class RateLimiterStorage: Sendable {
                 let action = bucket.arrive(waiter, now: now)
                 return (!bucket.isIdle(at: now), action)
             }
-            guard case .wait(_, let wakeAt) = action else { return (action, nil) }
+            guard case .wait(_, let wakeAt) = action else {
+                if case .go = action { state.charged += 1 }
+                return (action, nil)
+            }
             state.waiting[waiter] = continuation
             return (action, state.arm(host, at: wakeAt))
         }
@@ -337,8 +372,10 @@ final class RateLimiterStorage: Sendable {
     func refund(host: String) {
         let now = ContinuousClock.now
         let (released, wake): ([CheckedContinuation<Turn, Never>], ContinuousClock.Instant?) = state.withLock { state in
+            state.refunded += 1
             guard let action = state.buckets.updateIfPresent(host, { $0.refund(now: now) }) else { return ([], nil) }
             let released = action.released.compactMap { state.waiting.removeValueShrinking(forKey: $0) }
+            state.charged += released.count
             return (released, action.wakeAt.flatMap { state.arm(host, at: $0) })
         }
         for continuation in released { continuation.resume(returning: .go(waited: true)) }
@@ -351,6 +388,7 @@ final class RateLimiterStorage: Sendable {
             if state.armed[host] == instant { state.armed.removeValueShrinking(forKey: host) }
             guard let action = state.buckets.updateIfPresent(host, { $0.tick(now: now) }) else { return ([], nil) }
             let released = action.released.compactMap { state.waiting.removeValueShrinking(forKey: $0) }
+            state.charged += released.count
             return (released, action.wakeAt.flatMap { state.arm(host, at: $0) })
         }
         for continuation in released { continuation.resume(returning: .go(waited: true)) }
