@@ -199,6 +199,17 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
             throw CancellationError()
         }
         let host = URLOrigin.description(of: task.request.url) ?? ""
+        if let taken = task.attemptValues[FleetTurnTaken.self], taken.limiter == ObjectIdentifier(self) {
+            // The attempt came back through the interceptors before it was sent (a token refresh
+            // made its headers stale while it waited): it keeps the fleet's turn it had.
+            if taken.host == host {
+                task.annotateWhenSent("fleet-rate-limit", Self.sentNote(waited: taken.waited, kept: true))
+                return .execute
+            }
+            // An interceptor sent it elsewhere this time: the first host's turn goes back.
+            task.attemptValues[FleetTurnTaken.self] = nil
+            giveBack(host: taken.host)
+        }
         let started = ContinuousClock.now
         // While the local bucket decides, the line holds as many as the fallback's queue may:
         // the head (in the fallback) and those behind it.
@@ -217,11 +228,13 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         line.leave(host)
         switch outcome {
         case .went(let waited):
-            task.attemptValues[FleetTurnTaken.self] = FleetTurnTaken.Value(limiter: ObjectIdentifier(self), host: host)
+            // Kept if the attempt comes back before it is sent (a refresh), given back if it turns
+            // out to send nothing (``observeJoinedTransfer(of:)``).
+            task.attemptValues[FleetTurnTaken.self] = FleetTurnTaken.Value(limiter: ObjectIdentifier(self), host: host, waited: waited)
+            state.turnTaken()
             if let waited {
                 decisions.emit(.released(task: task.id, host: host, waited: waited))
-                task.annotate(
-                    "fleet-rate-limit", "sent after waiting \(waited.formatted(.units(allowed: [.milliseconds], width: .narrow)))")
+                task.annotateWhenSent("fleet-rate-limit", Self.sentNote(waited: waited, kept: false))
             }
             return .execute
         case .local(let command):
@@ -339,12 +352,29 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
     public func observeJoinedTransfer(of task: URLTask) {
         fallback.observeJoinedTransfer(of: task)
         guard let taken = task.attemptValues[FleetTurnTaken.self], taken.limiter == ObjectIdentifier(self) else { return }
-        let keys = [key("tat", taken.host)]
+        giveBack(host: taken.host)
+        task.annotate("fleet-rate-limit", "turn given back: joined an identical request's transfer")
+    }
+
+    /// Gives a turn of `host`'s back to the fleet's bucket, off the caller's task.
+    private func giveBack(host: String) {
+        state.turnGivenBack()
+        let keys = [key("tat", host)]
         let arguments = [Self.integer(interval)]
         let redis = redis
         Task { _ = try? await redis.run(FleetRateLimitScripts.refund, keys: keys, arguments: arguments) }
-        task.annotate("fleet-rate-limit", "turn given back: joined an identical request's transfer")
     }
+
+    /// What the task's events say once the attempt is sent (never before: it may yet wait at a
+    /// refresh, be failed or share another's transfer).
+    private static func sentNote(waited: Duration?, kept: Bool) -> String {
+        let wait = waited.map { "sent after waiting \($0.formatted(.units(allowed: [.milliseconds], width: .narrow)))" } ?? "sent"
+        return kept ? wait + ", its turn kept across a token refresh" : wait
+    }
+
+    /// Turns this process took from Redis and gave back since the limiter was made: for tests
+    /// that check it charged what went to the wire.
+    var passes: (taken: Int, givenBack: Int) { state.turns }
 
     /// `URLTaskPlacement.last`: a request takes a turn once no other interceptor will hold,
     /// answer or refuse it.
@@ -377,6 +407,8 @@ private enum FleetTurnTaken: URLTaskValueKey {
     struct Value: Sendable {
         let limiter: ObjectIdentifier
         let host: String
+        /// How long the attempt waited for the turn (`nil`: it had one at once).
+        let waited: Duration?
     }
 }
 
@@ -386,6 +418,9 @@ final class FleetRateLimiterState: Sendable {
         var mode: FleetRateLimitMode
         /// Pauses this process set, until Redis has them (and after, while they last).
         var pauses: [String: ContinuousClock.Instant] = [:]
+        /// Turns taken from Redis and given back (``FleetRateLimiter/passes``).
+        var turnsTaken = 0
+        var turnsGivenBack = 0
     }
 
     private let state: LockedState<State>
@@ -395,6 +430,9 @@ final class FleetRateLimiterState: Sendable {
     }
 
     var isShared: Bool { state.withLock { $0.mode.isShared } }
+    var turns: (taken: Int, givenBack: Int) { state.withLock { ($0.turnsTaken, $0.turnsGivenBack) } }
+    func turnTaken() { state.withLock { $0.turnsTaken += 1 } }
+    func turnGivenBack() { state.withLock { $0.turnsGivenBack += 1 } }
 
     func needsLocalTurn(now: ContinuousClock.Instant) -> Bool { state.withLock { $0.mode.needsLocalTurn(now: now) } }
     func requestArrived(now: ContinuousClock.Instant, hasLocalTurn: Bool) -> FleetRateLimitMode.Route {

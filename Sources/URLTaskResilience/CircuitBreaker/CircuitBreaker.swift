@@ -174,6 +174,9 @@ public final class CircuitBreaker: URLTaskInterceptor, URLTaskOutcomeObserver {
             task.annotate("circuit-breaker", "closed the circuit for \(host): it answered a probe")
             return .execute
         case .probe:
+            // A probe sent back through the interceptors before it left (a token refresh) is
+            // still the one probe, already told: its attempt keeps the mark.
+            guard task.attemptValues[ExclusiveTransfer.self] != true else { return .execute }
             // The probe must hear the server itself: it never listens to another's transfer.
             task.attemptValues[ExclusiveTransfer.self] = true
             decisions.emit(.probing(task: task.id, host: host))
