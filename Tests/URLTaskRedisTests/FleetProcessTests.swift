@@ -262,6 +262,55 @@ final class FleetProcessTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(elapsed, .milliseconds(15_500))
     }
 
+    /// A token expiring under load in a fleet: 2 processes × 50 concurrent GETs under a fleet
+    /// limit of 20 a second in bursts of 10 (the schedule needs 4.5 s), while the server stops
+    /// accepting the access token 1.5 s into the round, with most requests still in the
+    /// limiters' lines. Every GET ends 200 within the schedule plus 0.3 s, with one token request
+    /// for the fleet, and the turns the limiters took from Redis equal the requests the server
+    /// received (the 401s' retries included). Before: each refresh sent every queued request
+    /// back through the interceptors, where it took another turn at the back of the line (the
+    /// second after each expiry carried 5–11 of 30 allowed requests).
+    func testTwoProcessesKeepTheirFleetTurnsAcrossATokenRefresh() async throws {
+        let redisServer = try RedisServerProcess()
+        defer { redisServer.stop() }
+        let serverStarted = ContinuousClock.now
+        let oauth = try OAuthServer(name: "fleet", access: "fleet-start", refresh: "refresh-0")
+        defer { oauth.shutdown() }
+        let prefix = "urltask:cred:{u}"
+        try await Self.signIn(
+            redisServer, prefix: prefix, OAuth2Credential(accessToken: "fleet-start", refreshToken: "refresh-0", expiresAt: .distantFuture))
+        let (processes, each, rate, burst) = (2, 50, 20.0, 10)
+        let children = try await Self.spawn(
+            processes,
+            environment: FleetWorker.environment(
+                redisPort: redisServer.port, api: oauth.baseURL, tokenURL: oauth.tokenURL, prefix: prefix, rate: (rate, burst, processes)))
+        defer { for child in children { child.kill() } }
+        _ = try await Self.round(children, requests: 5, command: "WARM")
+
+        // The server's clock counts a token's life from its start, when it issued the first one;
+        // the token the refresh brings lives on (one expiry in the round).
+        oauth.expireAccessTokens(after: serverStarted.duration(to: .now) + .milliseconds(1_500))
+        oauth.onTokenRequest { [weak oauth] in oauth?.expireAccessTokens(after: nil) }
+        let started = ContinuousClock.now
+        for child in children { child.send("GO \(each)") }
+        let lines = try await Self.roundLines(children, within: 60)
+        let elapsed = started.duration(to: .now)
+        for child in children { _ = try await child.finish(within: 30) }
+        let ok = lines.map { $0.figures["ok", default: 0] }.reduce(0, +)
+        let turns = lines.map { $0.figures["turns", default: 0] - $0.figures["turns_given_back", default: 0] }.reduce(0, +)
+        let sent = oauth.apiRequests.filter { $0.path.hasPrefix("/api/items/") }.count
+        let schedule = Duration.seconds(Double(processes * each - burst) / rate)
+        printFigures(
+            "FLEET-FIGURES \(processes) × \(each) at \(rate)/s burst \(burst), the token expiring 1.5 s in: ok=\(ok) in \(elapsed) "
+                + "(schedule \(schedule)); token requests \(oauth.tokenRequestCount), 401s \(oauth.unauthorizedCount); "
+                + "turns taken \(turns), requests sent \(sent)")
+        XCTAssertEqual(ok, processes * each, "\(lines.map(\.line))")
+        XCTAssertGreaterThan(oauth.unauthorizedCount, 0, "the token expired during the round")
+        XCTAssertEqual(oauth.tokenRequestCount, 1, "one token request for the fleet per expiry crossed")
+        XCTAssertEqual(turns, sent, "the limiters' turns = requests sent")
+        XCTAssertLessThan(elapsed, schedule + .milliseconds(300), "the fleet limit's schedule plus 0.3 s")
+    }
+
     // MARK: The parent's side
 
     /// Signs the fleet in: the credential every child loads from Redis.

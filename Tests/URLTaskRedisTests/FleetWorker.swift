@@ -1,7 +1,7 @@
 import Foundation
 import URLTaskManager
 import URLTaskOAuth2
-import URLTaskRedis
+@testable import URLTaskRedis
 import URLTaskResilience
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -12,7 +12,8 @@ import FoundationNetworking
 /// interceptor and refresh reactor (and a ``FleetRateLimiter`` when given a rate), prints
 /// `FLEET-READY`, then obeys one command a line on its standard input:
 ///
-/// - `GO <n>`: `n` concurrent GETs of the API; prints `FLEET-ROUND ok=… failed=…`.
+/// - `GO <n>`: `n` concurrent GETs of the API; prints `FLEET-ROUND ok=… failed=…` (and, with
+///   a limiter, `turns=… turns_given_back=…`: the turns it took from Redis so far).
 /// - `WARM <n>`: the same to `/api/warm/…`, which the rate limit exempts: opens the
 ///   process's connections before a measured round.
 /// - `WAIT-WROTE-BACK`: waits (at most 20 s) for the fleet credential's `wroteBack` event;
@@ -114,15 +115,17 @@ enum FleetWorker {
             tally.add("refresh_failures")
         }
         var interceptors: [any URLTaskInterceptor] = [BearerInterceptor(authenticator: auth)]
+        var limiter: FleetRateLimiter?
         if let rate = environment[rateVariable].flatMap(Double.init) {
             let burst = environment[burstVariable].flatMap(Int.init) ?? 1
             let processes = environment[processesVariable].flatMap(Int.init) ?? 1
-            interceptors.append(
-                FleetRateLimiter(
-                    redis: redis,
-                    policy: .init(
-                        rate: rate, burst: burst, processCount: processes, keyPrefix: prefix + ":limit",
-                        exempts: { $0.url?.path.contains("/warm/") == true })))
+            let fleetLimiter = FleetRateLimiter(
+                redis: redis,
+                policy: .init(
+                    rate: rate, burst: burst, processCount: processes, keyPrefix: prefix + ":limit",
+                    exempts: { $0.url?.path.contains("/warm/") == true }))
+            interceptors.append(fleetLimiter)
+            limiter = fleetLimiter
         }
         let manager = URLTaskManager(interceptors: interceptors, reactors: [OAuth2RefreshReactor(authenticator: auth)])
         defer { manager.session.invalidateAndCancel() }
@@ -138,7 +141,10 @@ enum FleetWorker {
                     manager.session, api: api, path: warm ? "warm" : "items", name: name, round: round, count: count)
                 tally.add("ok", ok)
                 tally.add("failed", failed)
-                say("FLEET-ROUND ok=\(ok) failed=\(failed) sign_in=\(signIn)" + (firstError.map { " first_error=\($0)" } ?? ""))
+                // The limiter's turns so far: taken from Redis, given back (a joined transfer).
+                let turns = limiter.map { " turns=\($0.passes.taken) turns_given_back=\($0.passes.givenBack)" } ?? ""
+                say(
+                    "FLEET-ROUND ok=\(ok) failed=\(failed) sign_in=\(signIn)\(turns)" + (firstError.map { " first_error=\($0)" } ?? ""))
             } else if command == "WAIT-WROTE-BACK" {
                 // Told by the fleet credential's events, not found by polling.
                 let written = await tally.wait(for: "wrote_back", within: .seconds(20))

@@ -22,6 +22,11 @@ import FoundationNetworking
 ///   one process only the first request in line for a host asks; the others wait behind it in
 ///   arrival order. The wait counts toward the request's `timeoutInterval` (the manager fails
 ///   it with `URLError.timedOut`); a caller that cancels leaves at once.
+/// - **A turn per attempt on the wire.** A request that had its turn and then waits for a token
+///   refresh runs the interceptors again for the new token as the same attempt, and keeps the
+///   turn: the fleet's bucket is not charged twice, and the request does not queue again (two
+///   processes, 100 GETs at 20 a second with the token expiring mid-line: 102 turns for the
+///   102 requests sent; `RateLimiter` does the same).
 /// - **A `429` or `503` with `Retry-After`** (this limiter is also an outcome observer) sets the
 ///   host's pause in Redis (`<prefix>:pause:<host>`, at most ``Policy/maximumPause``, a longer
 ///   pause already set is kept): every process's requests to that host wait it out, since the

@@ -19,7 +19,12 @@ import FoundationNetworking
 /// retries included, so the retried request waits for the pause too. The manager finds the
 /// observer in the interceptor: it goes in the interceptors only.
 ///
-/// Only what goes on the wire is charged. A request that joins an identical request's transfer
+/// Only what goes on the wire is charged, once per attempt. A request that got its turn and then
+/// waits for a token refresh (its headers went stale in the line) runs the interceptors again
+/// for the new token as the same attempt: it keeps the turn it had, and its place, instead of
+/// taking another at the back of the line. So a token expiring while the line is long costs
+/// the 401 that revealed it, not a second trip through the line for everyone in it (measured in
+/// the Resilience article, under the recommended stack). A request that joins an identical request's transfer
 /// (``CoalescingInterceptor``) sends nothing: whether it does is decided after every interceptor,
 /// at the send, so it takes its token here and the limiter gives it back as it joins
 /// (`URLTaskOutcomeObserver/observeJoinedTransfer(of:)`), releasing the next request in line.

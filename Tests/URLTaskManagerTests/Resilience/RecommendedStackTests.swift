@@ -202,6 +202,34 @@ final class RecommendedStackTests: XCTestCase {
         XCTAssertEqual(figures.charged - figures.refunded, figures.sent, "limiter passes = requests sent")
     }
 
+    /// The limiters' "sent after waiting" notes come only with requests sent: each one right
+    /// after a `sent` event of its task, and those whose turn was kept across the refresh say so.
+    /// Before, the note was added when the turn came, also for requests the refresh then sent to
+    /// the back of the line.
+    func testTheLimitersSentNotesComeOnlyWithRequestsSent() async throws {
+        let events = LockedBox<[URLTaskEvent]>([])
+        let figures = try await expiringUnderLoad(gets: 60, tokenLifetime: 1, door: .session, events: events)
+        XCTAssertEqual(figures.labels, ["200": 60])
+        var byTask: [URLTask.ID: [URLTaskEvent.Kind]] = [:]
+        for event in events.withLock({ $0 }) { byTask[event.task, default: []].append(event.kind) }
+        var notes = 0
+        var kept = 0
+        for (task, kinds) in byTask {
+            for (index, kind) in kinds.enumerated() {
+                guard case .annotated("rate-limit", let value) = kind, value.hasPrefix("sent") else { continue }
+                notes += 1
+                if value.hasSuffix("its turn kept across a token refresh") { kept += 1 }
+                guard index > 0, case .sent = kinds[index - 1] else {
+                    XCTFail("task \(task): '\(value)' without a send before it: \(kinds)")
+                    continue
+                }
+            }
+        }
+        XCTAssertGreaterThan(notes, 0, "requests waited for their turn")
+        XCTAssertGreaterThan(kept, 0, "requests kept their turn across the refresh")
+        if ParityLog.isVerbose { print("[stack] sent notes: \(notes), \(kept) of them kept across the refresh") }
+    }
+
     enum Door { case session, methods }
 
     struct UnderLoad {
@@ -219,7 +247,9 @@ final class RecommendedStackTests: XCTestCase {
 
     /// `gets` concurrent GETs through the README's stack while the server's access tokens live
     /// `tokenLifetime` seconds (the first one issued as the GETs start).
-    private func expiringUnderLoad(gets: Int, tokenLifetime: Int, door: Door) async throws -> UnderLoad {
+    private func expiringUnderLoad(
+        gets: Int, tokenLifetime: Int, door: Door, events: LockedBox<[URLTaskEvent]>? = nil
+    ) async throws -> UnderLoad {
         let api = try OAuthServer(access: "good")
         defer { api.shutdown() }
         api.setExpiresIn(tokenLifetime)
@@ -234,6 +264,20 @@ final class RecommendedStackTests: XCTestCase {
         let manager = recommendedManager(auth: auth)
         defer { manager.invalidateAndCancel() }
         let limiter = try XCTUnwrap(manager.pipeline.interceptors.lazy.compactMap { $0 as? RateLimiter }.first)
+        // Every task's events up to its `completed`, when asked for.
+        let allCompleted = Latch<Void>("every task completed")
+        let listener = events.map { events in
+            let stream = manager.events(bufferingNewest: 100_000)
+            return Task {
+                var completed = 0
+                for await event in stream {
+                    events.withLock { $0.append(event) }
+                    if case .completed = event.kind { completed += 1 }
+                    if completed == gets { _ = allCompleted.fulfill(()) }
+                }
+            }
+        }
+        defer { listener?.cancel() }
 
         let started = ContinuousClock.now
         let results = await withTaskGroup(of: Fetched.self) { group in
@@ -251,9 +295,11 @@ final class RecommendedStackTests: XCTestCase {
             return results
         }
         let took = Self.elapsed(since: started)
+        if listener != nil { try await allCompleted.wait(timeout: .seconds(10)) }
         let passes = limiter.passes
         let figures = UnderLoad(
-            labels: Dictionary(results.map { ($0.urlErrorCode.map { "URLError \($0.rawValue)" } ?? $0.label, 1) }, uniquingKeysWith: +), took: took,
+            labels: Dictionary(results.map { ($0.urlErrorCode.map { "URLError \($0.rawValue)" } ?? $0.label, 1) }, uniquingKeysWith: +),
+            took: took,
             schedule: .seconds(Double(gets - limiter.policy.burst) / limiter.policy.rate), tokenRequests: api.tokenRequestCount,
             sent: api.apiRequests.count, unauthorized: api.unauthorizedCount, charged: passes.charged, refunded: passes.refunded)
         if ParityLog.isVerbose {
