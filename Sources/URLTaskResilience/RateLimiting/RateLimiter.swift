@@ -128,16 +128,15 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
     public func intercept(_ task: inout URLTask, context: InterceptContext) async throws -> InterceptCommand {
         guard !policy.exempts(task.originalRequest) else { return .execute }
         let host = URLOrigin(task.request.url)?.description ?? ""
-        if let taken = task.attemptValues[TokenTaken.self], taken.limiter == ObjectIdentifier(storage) {
-            // The attempt came back through the interceptors before it was sent (a token refresh
-            // made its headers stale while it waited): it keeps the turn it had.
-            if taken.host == host {
-                task.annotateWhenSent("rate-limit", Self.sentNote(waited: taken.waited, kept: true))
-                return .execute
+        switch pass(of: task, host: host) {
+        case .keepsTurn(let waited):
+            task.annotateWhenSent("rate-limit", Self.sentNote(waited: waited, kept: true))
+            return .execute
+        case .takesTurn(let givingBack):
+            if let givingBack {
+                task.attemptValues[TokenTaken.self] = nil
+                storage.refund(host: givingBack)
             }
-            // An interceptor sent it elsewhere this time: the first host's token goes back.
-            task.attemptValues[TokenTaken.self] = nil
-            storage.refund(host: taken.host)
         }
         let waiter = storage.makeWaiter()
         let id = task.id
@@ -160,9 +159,7 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
         switch turn {
         case .go(let waited):
             let waitedFor = waited ? started.duration(to: .now) : nil
-            // Kept if the attempt comes back before it is sent (a refresh), given back if it turns
-            // out to send nothing (``observeJoinedTransfer(of:)``).
-            task.attemptValues[TokenTaken.self] = TokenTaken.Value(limiter: ObjectIdentifier(storage), host: host, waited: waitedFor)
+            recordTurn(on: &task, host: host, waited: waitedFor)
             if let waitedFor {
                 decisions.emit(.released(task: id, host: host, waited: waitedFor))
                 task.annotateWhenSent("rate-limit", Self.sentNote(waited: waitedFor, kept: false))
@@ -175,6 +172,35 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
         case .cancelled:
             throw CancellationError()
         }
+    }
+
+    /// What one pass of an attempt through the limiter spends (``pass(of:host:)``).
+    enum Pass: Equatable {
+        /// The attempt holds a turn of this limiter's for this host already (it came back through
+        /// the interceptors before it was sent: a token refresh made its headers stale while it
+        /// waited, `URLTask.attemptValues` kept): it goes on without another, after `waited`.
+        case keepsTurn(waited: Duration?)
+        /// It takes a turn, in line; first a turn it holds for another host, `givingBack`, goes
+        /// back (an interceptor sent it elsewhere this time).
+        case takesTurn(givingBack: String?)
+    }
+
+    /// The rule that charges an attempt once however often it passes: decided from what the
+    /// attempt carries (``recordTurn(on:host:waited:)``), before it queues. Apart from
+    /// ``intercept(_:context:)`` so that the stack's simulation (`StackSimulationTests`) runs
+    /// this rule itself, not a copy of it.
+    func pass(of task: URLTask, host: String) -> Pass {
+        guard let taken = task.attemptValues[TokenTaken.self], taken.limiter == ObjectIdentifier(storage) else {
+            return .takesTurn(givingBack: nil)
+        }
+        return taken.host == host ? .keepsTurn(waited: taken.waited) : .takesTurn(givingBack: taken.host)
+    }
+
+    /// Records on the attempt the turn it took for `host` after `waited` (`nil`: at once): kept
+    /// if the attempt comes back before it is sent (``pass(of:host:)``), given back if it turns
+    /// out to send nothing (``observeJoinedTransfer(of:)``).
+    func recordTurn(on task: inout URLTask, host: String, waited: Duration?) {
+        task.attemptValues[TokenTaken.self] = TokenTaken.Value(limiter: ObjectIdentifier(storage), host: host, waited: waited)
     }
 
     /// What the task's events say once the attempt is sent (never before: it may yet wait at a

@@ -20,8 +20,12 @@ import XCTest
 /// `OfflineHoldStateMachine` with the hold policy's probe schedule (0.5 s doubling to 10 s). What
 /// this file adds is only the engine's order (``StackSimulation``), kept small and explicit.
 ///
-/// Not simulated: the bearer, the OAuth2 refresh and coalescing (the token-expiry and
-/// 20-identical-GETs bullets of the issue, and the table rows that name them, are checked over
+/// A token refresh is simulated as the engine meets it (issue 50): the server refuses a token
+/// past its expiry with `401`, the refresh reactor renews it once while the affected tasks wait,
+/// and each task whose headers predate the refresh runs the interceptors again as the same
+/// attempt, the real `RateLimiter`'s rule deciding whether that pass takes a turn. Not
+/// simulated: the bearer and the token endpoint themselves (a refresh is one host latency long and
+/// always succeeds), and coalescing (the token-outage and 20-identical-GETs rows are checked over
 /// real HTTP by the other suites of issue 38).
 ///
 /// A failure prints its family and seed; `MODEL_SEED=<seed> swift test --filter StackSimulation`
@@ -114,6 +118,22 @@ final class StackSimulationTests: XCTestCase {
             XCTAssertLessThan(abs((at - expected).simSeconds), 0.001, "GET \(index) sent at \(at)")
         }
         XCTAssertLessThanOrEqual(run.ends.map(\.at).max()!, .seconds(1))
+    }
+
+    /// Issue 50: 100 GETs at once while the token expires 2 s in. The one GET sent after the
+    /// expiry meets a `401` and starts one refresh; the GETs whose turn came during it, or whose
+    /// headers predate it, run the interceptors again and keep their turn; the `401`'s retry takes
+    /// a turn at the back. So 101 requests go, the limiter gives 101 turns, and the last ends one
+    /// latency after the schedule for 101 (4.55 s). With the old rule (a pass sent back took a
+    /// turn again, at the back of the line) the same script ended at 7.07 s.
+    func testATokenExpiringMidLineCostsOnlyTheRetryOfIts401() async {
+        let run = await StackSimulation(script: NamedScripts.tokenUnderLoad).run()
+        XCTAssertEqual(run.ends.map(\.result), Array(repeating: .status(200), count: 100), run.timeline)
+        XCTAssertEqual(run.refreshes, 1, run.timeline)
+        XCTAssertEqual(run.unauthorized, 1, run.timeline)
+        XCTAssertEqual(run.serverHits, 101)
+        XCTAssertEqual(run.turnsTaken, 101, "a turn per request sent")
+        XCTAssertTrue(simNear(run.ends.map(\.at).max()!, .milliseconds(4_550) + NamedScripts.latency), run.timeline)
     }
 
     /// After a `429` with `Retry-After`, the limiter's bucket holds the host's requests until the
@@ -221,6 +241,17 @@ extension StackSimulationTests {
         let outage = await StackSimulation(script: NamedScripts.outage).run()
         XCTAssertNil(ArticleTable.disagreement(of: "200 within 2.5 s of the return", with: outage, script: NamedScripts.outage))
         XCTAssertNotNil(ArticleTable.disagreement(of: "200 within 1 s of the return", with: outage, script: NamedScripts.outage))
+        let underLoad = await StackSimulation(script: NamedScripts.tokenUnderLoad).run()
+        let script = NamedScripts.tokenUnderLoad
+        XCTAssertNil(
+            ArticleTable.disagreement(
+                of: "every GET ends 200 within the limiter's schedule + 0.3 s, one refresh", with: underLoad, script: script))
+        XCTAssertNotNil(
+            ArticleTable.disagreement(
+                of: "every GET ends 200 within the limiter's schedule + 0.01 s, one refresh", with: underLoad, script: script))
+        XCTAssertNotNil(
+            ArticleTable.disagreement(
+                of: "every GET ends 200 within the limiter's schedule + 0.3 s, two refreshes", with: underLoad, script: script))
     }
 }
 
@@ -260,6 +291,10 @@ struct SimRequest {
 struct SimScript {
     var host: SimHost
     var requests: [SimRequest]
+    /// When the server stops accepting the access token it issued last: the first request sent
+    /// after each is answered `401`, and the refresh reactor renews the token (one token request,
+    /// ``SimHost/latency`` long). Empty: the token never expires.
+    var tokenExpiries: [Duration] = []
 }
 
 /// What a caller received.
@@ -309,6 +344,10 @@ struct SimRun {
     var openings: [(at: Duration, failedEnds: Int)]
     /// When it went back to closed.
     var closings: [Duration]
+    /// Token refreshes (one token request each), `401`s answered, and the turns the limiter gave.
+    var refreshes = 0
+    var unauthorized = 0
+    var turnsTaken = 0
     var timeline: String
 }
 
@@ -360,6 +399,13 @@ enum NamedScripts {
         SimScript(host: SimHost(latency: .seconds(seconds)), requests: (0..<3).map { SimRequest(path: "/\($0)", at: .seconds($0)) })
     }
 
+    /// 100 GETs at once while the token expires 2 s in, in the middle of the limiter's line (its
+    /// schedule needs 4.5 s).
+    static var tokenUnderLoad: SimScript {
+        SimScript(
+            host: SimHost(), requests: (0..<100).map { SimRequest(path: "/t\($0)", at: .zero) }, tokenExpiries: [.seconds(2)])
+    }
+
     /// 20 GETs at once, each its own path.
     static var twentyAtOnce: SimScript {
         SimScript(host: SimHost(), requests: (0..<20).map { SimRequest(path: "/\($0)", at: .zero) })
@@ -371,8 +417,14 @@ enum NamedScripts {
 /// The recommended stack's order, as the manager applies it, around the real parts:
 ///
 /// 1. A task arrives: the interceptors run, the breaker (`URLTaskPlacement.first`) then the
-///    limiter (`URLTaskPlacement.last`; the bearer and coalescing are not simulated). A refusal
-///    ends the task; a limiter wait holds it until the bucket releases it.
+///    limiter (`URLTaskPlacement.last`; coalescing is not simulated, and the bearer only as the
+///    credential version its headers carry, taken as the interceptors begin). A refusal ends the
+///    task; a limiter wait holds it until the bucket releases it. Whether the pass takes a turn
+///    is the real `RateLimiter`'s rule (`pass(of:host:)`): an attempt holding one keeps it.
+///    Admission then sends it, unless a token refresh is running (it waits at the refresh's gate,
+///    as a task whose interceptors would begin during one does) or ended since its headers were
+///    decided: either way it runs the interceptors again as the same attempt
+///    (`URLTask.startingOver(...sameAttempt: true)`, as the engine does), then goes.
 /// 2. The attempt is sent: a host that is down refuses it at once (`cannotConnectToHost`); one
 ///    slower than the request's `timeoutInterval` fails it with `timedOut` at that interval; else
 ///    it answers after its latency.
@@ -384,6 +436,9 @@ enum NamedScripts {
 ///    `maximumProbeInterval`; an answered probe tells `HostHealth` first, then releases every held
 ///    request) or expires at `holdLimit` with the original error; a retry waits its delay.
 ///    Either sends the task again: attempt + 1, through the interceptors again (1).
+///    Before them, the refresh reactor: a `401` (a token the server no longer accepts) starts a
+///    refresh (one token request, a host latency long) unless one is running, which it waits
+///    for, or ended since its headers were decided; then the task goes again, attempt + 1.
 /// 5. Nobody takes it: the task ends; its end is told to the observers (`observeEnd`) before the
 ///    caller hears it.
 ///
@@ -402,6 +457,7 @@ final class StackSimulation {
         case holdExpired(Int, OfflineHoldStateMachine.Waiter)
         case probe(loop: Int, interval: Duration)
         case probeAnswered(loop: Int, interval: Duration, answered: Bool)
+        case refreshed
     }
 
     private struct Caller {
@@ -414,6 +470,8 @@ final class StackSimulation {
         var limiterWaiter: TokenBucketStateMachine.Waiter?
         var holdWaiter: OfflineHoldStateMachine.Waiter?
         var heldError: (any Error)?
+        /// The credential version its headers were decided under.
+        var headersVersion = 0
         var end: SimEnd?
     }
 
@@ -421,7 +479,11 @@ final class StackSimulation {
     /// probe loop runs on the real clock; the glue below runs the same schedule on the virtual one).
     private static let hold = OfflineHold(health: HostHealth())
     private let retry = RetryReactor()
-    private let limiterPolicy = RateLimiter.Policy(rate: 20, burst: 10)
+    static let limiterPolicy = RateLimiter.Policy(rate: 20, burst: 10)
+    private var limiterPolicy: RateLimiter.Policy { Self.limiterPolicy }
+    /// Only its rule for a pass (`pass(of:host:)`, `recordTurn(on:host:waited:)`); the bucket is
+    /// ``bucket``, on the virtual clock.
+    private let limiter = RateLimiter(policy: StackSimulation.limiterPolicy)
 
     private let script: SimScript
     private let clock = SimClock()
@@ -443,14 +505,26 @@ final class StackSimulation {
     private var openings: [(at: Duration, failedEnds: Int)] = []
     private var closings: [Duration] = []
     private var timeline: [String] = []
+    /// The token: its version, until when the server accepts it, whether a refresh runs, who
+    /// waits at its gate (to run the interceptors again) and who waits for it after a `401`.
+    private var credentialVersion = 0
+    private var tokenValidUntil: Duration
+    private var refreshing = false
+    private var gated: [Int] = []
+    private var awaitingRefresh: [Int] = []
+    private var refreshes = 0
+    private var unauthorized = 0
+    private var turnsTaken = 0
 
     init(script: SimScript, seed: UInt64 = 1) {
         self.script = script
         self.random = SplitMix64(state: seed)
         let clock = self.clock
         self.breaker = CircuitBreaker(policy: .init(), health: health, now: { clock.instant })
+        let policy = Self.limiterPolicy
         self.bucket = TokenBucketStateMachine(
-            rate: limiterPolicy.rate, burst: limiterPolicy.burst, maximumQueueLength: limiterPolicy.maximumQueueLength, now: clock.instant)
+            rate: policy.rate, burst: policy.burst, maximumQueueLength: policy.maximumQueueLength, now: clock.instant)
+        self.tokenValidUntil = script.tokenExpiries.min() ?? .seconds(3_600)
     }
 
     private var hostKey: String { NamedScripts.host }
@@ -474,6 +548,8 @@ final class StackSimulation {
                 callers[index].task = callers[index].task.startingOver(
                     attempt: callers[index].task.attempt + 1, request: callers[index].task.originalRequest, body: callers[index].task.body)
                 await intercept(index)
+            case .refreshed:
+                await refreshed()
             case .answered(let index, let outcome):
                 callers[index].inTransfer = false
                 answered(index, outcome)
@@ -483,13 +559,17 @@ final class StackSimulation {
                 for waiter in tick.released {
                     guard let index = callers.firstIndex(where: { $0.limiterWaiter == waiter }) else { continue }
                     callers[index].limiterWaiter = nil
-                    send(index)
+                    turnsTaken += 1
+                    limiter.recordTurn(on: &callers[index].task, host: hostKey, waited: clock.now - callers[index].arrival)
+                    await admit(index)
                 }
                 if let wake = tick.wakeAt { scheduleTick(wake) }
             case .waitExpired(let index, let stretch):
                 guard callers[index].stretch == stretch, callers[index].end == nil, !callers[index].inTransfer else { break }
                 if let waiter = callers[index].limiterWaiter { _ = bucket.leave(waiter) }
                 if let waiter = callers[index].holdWaiter, case .stopProbing = holdMachine.left(waiter) { probeLoop += 1 }
+                gated.removeAll { $0 == index }
+                awaitingRefresh.removeAll { $0 == index }
                 end(index, error: URLError(.timedOut))
             case .holdExpired(let index, let waiter):
                 guard callers[index].holdWaiter == waiter else { break }
@@ -514,11 +594,17 @@ final class StackSimulation {
         }
         return SimRun(
             ends: callers.map { $0.end ?? SimEnd(result: .other("never ended"), at: clock.now, arrival: $0.arrival, sends: $0.sends) },
-            serverHits: serverHits, hitTimes: hitTimes, openings: openings, closings: closings, timeline: timeline.joined(separator: "\n"))
+            serverHits: serverHits, hitTimes: hitTimes, openings: openings, closings: closings, refreshes: refreshes,
+            unauthorized: unauthorized, turnsTaken: turnsTaken, timeline: timeline.joined(separator: "\n"))
     }
 
     // 1. The interceptors: the breaker, then the limiter.
     private func intercept(_ index: Int) async {
+        if refreshing {
+            log(index, "waits at the refresh's gate")
+            return gated.append(index)
+        }
+        callers[index].headersVersion = credentialVersion
         var task = callers[index].task
         let command: InterceptCommand
         do {
@@ -533,17 +619,59 @@ final class StackSimulation {
         case .fail(let error): return end(index, error: error)
         default: return end(index, error: URLError(.unknown))
         }
+        if case .keepsTurn = limiter.pass(of: task, host: hostKey) {
+            log(index, "keeps its turn")
+            return await admit(index)
+        }
         waiters += 1
         let waiter = TokenBucketStateMachine.Waiter(rawValue: waiters)
         switch bucket.arrive(waiter, now: clock.instant) {
         case .go:
-            send(index)
+            turnsTaken += 1
+            limiter.recordTurn(on: &callers[index].task, host: hostKey, waited: nil)
+            await admit(index)
         case .wait(_, let wakeAt):
             callers[index].limiterWaiter = waiter
             log(index, "waits for a token")
             scheduleTick(wakeAt)
         case .refuse:
             end(index, error: URLError(.unknown))
+        }
+    }
+
+    // Admission: a refresh running, or ended since the headers were decided, sends the task back
+    // through the interceptors as the same attempt (at once, or when the refresh ends).
+    private func admit(_ index: Int) async {
+        if refreshing {
+            log(index, "waits at the refresh's gate")
+            return gated.append(index)
+        }
+        guard callers[index].headersVersion == credentialVersion else {
+            log(index, "headers stale: intercepted again")
+            let task = callers[index].task
+            callers[index].task = task.startingOver(
+                attempt: task.attempt, request: task.originalRequest, body: task.body, sameAttempt: true)
+            return await intercept(index)
+        }
+        send(index)
+    }
+
+    // The refresh reactor's run ended: the token renewed, the tasks at its gate intercepted
+    // again, those that met a `401` sent again.
+    private func refreshed() async {
+        credentialVersion += 1
+        tokenValidUntil = script.tokenExpiries.filter { $0 > clock.now }.min() ?? .seconds(3_600)
+        refreshing = false
+        timeline.append("\(clock.now.simSeconds) s: token refreshed (version \(credentialVersion))")
+        for index in awaitingRefresh { schedule(.resend(index), at: clock.now) }
+        awaitingRefresh = []
+        let waiting = gated
+        gated = []
+        for index in waiting where callers[index].end == nil {
+            let task = callers[index].task
+            callers[index].task = task.startingOver(
+                attempt: task.attempt, request: task.originalRequest, body: task.body, sameAttempt: true)
+            await intercept(index)
         }
     }
 
@@ -561,6 +689,12 @@ final class StackSimulation {
         }
         serverHits += 1
         hitTimes.append(clock.now)
+        guard callers[index].headersVersion == credentialVersion, clock.now < tokenValidUntil else {
+            unauthorized += 1
+            log(index, "sent, answered 401 (token version \(callers[index].headersVersion))")
+            let response = HTTPURLResponse(url: request.url!, statusCode: 401, httpVersion: "HTTP/1.1", headerFields: [:])!
+            return schedule(.answered(index, .response(response)), at: clock.now + script.host.latency)
+        }
         sendsByPath[path, default: 0] += 1
         let answer = script.host.answer(path, sendsByPath[path]!, clock.now)
         let timeout = Duration.seconds(request.timeoutInterval)
@@ -585,7 +719,23 @@ final class StackSimulation {
         {
             if let wake = bucket.pause(for: min(retryAfter.delay, limiterPolicy.maximumPause), now: clock.instant) { scheduleTick(wake) }
         }
-        if Self.hold.shouldReact(to: outcome, of: task) {
+        if case .response(let response) = outcome, response.statusCode == 401, !script.tokenExpiries.isEmpty {
+            // The refresh reactor, first of the reactors.
+            beginWait(index)
+            if refreshing {
+                log(index, "waits for the refresh")
+                awaitingRefresh.append(index)
+            } else if callers[index].headersVersion < credentialVersion {
+                log(index, "a refresh ended since its headers: sent again")
+                schedule(.resend(index), at: clock.now)
+            } else {
+                refreshing = true
+                refreshes += 1
+                log(index, "starts a refresh")
+                awaitingRefresh.append(index)
+                schedule(.refreshed, at: clock.now + script.host.latency)
+            }
+        } else if Self.hold.shouldReact(to: outcome, of: task) {
             guard case .failure(let error) = outcome else { return }
             waiters += 1
             let waiter = OfflineHoldStateMachine.Waiter(rawValue: waiters)
@@ -736,7 +886,8 @@ private func holdLimit(_ timeout: TimeInterval) -> Duration { .seconds(timeout -
 private func coolDown(afterFailedProbes failedProbes: Int) -> Duration { min(.seconds(5 * (1 << min(failedProbes, 8))), .seconds(60)) }
 
 enum SimFamily: CaseIterable {
-    case outage, staysDown, closedByProbe, outageAnyLoad, flaky, pause, tooManyRequests, fiveHundreds, concurrentFiveHundreds, slow, burst
+    case outage, staysDown, closedByProbe, outageAnyLoad, flaky, pause, tooManyRequests, fiveHundreds, concurrentFiveHundreds, slow, burst,
+        tokenUnderLoad
 
     /// What some script of the family must make a caller see ("opened", "closed": the circuit).
     var reaches: Set<String> {
@@ -746,7 +897,7 @@ enum SimFamily: CaseIterable {
         case .closedByProbe: return ["200", "circuitOpen", "URLError(-1004)", "opened", "closed"]
         case .outageAnyLoad: return ["200", "circuitOpen", "URLError(-1004)", "opened", "closed"]
         case .concurrentFiveHundreds: return ["500", "circuitOpen", "opened"]
-        case .flaky, .tooManyRequests, .burst: return ["200"]
+        case .flaky, .tooManyRequests, .burst, .tokenUnderLoad: return ["200"]
         case .pause: return ["200", "429", "503"]
         case .fiveHundreds: return ["200", "500", "circuitOpen", "opened", "closed"]
         case .slow: return ["200", "URLError(-1001)"]
@@ -768,6 +919,7 @@ enum SimFamily: CaseIterable {
         case .fiveHundreds: return Self.fiveHundreds(&random)
         case .slow: return Self.slow(&random)
         case .burst: return Self.burst(&random)
+        case .tokenUnderLoad: return Self.tokenUnderLoad(&random)
         }
     }
 
@@ -1264,6 +1416,43 @@ enum SimFamily: CaseIterable {
     }
 }
 
+extension SimFamily {
+    /// 20 to 150 GETs at one instant while the token expires once or twice in the limiter's line
+    /// (at least 0.5 s apart): every GET ends 200, one refresh per expiry, the limiter gives one
+    /// turn per request sent (each `401`'s retry is a request sent; a pass the refresh sent back
+    /// is not), and the last GET ends within the limiter's schedule for what was sent plus one
+    /// refresh and one answer. Before issue 50, each refresh put the whole line at its back: the
+    /// turns outnumbered the sends and the line's end came a second or more late.
+    static func tokenUnderLoad(_ random: inout SplitMix64) -> (SimScript, SimOracle) {
+        let at = random.seconds(0, 0.5)
+        let latency = random.seconds(0.005, 0.1)
+        let count = random.int(20...150)
+        let policy = StackSimulation.limiterPolicy
+        let schedule = { (requests: Int) in Duration.seconds(Double(max(0, requests - policy.burst)) / policy.rate) }
+        let span = schedule(count)
+        var expiries = [at + .milliseconds(200) + random.seconds(0, max(0.01, (span - .milliseconds(400)).simSeconds))]
+        if random.chance(0.5), span > .seconds(2) {
+            let second = expiries[0] + .milliseconds(500) + random.seconds(0, max(0.01, (span - .seconds(1)).simSeconds))
+            if second < at + span - .milliseconds(200) { expiries.append(second) }
+        }
+        let requests = (0..<count).map { SimRequest(path: "/u\($0)", at: at) }
+        return (
+            SimScript(host: SimHost(latency: latency), requests: requests, tokenExpiries: expiries),
+            { run, problems in
+                let statuses = run.ends.map(\.result)
+                if !statuses.allSatisfy({ $0 == .status(200) }) { problems.append("not all 200: \(statuses)") }
+                if run.refreshes != expiries.count { problems.append("\(run.refreshes) refreshes for \(expiries.count) expiries") }
+                let sent = run.ends.map(\.sends).reduce(0, +)
+                if sent != count + run.unauthorized { problems.append("\(sent) sent for \(count) GETs and \(run.unauthorized) 401s") }
+                if run.turnsTaken != sent { problems.append("the limiter gave \(run.turnsTaken) turns for \(sent) requests sent") }
+                let last = run.ends.map(\.at).max() ?? .zero
+                let bound = at + schedule(sent) + latency * 2 + .milliseconds(1)
+                if last > bound { problems.append("the last GET ended at \(last.simSeconds) s, after \(bound.simSeconds) s") }
+            }
+        )
+    }
+}
+
 // MARK: - The article's table
 
 /// "What your users see when..." in the Resilience article: its rows, and how each is checked.
@@ -1301,7 +1490,7 @@ enum ArticleTable {
         [
             "flaky": NamedScripts.flaky, "outage": NamedScripts.outage, "stays-down": NamedScripts.staysDown,
             "5xx": NamedScripts.fiveHundreds(requests: 7), "429": NamedScripts.tooManyRequests, "slow": NamedScripts.slow(seconds: 3),
-            "too-slow": NamedScripts.slow(seconds: 15),
+            "too-slow": NamedScripts.slow(seconds: 15), "token-under-load": NamedScripts.tokenUnderLoad,
         ]
     }
 
@@ -1345,6 +1534,18 @@ enum ArticleTable {
         case let w where w.count == 4 && w[0] == "200" && w[1] == "after" && w[3] == "s":
             guard let wait = number(w[2]) else { return "unreadable" }
             return all200 && run.ends.allSatisfy { simNear($0.at - $0.arrival, .seconds(wait)) } ? nil : "\(run.ends)"
+        case let w
+        where w.count == 13 && outcome.hasPrefix("every GET ends 200 within the limiter's schedule + ") && w[10] == "s,"
+            && ["refresh", "refreshes"].contains(w[12]):
+            let counts = ["one": 1, "two": 2, "three": 3]
+            guard let margin = number(w[9]), let refreshes = counts[w[11]] ?? Int(w[11]) else { return "unreadable" }
+            let policy = StackSimulation.limiterPolicy
+            let first = script.requests.map(\.at).min() ?? .zero
+            let schedule = Duration.seconds(Double(max(0, script.requests.count - policy.burst)) / policy.rate)
+            let last = run.ends.map(\.at).max() ?? .zero
+            return all200 && run.refreshes == refreshes && last <= first + schedule + .seconds(margin)
+                ? nil
+                : "\(run.ends.count) ends, the last at \(last.simSeconds) s (schedule \(schedule.simSeconds) s), \(run.refreshes) refreshes"
         case let w where w.count == 5 && w[0] == "URLError" && w[2] == "after" && w[4] == "attempts":
             guard let code = codes[w[1]], let attempts = Int(w[3]) else { return "unreadable" }
             return run.ends.allSatisfy { $0.result == .urlError(code) && $0.sends == attempts } ? nil : "\(run.ends)"
