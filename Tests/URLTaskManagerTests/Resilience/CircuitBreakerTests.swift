@@ -125,6 +125,37 @@ final class CircuitBreakerTests: XCTestCase {
         }
     }
 
+    /// A probe sent back through the interceptors before it left (a token refresh made its
+    /// headers stale: the same attempt, its attempt values kept) is still the one probe: it
+    /// passes again without a second `probing` event, while another request is refused. The
+    /// breaker's own decisions, on its clock, without a network (the engine's re-pass is pinned
+    /// over HTTP by `RecommendedStackTests`).
+    func testAProbeSentBackByARefreshIsTheOneProbeAnnouncedOnce() async throws {
+        let clock = Kit.ManualClock()
+        let breaker = CircuitBreaker(policy: .init(failureThreshold: 2, coolDown: .seconds(5)), health: HostHealth(), now: { clock.now })
+        let events = Kit.Events(breaker.events())
+        let url = URL(string: "http://127.0.0.1:9/x")!
+        for _ in 0..<2 {
+            let failed = URLTask(request: URLRequest(url: url))
+            breaker.observe(.failure(URLError(.cannotConnectToHost)), of: failed)
+            breaker.observeEnd(of: failed, error: URLError(.cannotConnectToHost))
+        }
+        XCTAssertTrue(breaker.isOpen(for: url))
+        clock.advance(by: .seconds(5))
+
+        let context = InterceptContext(currentBatchCount: 0)
+        var probe = URLTask(request: URLRequest(url: url))
+        guard case .execute = try await breaker.intercept(&probe, context: context) else { return XCTFail("the probe was refused") }
+        probe = probe.startingOver(attempt: probe.attempt, request: probe.originalRequest, body: probe.body, sameAttempt: true)
+        guard case .execute = try await breaker.intercept(&probe, context: context) else { return XCTFail("the probe sent back was refused") }
+        var other = URLTask(request: URLRequest(url: url))
+        guard case .fail = try await breaker.intercept(&other, context: context) else { return XCTFail("a second probe went") }
+
+        // The breaker's events are in order: once the refusal is seen, every probing before it is.
+        try await events.wait("refused") { if case .rejected = $0 { return true } else { return false } }
+        XCTAssertEqual(events.count { if case .probing = $0 { return true } else { return false } }, 1)
+    }
+
     /// Exempt requests (a token endpoint's) are neither counted nor refused.
     func testExemptRequestsAreNotCountedNorRefused() async throws {
         let server = try LoopbackServer()
