@@ -147,7 +147,9 @@ final class CircuitBreakerTests: XCTestCase {
         var probe = URLTask(request: URLRequest(url: url))
         guard case .execute = try await breaker.intercept(&probe, context: context) else { return XCTFail("the probe was refused") }
         probe = probe.startingOver(attempt: probe.attempt, request: probe.originalRequest, body: probe.body, sameAttempt: true)
-        guard case .execute = try await breaker.intercept(&probe, context: context) else { return XCTFail("the probe sent back was refused") }
+        guard case .execute = try await breaker.intercept(&probe, context: context) else {
+            return XCTFail("the probe sent back was refused")
+        }
         var other = URLTask(request: URLRequest(url: url))
         guard case .fail = try await breaker.intercept(&other, context: context) else { return XCTFail("a second probe went") }
 
