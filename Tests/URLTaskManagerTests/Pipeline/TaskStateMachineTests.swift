@@ -643,6 +643,39 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0), "the headers are decided again")
     }
 
+    /// What an interceptor spent for an attempt (a rate limiter's turn) survives the attempt's
+    /// going back through the interceptors unsent, stale after a refresh or held at a refresh's
+    /// gate, and only that: the next attempt (a requeue) starts without it.
+    func testTheSameUnsentAttemptKeepsItsAttemptValuesAndTheNextStartsWithout() {
+        for gated in [false, true] {
+            var m = Self.intercepting(0)
+            var snapshot = m.task
+            snapshot.attemptValues[SpentTurn.self] = 7
+            _ = m.interceptorReturned(index: 0, command: .execute, snapshot: snapshot, flushes: 0, interceptor: .named("I"))
+            _ = m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))
+            if gated {
+                m.admissionGated(reactor: 0)
+            } else {
+                XCTAssertEqual(Step(m.headersStale()), .checkGates)
+            }
+            XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0))
+            XCTAssertEqual(m.task.attemptValues[SpentTurn.self], 7, "the same attempt, not sent: gated \(gated)")
+            XCTAssertNil(m.task.request.value(forHTTPHeaderField: "X-Set"), "the request starts again from the caller's")
+            _ = m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))
+            _ = m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))
+            XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 1))
+            XCTAssertEqual(m.task.attemptValues[SpentTurn.self], 7)
+            // The attempt meets a 401 and its reactor requeues it: the next attempt starts empty.
+            _ = m.transportReceived(response: Self.response(401), reactor: 0)
+            _ = m.transportCompleted(error: nil, reactor: 0)
+            XCTAssertEqual(Step(m.reactionFinished(reactor: 0, result: .requeue(reintercept: true))), .checkGates)
+            XCTAssertEqual(m.attempt, 2)
+            XCTAssertNil(m.task.attemptValues[SpentTurn.self], "the next attempt starts empty")
+        }
+    }
+
+    private enum SpentTurn: URLTaskValueKey { typealias Value = Int }
+
     func testACancelledTaskDoesNotTakeAGrantedSlot() {
         var m = Self.awaitingConnection()
         XCTAssertEqual(Step(m.cancel()), .leaveConnectionQueue)
