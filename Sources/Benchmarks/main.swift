@@ -7,6 +7,7 @@
 //     swift run -c release Benchmarks hosts [HOSTS]     # per-host state of a limiter and a breaker (`hosts-row`: one row, a child)
 //     swift run -c release Benchmarks soak [REQUESTS] [IN-FLIGHT]   # memory and threads over a long run, plain and kit
 //     swift run -c release Benchmarks streaming [MEGABYTES]   # peak memory of a large body read as it arrives (400 MB)
+//     swift run -c release Benchmarks concurrent-memory [COUNT] [KIB]   # peak memory of 1,000 whole 1 MiB bodies at once, per door
 //     swift run -c release Benchmarks profile N CONCURRENCY SECONDS   # configuration N alone, for perf
 //     scripts/bench-netem.sh       # over a veth pair with netem delay (1 and 20 ms round trip)
 //     scripts/bench-callgrind.sh   # instructions per request under callgrind
@@ -109,6 +110,12 @@ case "hosts":
 case "streaming":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
     run { try await StreamingBenchmark.run(arguments) }
+case "concurrent-memory":
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    run { try await ConcurrentMemoryBenchmark.run(arguments) }
+case "concurrent-memory-row":
+    let arguments = Array(CommandLine.arguments.dropFirst(2))
+    run { try await ConcurrentMemoryBenchmark.row(arguments) }
 case "walk-401":
     let arguments = Array(CommandLine.arguments.dropFirst(2))
     run { try await Walk401Benchmark.run(arguments) }

@@ -104,9 +104,17 @@ extension Call {
         state.withLock { $0.response = response }
     }
 
-    /// Appends a piece of the answer's body (``DataCallSink``).
+    /// Appends a piece of the answer's body (``DataCallSink``). The first piece is kept as it
+    /// came, not copied into an empty buffer: a body delivered whole (``TransferDelivery/whole``)
+    /// arrives as one piece, which is then the very bytes the caller gets.
     func collect(data: Data) {
-        state.withLock { $0.body.append(data) }
+        state.withLock { state in
+            if state.body.isEmpty {
+                state.body = data
+            } else {
+                state.body.append(data)
+            }
+        }
     }
 
     /// What was collected, which is let go.
