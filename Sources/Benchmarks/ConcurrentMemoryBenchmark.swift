@@ -78,17 +78,10 @@ enum ConcurrentMemoryBenchmark {
         print("subject".padding(toLength: 26, withPad: " ", startingAt: 0) + "peak growth   per GET     vs plain")
         var plain: Int?
         for index in subjects.indices {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
-            process.arguments = ["concurrent-memory-row", "\(index)", base.absoluteString, "\(count)", "\(kib)"]
-            let output = Pipe()
-            process.standardOutput = output
-            try process.run()
-            let line = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
+            let (status, line) = try ChildRow.run(["concurrent-memory-row", "\(index)", base.absoluteString, "\(count)", "\(kib)"])
             let figures = line.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            guard process.terminationStatus == 0, figures.count == 2 else {
-                print("\(subjects[index].name): the child failed (\(process.terminationStatus)): \(line)")
+            guard status == 0, figures.count == 2 else {
+                print("\(subjects[index].name): the child failed (\(status)): \(line)")
                 continue
             }
             let growth = figures[1] - figures[0]

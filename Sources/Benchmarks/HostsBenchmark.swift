@@ -58,17 +58,10 @@ enum HostsBenchmark {
                 + "shape          before     after      growth     per host   released")
         for shape in Shape.allCases {
             for index in configurations.indices {
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
-                process.arguments = ["hosts-row", shape.rawValue, "\(index)", "\(hosts)", "\(bound)"]
-                let output = Pipe()
-                process.standardOutput = output
-                try process.run()
-                let line = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                process.waitUntilExit()
+                let (status, line) = try ChildRow.run(["hosts-row", shape.rawValue, "\(index)", "\(hosts)", "\(bound)"])
                 let kib = line.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-                guard process.terminationStatus == 0, kib.count == 3 else {
-                    print("\(configurations[index].name): the child failed (\(process.terminationStatus)): \(line)")
+                guard status == 0, kib.count == 3 else {
+                    print("\(configurations[index].name): the child failed (\(status)): \(line)")
                     continue
                 }
                 let (before, after, released) = (kib[0], kib[1], kib[2])

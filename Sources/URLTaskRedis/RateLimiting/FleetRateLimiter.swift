@@ -208,7 +208,7 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
             // The attempt came back through the interceptors before it was sent (a token refresh
             // made its headers stale while it waited): it keeps the fleet's turn it had.
             if taken.host == host {
-                task.annotateWhenSent("fleet-rate-limit", Self.sentNote(waited: taken.waited, kept: true))
+                task.annotateWhenSent("fleet-rate-limit", RateLimiter.sentNote(waited: taken.waited, kept: true))
                 return .execute
             }
             // An interceptor sent it elsewhere this time: the first host's turn goes back.
@@ -239,7 +239,7 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
             state.turnTaken()
             if let waited {
                 decisions.emit(.released(task: task.id, host: host, waited: waited))
-                task.annotateWhenSent("fleet-rate-limit", Self.sentNote(waited: waited, kept: false))
+                task.annotateWhenSent("fleet-rate-limit", RateLimiter.sentNote(waited: waited, kept: false))
             }
             return .execute
         case .local(let command):
@@ -368,13 +368,6 @@ public final class FleetRateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver 
         let arguments = [Self.integer(interval)]
         let redis = redis
         Task { _ = try? await redis.run(FleetRateLimitScripts.refund, keys: keys, arguments: arguments) }
-    }
-
-    /// What the task's events say once the attempt is sent (never before: it may yet wait at a
-    /// refresh, be failed or share another's transfer).
-    private static func sentNote(waited: Duration?, kept: Bool) -> String {
-        let wait = waited.map { "sent after waiting \($0.formatted(.units(allowed: [.milliseconds], width: .narrow)))" } ?? "sent"
-        return kept ? wait + ", its turn kept across a token refresh" : wait
     }
 
     /// Turns this process took from Redis and gave back since the limiter was made: for tests

@@ -204,8 +204,8 @@ public final class RateLimiter: URLTaskInterceptor, URLTaskOutcomeObserver {
     }
 
     /// What the task's events say once the attempt is sent (never before: it may yet wait at a
-    /// refresh, be failed or share another's transfer).
-    private static func sentNote(waited: Duration?, kept: Bool) -> String {
+    /// refresh, be failed or share another's transfer). `FleetRateLimiter` says the same.
+    package static func sentNote(waited: Duration?, kept: Bool) -> String {
         let wait = waited.map { "sent after waiting \($0.formatted(.units(allowed: [.milliseconds], width: .narrow)))" } ?? "sent"
         return kept ? wait + ", its turn kept across a token refresh" : wait
     }

@@ -670,12 +670,16 @@ final class StackSimulation {
         }
         guard callers[index].headersVersion == credentialVersion else {
             log(index, "headers stale: intercepted again")
-            let task = callers[index].task
-            callers[index].task = task.startingOver(
-                attempt: task.attempt, request: task.originalRequest, body: task.body, sameAttempt: true)
-            return await intercept(index)
+            return await interceptAgain(index)
         }
         send(index)
+    }
+
+    /// The same attempt through the interceptors again, as the engine's `interceptAgain` does.
+    private func interceptAgain(_ index: Int) async {
+        let task = callers[index].task
+        callers[index].task = task.startingOver(attempt: task.attempt, request: task.originalRequest, body: task.body, sameAttempt: true)
+        await intercept(index)
     }
 
     // The refresh reactor's run ended: the token renewed, the tasks at its gate intercepted
@@ -689,12 +693,7 @@ final class StackSimulation {
         awaitingRefresh = []
         let waiting = gated
         gated = []
-        for index in waiting where callers[index].end == nil {
-            let task = callers[index].task
-            callers[index].task = task.startingOver(
-                attempt: task.attempt, request: task.originalRequest, body: task.body, sameAttempt: true)
-            await intercept(index)
-        }
+        for index in waiting where callers[index].end == nil { await interceptAgain(index) }
     }
 
     // 2. The attempt on the wire.
