@@ -129,9 +129,16 @@ final class ErrorFidelityTests: XCTestCase {
     }
 
     /// A connection the server closes before a byte of the head (an orderly close, and a reset):
-    /// 500 requests through each door, 10 at a time, end with the plain session's error code every
-    /// time (issue 49: among 5,000 requests with faults, the manager once ended such a request
-    /// `URLError(-1)` where plain gives `-1011`, in 2 runs of 3).
+    /// 200 requests through each of the manager's doors, 10 at a time, end with the code a plain
+    /// session gives (issue 49: among 5,000 requests with faults, the manager once ended such a
+    /// request `URLError(-1)` where plain gives `-1011`, in 2 runs of 3).
+    ///
+    /// Two corelibs 6.3.1 races are plain's own and are kept out of what this pins: a reset whose
+    /// socket event libdispatch loses leaves the request to time out (plain: once in 500 such
+    /// requests, in 1 of 50 runs), so a timeout, on any door, is counted and bounded rather than
+    /// compared; and a socket closed before its dispatch source's cancel handler ran can kill the
+    /// process (swift-corelibs-foundation#4791; a CI run died so inside plain's `data(for:)`), so
+    /// plain is asked 40 times per fault for the reference, not 500, and the doors 200.
     func testAConnectionClosedBeforeTheHeadersFailsAsOnAPlainSessionEveryTime() async throws {
         let server = try LoopbackServer()
         defer { server.shutdown() }
@@ -143,28 +150,37 @@ final class ErrorFidelityTests: XCTestCase {
                 }
             }
         }
-        let plain = URLSession(configuration: .ephemeral)
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = 5
+        let plain = URLSession(configuration: configuration)
         defer { plain.invalidateAndCancel() }
-        let manager = URLTaskManager(configuration: .ephemeral)
+        let manager = URLTaskManager(configuration: configuration)
         defer { manager.invalidateAndCancel() }
-        let doors: [(name: String, fetch: @Sendable (URLRequest) async throws -> Void)] = [
-            ("plain", { _ = try await plain.data(for: $0) }),
-            ("manager.session", { _ = try await manager.session.data(for: $0) }),
-            ("manager.data(for:)", { _ = try await manager.data(for: $0) }),
+        let doors: [(name: String, count: Int, fetch: @Sendable (URLRequest) async throws -> Void)] = [
+            ("plain", 40, { _ = try await plain.data(for: $0) }),
+            ("manager.session", 200, { _ = try await manager.session.data(for: $0) }),
+            ("manager.data(for:)", 200, { _ = try await manager.data(for: $0) }),
         ]
+        let timedOut = URLError.Code.timedOut.rawValue
         for style in ["close", "reset"] {
             var codes: [String: [Int: Int]] = [:]
             for door in doors {
-                codes[door.name] = await Self.codes(of: 500, inFlight: 10) { n in
+                codes[door.name] = await Self.codes(of: door.count, inFlight: 10) { n in
                     try await door.fetch(URLRequest(url: server.url("/closed-\(style)?n=\(n)")))
                 }
             }
-            if ParityLog.isVerbose { print("FIDELITY| closed before the headers (\(style)), 500 each: \(codes)") }
-            let plainCodes = codes["plain"] ?? [:]
-            XCTAssertEqual(plainCodes.count, 1, "\(style): plain's code varies: \(plainCodes)")
-            for door in doors.dropFirst() {
+            if ParityLog.isVerbose { print("FIDELITY| closed before the headers (\(style)): \(codes)") }
+            let plainCodes = (codes["plain"] ?? [:]).filter { $0.key != timedOut }
+            XCTAssertEqual(plainCodes.count, 1, "\(style): plain's code varies: \(codes["plain"] ?? [:])")
+            guard let reference = plainCodes.keys.first else { continue }
+            XCTAssertNotEqual(reference, 0, "\(style): plain did not fail")
+            for door in doors {
+                let seen = codes[door.name] ?? [:]
                 XCTAssertEqual(
-                    codes[door.name], plainCodes, "\(style), \(door.name): \(codes[door.name] ?? [:]) where plain gives \(plainCodes)")
+                    Set(seen.keys).subtracting([reference, timedOut]), [],
+                    "\(style), \(door.name): \(seen) where plain gives \(reference)")
+                XCTAssertLessThanOrEqual(
+                    seen[timedOut, default: 0], 2, "\(style), \(door.name): \(seen): more timeouts than corelibs' lost events explain")
             }
         }
     }
