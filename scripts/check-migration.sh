@@ -27,8 +27,8 @@ work="${1:-.build-migration}"
 case "$work" in /*) ;; *) work="$root/$work" ;; esac
 app="$work/Migration"
 mkdir -p "$app"
-rm -rf "$app/Before" "$app/After" "$app/BeforePatterns" "$app/Package.swift"
-cp -R Tests/Migration/Before Tests/Migration/After Tests/Migration/BeforePatterns "$app/"
+rm -rf "$app/Before" "$app/After" "$app/BeforePatterns" "$app/ZeroThreeCodes" "$app/Package.swift"
+cp -R Tests/Migration/Before Tests/Migration/After Tests/Migration/BeforePatterns Tests/Migration/ZeroThreeCodes "$app/"
 # The copy is elsewhere: its path dependency names this checkout itself.
 python3 - "$root/Tests/Migration/Package.swift" "$app/Package.swift" "$root" <<'PY'
 import sys
@@ -154,4 +154,23 @@ print(f"{len(expected)} forms, {sum(len(v) for v in expected.values())} diagnost
 PY
 )" || { echo "$patterns" | grep -E "BeforePatterns/main\.swift:[0-9]+:[0-9]+: (error|warning):" | sort -u >&2; exit 1; }
 echo "$patterns_checked"
-echo "migration check passed: $(wc -l <<<"$diagnostics") diagnostics in Before, each naming its replacement; BeforePatterns as the article quotes it"
+
+echo "== ZeroThreeCodes: 0.3's satellite error codes with URLTaskManager alone; each refusal names the import"
+if codes="$(cd "$app" && swift build --product ZeroThreeCodes 2>&1)"; then
+    echo "error: ZeroThreeCodes built: the satellites' codes are expected to need their module" >&2
+    exit 1
+fi
+code_diagnostics="$(grep -E "^/[^ ]*/ZeroThreeCodes/main\.swift:[0-9]+:[0-9]+: error:" <<<"$codes" | sed "s|^$app/||" | sort -u)"
+echo "$code_diagnostics"
+for expected in "circuitOpen.*import URLTaskResilience" "rateLimitQueueFull.*import URLTaskResilience" "authenticationFailed.*import URLTaskOAuth2"; do
+    if ! grep -qE "$expected" <<<"$code_diagnostics"; then
+        echo "$codes" >&2
+        echo "error: no diagnostic matching '$expected'" >&2
+        exit 1
+    fi
+done
+if [ "$(wc -l <<<"$code_diagnostics")" -ne 3 ]; then
+    echo "error: ZeroThreeCodes: expected 3 diagnostics, one per code" >&2
+    exit 1
+fi
+echo "migration check passed: $(wc -l <<<"$diagnostics") diagnostics in Before, each naming its replacement; BeforePatterns as the article quotes it; 0.3's satellite codes each name their import"

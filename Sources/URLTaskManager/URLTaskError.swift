@@ -19,9 +19,10 @@ import FoundationNetworking
 ///    network being down however the stack is built.
 /// 2. **A `URLTaskError` a component throws or fails a task with is delivered as it is**, never
 ///    wrapped: the pipeline only fills in ``component`` (when it is `nil`) and ``request``. The
-///    built-in components make theirs with the code that says what happened
-///    (``Code-swift.struct/circuitOpen``, ``Code-swift.struct/rateLimitQueueFull``,
-///    ``Code-swift.struct/authenticationFailed``); a component of your own does the same with
+///    built-in components make theirs with the code that says what happened, declared in their
+///    own module (`circuitOpen` and `rateLimitQueueFull` in URLTaskResilience,
+///    `authenticationFailed` in URLTaskOAuth2); a component of your own declares its code the
+///    same way (``Code-swift.struct``) and fails the task with
 ///    ``init(code:component:underlying:headerName:reason:limit:count:request:)``.
 /// 3. **Anything else a component throws** is wrapped: ``Code-swift.struct/interceptorFailed``
 ///    for an interceptor, ``Code-swift.struct/reactorFailed`` for a reactor's work, with what it
@@ -50,66 +51,85 @@ import FoundationNetworking
 public struct URLTaskError: Error, Sendable {
     /// What went wrong: compare with `==` or match in a `switch` (with a `default`, since codes
     /// may be added).
+    ///
+    /// A struct of static members, not an enum, so that every module declares the codes of its
+    /// own components as the core declares its: URLTaskResilience declares `circuitOpen` and
+    /// `rateLimitQueueFull`, URLTaskOAuth2 `authenticationFailed`, and a component of yours
+    /// declares its own the same way, which callers then catch like a built-in one:
+    ///
+    /// ```swift
+    /// extension URLTaskError.Code {
+    ///     /// The request was not sent: the account's monthly quota is spent.
+    ///     public static let quotaExceeded = URLTaskError.Code("MyKit.quotaExceeded")
+    /// }
+    /// ```
     public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private enum Base: String, Hashable, Sendable {
-            case interceptorFailed, invalidHeader, holdTimedOut, reactorFailed, reactorTimedOut, tooManyAttempts, reactionLoop
-            case bodyNotReplayable, uploadBodyUnavailable, managerInvalidated, downloadNeedsPipeline, responseRejected
-            case circuitOpen, rateLimitQueueFull, authenticationFailed
-            case alreadyBeingRead, spillLimitReached, responseTooLarge
+        private let name: String
+        /// What happened, in a few words, for ``URLTaskError/description``.
+        private let summary: String?
+
+        /// A code named `name`, for a module's static member (see the type's discussion), with
+        /// `summary`, what happened in a few words (`"Refused without sending: the quota is
+        /// spent"`), which the error's description says followed by the component's name.
+        ///
+        /// Two codes with one name are one code (`==` and hashing read the name only): the
+        /// package's own names are bare (`"reactorFailed"`, `"circuitOpen"`, as 0.3 printed
+        /// them), so give yours your module's name in front (`"MyKit.quotaExceeded"`).
+        public init(_ name: String, summary: String? = nil) {
+            self.name = name
+            self.summary = summary
         }
 
-        private let base: Base
+        public static func == (lhs: Code, rhs: Code) -> Bool { lhs.name == rhs.name }
 
-        private init(_ base: Base) {
-            self.base = base
-        }
+        public func hash(into hasher: inout Hasher) { hasher.combine(name) }
 
         /// An interceptor threw, or returned ``InterceptCommand/fail(_:)``, with an error that is
         /// neither a `URLError` (delivered as itself) nor a `URLTaskError` (delivered as it is);
         /// ``underlying`` is what it gave.
-        public static let interceptorFailed = Code(.interceptorFailed)
+        public static let interceptorFailed = Code("interceptorFailed")
         /// A header value contained CR or LF, or a header name was not an HTTP token
         /// (``headerName``, ``reason``). Sending it would let one request smuggle another, so the
         /// task fails instead.
-        public static let invalidHeader = Code(.invalidHeader)
+        public static let invalidHeader = Code("invalidHeader")
         /// The task was held in a batch longer than ``URLTaskManager/Options/maximumHoldTime``
         /// (``limit``).
-        public static let holdTimedOut = Code(.holdTimedOut)
+        public static let holdTimedOut = Code("holdTimedOut")
         /// A reactor's work threw an error that is neither a `URLError` (delivered as itself) nor
         /// a `URLTaskError` (delivered as it is): every task waiting on that run receives this
         /// same error, with what the work threw as ``underlying``.
-        public static let reactorFailed = Code(.reactorFailed)
+        public static let reactorFailed = Code("reactorFailed")
         /// A reactor's work ran longer than its configured timeout (``limit``).
-        public static let reactorTimedOut = Code(.reactorTimedOut)
+        public static let reactorTimedOut = Code("reactorTimedOut")
         /// The task triggered reactions more times than its reactor allows (``count``: the attempts).
-        public static let tooManyAttempts = Code(.tooManyAttempts)
+        public static let tooManyAttempts = Code("tooManyAttempts")
         /// A reactor's runs kept producing what the server refused (``count`` runs within
         /// ``limit``, see ``URLTaskReactorConfiguration/LoopGuard``): a refresh that succeeds
         /// but whose token the server keeps rejecting. Runs whose token was accepted before it
         /// was refused (a revocation) are not counted.
-        public static let reactionLoop = Code(.reactionLoop)
+        public static let reactionLoop = Code("reactionLoop")
         /// The task must be sent again but its body cannot be (``reason``): a stream body larger
         /// than the replay limit, or a stream that failed while being read.
-        public static let bodyNotReplayable = Code(.bodyNotReplayable)
+        public static let bodyNotReplayable = Code("bodyNotReplayable")
         /// An upload task whose body the platform does not expose to a `URLProtocol`. The task
         /// fails rather than send an empty body.
-        public static let uploadBodyUnavailable = Code(.uploadBodyUnavailable)
+        public static let uploadBodyUnavailable = Code("uploadBodyUnavailable")
         /// The task reached a session that was already invalidated: on Linux, a task created
         /// before `finishTasksAndInvalidate()` but resumed only after every other task had ended,
         /// or a ``URLTaskManager/download(for:)`` started after the session was invalidated. A
         /// plain session would refuse such a task too.
-        public static let managerInvalidated = Code(.managerInvalidated)
+        public static let managerInvalidated = Code("managerInvalidated")
         /// A download task made with the session's own download APIs (`download(from:)`,
         /// `downloadTask(with:)`) whose request an interceptor would change, hold, fail or answer
         /// (``reason``). On Linux such a task cannot pass through the interceptors (corelibs
         /// completes a download only from its own protocol), and sending it without them (no
         /// token, no API key) would fail quietly; so it fails before anything is sent. Use
         /// ``URLTaskManager/download(for:)``, which runs the whole pipeline.
-        public static let downloadNeedsPipeline = Code(.downloadNeedsPipeline)
+        public static let downloadNeedsPipeline = Code("downloadNeedsPipeline")
 
         /// The final answer is not one the caller accepts (``ResponseValidation``): ``response``
         /// has its status and headers, ``bodyPrefix`` the start of its body, ``reason`` why.
-        public static let responseRejected = Code(.responseRejected)
+        public static let responseRejected = Code("responseRejected")
 
         /// An answer the pipeline holds whole before anyone sees it had a body larger than
         /// ``URLTaskManager/Options/maximumHeldBodySize`` (``byteLimit``: that limit in bytes;
@@ -117,25 +137,17 @@ public struct URLTaskError: Error, Sendable {
         /// whose authentication challenge the caller's side answers, or of an answer a reactor
         /// takes and may deliver. Its transfer was stopped: the pipeline never holds a body
         /// without a bound, and never hands over a cut one.
-        public static let responseTooLarge = Code(.responseTooLarge)
+        public static let responseTooLarge = Code("responseTooLarge")
 
-        /// The request was not sent because its host's circuit is open: a `CircuitBreaker`
-        /// saw it fail repeatedly. ``underlying`` is the `CircuitOpenError`, with the host and
-        /// when the next probe may go. Nothing reached the network; try again later.
-        public static let circuitOpen = Code(.circuitOpen)
-        /// The request was not sent because too many already wait for its host under a
-        /// `RateLimiter`'s rate (its `RateLimiter.Policy.maximumQueueLength`). ``underlying``
-        /// is the `RateLimitQueueFullError`. Nothing reached the network; try again later.
-        public static let rateLimitQueueFull = Code(.rateLimitQueueFull)
-        /// The request could not have the credential it needs: the token endpoint refused the
-        /// refresh (`invalid_grant`: the session is over), answered with an error or with
-        /// something that is not a token, there is no refresh token, or the user signed out
-        /// (`signOut(of:)`, from `URLTaskOAuth2`). ``underlying`` is the `OAuth2Error`: its
-        /// `OAuth2Error.requiresSignIn` says whether only a new sign-in helps. Every request
-        /// of the failed refresh receives it, whether its 401 started the refresh or it waited
-        /// for a token renewed before it expired. A refresh that failed on the network is not
-        /// this: its `URLError` reaches the caller as itself.
-        public static let authenticationFailed = Code(.authenticationFailed)
+        /// Declared in URLTaskResilience, which makes it (a `CircuitBreaker`'s open circuit).
+        @available(*, unavailable, message: "use `import URLTaskResilience`, which declares this code")
+        public static var circuitOpen: Code { Code("circuitOpen") }
+        /// Declared in URLTaskResilience, which makes it (a `RateLimiter`'s full queue).
+        @available(*, unavailable, message: "use `import URLTaskResilience`, which declares this code")
+        public static var rateLimitQueueFull: Code { Code("rateLimitQueueFull") }
+        /// Declared in URLTaskOAuth2, which makes it (a credential the request could not have).
+        @available(*, unavailable, message: "use `import URLTaskOAuth2`, which declares this code")
+        public static var authenticationFailed: Code { Code("authenticationFailed") }
 
         /// A task asked a ``URLTaskManager/bytes(for:)`` body for more while another task's read
         /// of it was under way. A body is one stream of bytes: split between two readers,
@@ -143,17 +155,20 @@ public struct URLTaskError: Error, Sendable {
         /// once, and changes nothing: the read under way, and the reads of the task that reads
         /// the body, go on as if it had not been asked (the sequence is `Sendable`, so this is
         /// a defined outcome, not a crash). Read a body from one task at a time.
-        public static let alreadyBeingRead = Code(.alreadyBeingRead)
+        public static let alreadyBeingRead = Code("alreadyBeingRead")
         /// The reader of a ``URLTaskManager/bytes(for:)`` body fell behind by more than the
         /// temporary file may hold (``byteLimit``:
         /// ``URLTaskManager/Options/maximumSpilledBodySize``). The transfer was stopped there,
         /// so nothing more is read from the network or written to disk; the reader received
         /// every byte that came before the limit, in order, then this error. The body is not
         /// whole: read it faster, raise the limit, or use ``URLTaskManager/download(for:)``.
-        public static let spillLimitReached = Code(.spillLimitReached)
+        public static let spillLimitReached = Code("spillLimitReached")
 
-        /// The code's name, as in the static property (`"reactorFailed"`).
-        public var description: String { base.rawValue }
+        /// The code's name (`"reactorFailed"`, `"MyKit.quotaExceeded"`).
+        public var description: String { name }
+
+        /// What happened, in a few words, where the code's module said.
+        var summaryText: String? { summary }
     }
 
     /// The interceptor or reactor a failure came from.
@@ -388,15 +403,14 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
             text =
                 "The\(status) answer held \(reason ?? "whole") had a body of more than \(byteLimit ?? 0) bytes "
                 + "(URLTaskManager.Options.maximumHeldBodySize); its transfer was stopped"
-        case .circuitOpen: text = "Refused by\(by) without sending: the host's circuit is open"
-        case .rateLimitQueueFull: text = "Refused by\(by) without sending: too many requests wait for the host"
-        case .authenticationFailed: text = "No credential could be had for the request\(by.isEmpty ? "" : " (\(by.dropFirst()))")"
         case .alreadyBeingRead: text = "This bytes(for:) body is already being read by another task; a body is read by one task at a time"
         case .spillLimitReached:
             text =
                 "The bytes(for:) body's reader fell more than \(byteLimit.map { "\($0) bytes" } ?? "its limit") behind "
                 + "(Options.maximumSpilledBodySize): the transfer was stopped, after the bytes that came before"
-        default: text = "URLTaskManager failed the task (\(code))"
+        default:
+            // A code a module declared (the satellites' among them): its own words.
+            text = (code.summaryText ?? "The task failed: \(code)") + (by.isEmpty ? "" : " (\(by.dropFirst()))")
         }
         if let request { text += " [\(request)]" }
         if let underlying { text += ": \(Self.describe(underlying))" }

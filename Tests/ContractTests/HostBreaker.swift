@@ -63,7 +63,7 @@ final class HostBreaker: URLTaskInterceptor, SynchronousInterceptor, URLTaskOutc
             return .execute
         case .refuse(let retryAfter):
             decisions.emit(.refused(host))
-            return .fail(URLTaskError(code: .circuitOpen, underlying: HostUnavailable(host: host, retryAfter: retryAfter)))
+            return .fail(URLTaskError(code: .hostUnavailable, underlying: HostUnavailable(host: host, retryAfter: retryAfter)))
         }
     }
 
@@ -78,5 +78,12 @@ final class HostBreaker: URLTaskInterceptor, SynchronousInterceptor, URLTaskOutc
         case .reopened: decisions.emit(.reopened(host))
         }
     }
+}
+
+extension URLTaskError.Code {
+    /// The breaker refused the request without sending it: its host failed repeatedly. The
+    /// error's `underlying` is a `HostBreaker.HostUnavailable`, which says when to try again.
+    static let hostUnavailable = URLTaskError.Code(
+        "HostBreaker.hostUnavailable", summary: "Refused without sending: the host keeps failing")
 }
 // DocC third-party breaker: end

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 import URLTaskManager  // not @testable: the breaker is built on what an app sees
+import URLTaskResilience  // the built-in codes it is told apart from
 import XCTest
 
 /// The Writing interceptors article's circuit breaker, a third party's, over real HTTP.
@@ -37,10 +38,10 @@ final class HostBreakerTests: XCTestCase {
         do {
             _ = try await session.data(from: url)
             return nil
-        } catch let error as URLTaskError where error.code == .circuitOpen {
+        } catch let error as URLTaskError where error.code == .hostUnavailable {
             return error.underlying as? HostBreaker.HostUnavailable
         } catch {
-            XCTFail("expected a circuitOpen URLTaskError, got \(error)")
+            XCTFail("expected a hostUnavailable URLTaskError, got \(error)")
             return nil
         }
     }
@@ -72,6 +73,47 @@ final class HostBreakerTests: XCTestCase {
         XCTAssertEqual(opened, .opened(URLOrigin(server.url("/"))!, failures: 3))
         let refusedDecision = await decisions.next()
         XCTAssertEqual(refusedDecision, .refused(URLOrigin(server.url("/"))!))
+    }
+
+    /// The breaker's own code (declared in this target, as URLTaskResilience declares
+    /// `circuitOpen`) reaches the caller through both doors as a built-in code does: caught with
+    /// `==` and in a `switch`, told apart from every built-in code, its words and the breaker's
+    /// name in the error's description.
+    func testItsOwnErrorCodeIsCaughtLikeABuiltInOne() async throws {
+        let hits = Locked(0)
+        let server = try server(hits: hits) { 503 }
+        defer { server.shutdown() }
+        let breaker = HostBreaker(threshold: 1, coolDown: .seconds(30))
+        let manager = URLTaskManager(interceptors: [breaker])
+        defer { manager.invalidateAndCancel() }
+        _ = try await status(of: manager.session, server.url("/api"))
+        let doors: [(name: String, fetch: @Sendable () async throws -> Void)] = [
+            ("manager.session", { _ = try await manager.session.data(from: server.url("/api")) }),
+            ("manager.data(for:)", { _ = try await manager.data(for: URLRequest(url: server.url("/api"))) }),
+        ]
+        for door in doors {
+            do {
+                try await door.fetch()
+                XCTFail("\(door.name): the open circuit let the request through")
+            } catch let error as URLTaskError {
+                let caught: String
+                switch error.code {
+                case .hostUnavailable: caught = "hostUnavailable"
+                case .interceptorFailed, .circuitOpen, .rateLimitQueueFull: caught = "a built-in code"
+                default: caught = "another code: \(error.code)"
+                }
+                XCTAssertEqual(caught, "hostUnavailable", door.name)
+                XCTAssertTrue(error.code == .hostUnavailable, door.name)
+                XCTAssertNotEqual(error.code, .interceptorFailed, "\(door.name): the part's own error is not wrapped")
+                XCTAssertEqual(error.code.description, "HostBreaker.hostUnavailable")
+                XCTAssertEqual(error.component?.name, "HostBreaker", door.name)
+                XCTAssertTrue(error.underlying is HostBreaker.HostUnavailable, door.name)
+                XCTAssertTrue(
+                    error.description.hasPrefix("Refused without sending: the host keeps failing (HostBreaker) [GET "),
+                    "\(door.name): \(error.description)")
+            }
+        }
+        XCTAssertEqual(hits.value, 1, "the refused requests never reached the server")
     }
 
     func testAProbeAfterTheCoolDownClosesTheCircuit() async throws {
