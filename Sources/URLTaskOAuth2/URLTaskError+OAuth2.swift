@@ -12,5 +12,6 @@ extension URLTaskError.Code {
     ///
     /// Declared here, by the module that makes it, as a component of yours declares its own
     /// code; its name is the one 0.3 printed (`authenticationFailed`).
-    public static let authenticationFailed = URLTaskError.Code("authenticationFailed", summary: "No credential could be had for the request")
+    public static let authenticationFailed = URLTaskError.Code(
+        "authenticationFailed", summary: "No credential could be had for the request")
 }

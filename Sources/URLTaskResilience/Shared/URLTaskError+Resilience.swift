@@ -15,5 +15,6 @@ extension URLTaskError.Code {
     /// network; try again later.
     ///
     /// Declared here, by the module that makes it; its name is the one 0.3 printed.
-    public static let rateLimitQueueFull = URLTaskError.Code("rateLimitQueueFull", summary: "Refused without sending: too many requests wait for the host")
+    public static let rateLimitQueueFull = URLTaskError.Code(
+        "rateLimitQueueFull", summary: "Refused without sending: too many requests wait for the host")
 }
