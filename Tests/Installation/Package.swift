@@ -19,6 +19,8 @@ let package = Package(
                 // Only if you use them: retries and the resilience parts; the OAuth2 kit.
                 .product(name: "URLTaskResilience", package: "URLTaskManager"),
                 .product(name: "URLTaskOAuth2", package: "URLTaskManager"),
+                // Only for a fleet: one credential and one rate limit for many processes, on Redis.
+                .product(name: "URLTaskRedis", package: "URLTaskManager"),
             ]
         ),
         .testTarget(

@@ -28,7 +28,7 @@ struct Engine {
     ///
     /// A class the engine owns, reached only inside its sections: the machine (a large value) is
     /// changed in place where it lives, which a collection of values would copy out and back on
-    /// every change (measured: 15,000 to 30,000 instructions a request more than this).
+    /// every change (what that cost: the Performance article, "Figures behind other choices").
     final class Entry {
         /// Whom the actions decided on other tasks' events are for.
         let run: TaskStorage
