@@ -10,10 +10,10 @@ import FoundationNetworking
 /// and `stopLoading` cancels that work. Both run on the session's serial work queue, which
 /// must never block, so the pipeline does everything on its own threads.
 class BridgeURLProtocol: URLProtocol {
-    /// The number of the session this class serves (see `SlottedBridgeURLProtocol`): every
+    /// The number of the session this class serves (see `NumberedBridgeURLProtocol`): every
     /// manager's session lists a class of its own; `nil` for this base class, which no session
     /// lists.
-    class var slotNumber: Int? { nil }
+    class var sessionNumber: Int? { nil }
 
     private var handle: PipelineTaskHandle?
     private var sink: ProtocolSink?

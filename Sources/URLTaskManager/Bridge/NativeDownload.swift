@@ -33,19 +33,19 @@ final class NativeDownload: @unchecked Sendable {
             _ = machine.withLock { $0.checked(passed: true) }
             return native.startLoading()
         }
-        let observer = pipeline.events.isListening ? TaskObserver(id: .next(), request: request, hub: pipeline.events) : nil
+        let recorder = pipeline.events.isListening ? TaskEventRecorder(id: .next(), request: request, hub: pipeline.events) : nil
         Task {
-            let refusal = await NativeDownloadCheck.run(request, pipeline: pipeline, observer: observer)
-            observer?.nativeDownload(sentUnchanged: refusal == nil)
+            let refusal = await NativeDownloadCheck.run(request, pipeline: pipeline, recorder: recorder)
+            recorder?.nativeDownload(sentUnchanged: refusal == nil)
             switch machine.withLock({ $0.checked(passed: refusal == nil) }) {
             case .startNative:
                 (workQueue ?? DispatchQueue.global()).async { self.native.startLoading() }
             case .fail:
                 let error = refusal ?? .managerInvalidated
-                observer?.completed(error: error)
+                recorder?.completed(error: error)
                 sink.fail(error)
             case .none:
-                observer?.completed(error: URLError.cancelled(url: request.url))
+                recorder?.completed(error: URLError.cancelled(url: request.url))
             }
         }
     }

@@ -16,7 +16,7 @@ import FoundationNetworking
 /// before anything is sent. Nothing an interceptor does to the copy is sent.
 enum NativeDownloadCheck {
     /// `nil` when the request may go out as it is; otherwise the error to fail the task with.
-    static func run(_ request: URLRequest, pipeline: Pipeline, observer: TaskObserver?) async -> URLTaskError? {
+    static func run(_ request: URLRequest, pipeline: Pipeline, recorder: TaskEventRecorder?) async -> URLTaskError? {
         if request.value(forHTTPHeaderField: URLTaskPolicy.headerName) != nil {
             // Sent as it is, the policy would reach the wire, and nothing would apply it.
             return URLTaskError(code: .downloadNeedsPipeline, reason: "it carries a URLTaskPolicy")
@@ -34,7 +34,7 @@ enum NativeDownloadCheck {
                 outcome = .failure(error)
             }
             gate?.release()
-            observer?.intercepted(pipeline.interceptorComponents[index], outcome)
+            recorder?.intercepted(pipeline.interceptorComponents[index], outcome)
             let reason: String
             switch outcome {
             case .success(.execute):

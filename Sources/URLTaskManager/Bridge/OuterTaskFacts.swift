@@ -31,7 +31,7 @@ struct OuterTaskFacts: Sendable {
     /// temporary file URL only its own protocol can set), so it is handed to the native one.
     var isDownload: Bool
     /// The pipeline of the session that created the task, and only that one (its protocol
-    /// class's slot says which): `nil` if the session is gone from under it (it cannot be while
+    /// class's number says which): `nil` if the session is gone from under it (it cannot be while
     /// the task lives).
     var pipeline: Pipeline?
     /// The session that created the task, where the bridge itself asks the caller's delegate

@@ -64,14 +64,14 @@ struct Engine {
     }
 
     var admission: AdmissionStateMachine
-    /// The live tasks, each in a slot of its own for as long as it lives (``TaskRef``): a task's
+    /// The live tasks, each at an index of its own for as long as it lives (``TaskRef``): a task's
     /// events find it without hashing its identifier.
     private var entries: [Entry?] = []
-    /// Slots freed by tasks that ended, to be used again.
-    private var freeSlots: [Int] = []
-    /// Each live task's slot, for the decisions admission makes by identifier (a slot handed
+    /// Indices freed by tasks that ended, to be used again.
+    private var freeIndices: [Int] = []
+    /// Each live task's index, for the decisions admission makes by identifier (a slot handed
     /// over, a run ended).
-    private var slots: [URLTask.ID: Int] = [:]
+    private var indices: [URLTask.ID: Int] = [:]
     /// Per reactor, the error of its last failed run: what tasks late for it fail with.
     var lastFailures: [(any Error)?]
     let reactors: [ReactorRunner]
@@ -129,41 +129,41 @@ struct Engine {
         case reacted(requeued: Int?, then: Step)
     }
 
-    /// Where a task lives in the engine: its identifier and its slot, fixed as it is made.
+    /// Where a task lives in the engine: its identifier and its index, fixed as it is made.
     struct TaskRef: Sendable {
         let id: URLTask.ID
-        let slot: Int
+        let index: Int
     }
 
     // MARK: Tasks
 
-    /// A slot for a task about to be made (``register(_:machine:traits:)`` fills it).
-    mutating func reserveSlot() -> Int {
-        if let slot = freeSlots.popLast() { return slot }
+    /// An index for a task about to be made (``register(_:machine:traits:)`` fills it).
+    mutating func reserveIndex() -> Int {
+        if let index = freeIndices.popLast() { return index }
         entries.append(nil)
         return entries.count - 1
     }
 
-    /// The live task at `ref`, if it still lives (a slot freed by a task that ended may hold
+    /// The live task at `ref`, if it still lives (an index freed by a task that ended may hold
     /// another by now).
     private func entry(_ ref: TaskRef) -> Entry? {
-        guard let entry = entries[ref.slot], entry.run.id == ref.id else { return nil }
+        guard let entry = entries[ref.index], entry.run.id == ref.id else { return nil }
         return entry
     }
 
     /// The live task `id`, found by its identifier.
     private func entry(_ id: URLTask.ID) -> Entry? {
-        slots[id].flatMap { entries[$0] }
+        indices[id].flatMap { entries[$0] }
     }
 
     /// A task starts: its machine and traits are kept until ``finished(_:)``.
     mutating func register(_ run: TaskStorage, machine: TaskStateMachine, traits: Traits) {
-        let slot = run.ref.slot
+        let index = run.ref.index
         // Without reactors admission has nothing to decide (no gate, stamp or slot): a task it
         // does not know is let go at once by every event, without a record to keep.
         if !reactors.isEmpty { admission.register(run.id, exemptedBy: run.exemptedBy) }
-        entries[slot] = Entry(run: run, machine: machine, traits: traits)
-        slots[run.id] = slot
+        entries[index] = Entry(run: run, machine: machine, traits: traits)
+        indices[run.id] = index
     }
 
     /// The task completed or was cancelled: it leaves every queue, and its slot is handed over.
@@ -173,9 +173,9 @@ struct Engine {
         var timers: [any PipelineTimer] = []
         if let entry = entry(ref) {
             timers = entry.timers
-            entries[ref.slot] = nil
-            slots.removeValueShrinking(forKey: id)
-            freeSlots.append(ref.slot)
+            entries[ref.index] = nil
+            indices.removeValueShrinking(forKey: id)
+            freeIndices.append(ref.index)
         }
         return (timers, admit(admission.finished(id)))
     }

@@ -36,9 +36,9 @@ final class EngineStorage: Sendable {
 
     // MARK: A task's events
 
-    /// A slot for a task about to be made (``Engine/TaskRef``).
-    func reserveSlot() -> Int {
-        state.withLock { $0.reserveSlot() }
+    /// An index for a task about to be made (``Engine/TaskRef``).
+    func reserveIndex() -> Int {
+        state.withLock { $0.reserveIndex() }
     }
 
     func register(_ run: TaskStorage, machine: TaskStateMachine, traits: Engine.Traits) {

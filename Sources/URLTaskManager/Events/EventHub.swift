@@ -8,7 +8,7 @@ import FoundationNetworking
 /// listening? The manager's task events (``URLTaskEvent``) and each resilience component's
 /// decisions (through ``DecisionEvents``) go through one of these.
 ///
-/// A task started while nobody listens records nothing and emits nothing (its ``TaskObserver``
+/// A task started while nobody listens records nothing and emits nothing (its ``TaskEventRecorder``
 /// is `nil`). Events go to each subscriber's `AsyncStream`, which keeps the newest ones when
 /// its reader falls behind: a slow listener loses the oldest events, never blocks a task.
 /// Every stream ends when ``finish()`` is called or the hub is released.

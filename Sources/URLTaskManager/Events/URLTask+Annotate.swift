@@ -14,8 +14,8 @@ extension URLTask {
     /// The manager's own events carry no secret; an annotation carries what you put in it, so
     /// never put a token, a password or a body you would not log.
     public func annotate(_ name: String, _ value: @autoclosure () -> String) {
-        guard let observer = TaskObserverDirectory.shared.observer(of: id) else { return }
-        observer.annotated(name: name, value: value())
+        guard let recorder = TaskEventRecorderDirectory.shared.recorder(of: id) else { return }
+        recorder.annotated(name: name, value: value())
     }
 }
 
@@ -28,39 +28,40 @@ extension URLTask {
     ///
     /// `value` is evaluated only when the task is observed (see ``annotate(_:_:)``).
     public mutating func annotateWhenSent(_ name: String, _ value: @autoclosure () -> String) {
-        guard TaskObserverDirectory.shared.observer(of: id) != nil else { return }
+        guard TaskEventRecorderDirectory.shared.recorder(of: id) != nil else { return }
         annotationsWhenSent.append((name, value()))
     }
 }
 
-/// The observers of the tasks being observed now, by task id, so that ``URLTask/annotate(_:_:)``
-/// reaches a task's events from an interceptor, which holds only the task's value.
+/// The event recorders of the tasks whose events someone listens to now, by task id, so that
+/// ``URLTask/annotate(_:_:)`` reaches a task's events from an interceptor, which holds only the
+/// task's value.
 ///
-/// An observer registers itself when it is made and leaves when it is freed; only observed
-/// tasks (started while someone listened) are here.
-final class TaskObserverDirectory: Sendable {
-    static let shared = TaskObserverDirectory()
+/// A recorder registers itself when it is made and leaves when it is freed; only recorded tasks
+/// (started while someone listened) are here.
+final class TaskEventRecorderDirectory: Sendable {
+    static let shared = TaskEventRecorderDirectory()
 
     private struct Entry {
-        weak var observer: TaskObserver?
+        weak var recorder: TaskEventRecorder?
     }
 
-    private let observers = LockedState<[URLTask.ID: Entry]>([:])
+    private let recorders = LockedState<[URLTask.ID: Entry]>([:])
 
-    func register(_ observer: TaskObserver, for id: URLTask.ID) {
-        observers.withLock { $0[id] = Entry(observer: observer) }
+    func register(_ recorder: TaskEventRecorder, for id: URLTask.ID) {
+        recorders.withLock { $0[id] = Entry(recorder: recorder) }
     }
 
     func remove(_ id: URLTask.ID) {
-        _ = observers.withLock { $0.removeValue(forKey: id) }
+        _ = recorders.withLock { $0.removeValue(forKey: id) }
     }
 
-    func observer(of id: URLTask.ID) -> TaskObserver? {
-        observers.withLock { $0[id]?.observer }
+    func recorder(of id: URLTask.ID) -> TaskEventRecorder? {
+        recorders.withLock { $0[id]?.recorder }
     }
 
     /// Whether `id` still has an entry: for tests that check nothing is left behind.
     func hasEntry(for id: URLTask.ID) -> Bool {
-        observers.withLock { $0[id] != nil }
+        recorders.withLock { $0[id] != nil }
     }
 }

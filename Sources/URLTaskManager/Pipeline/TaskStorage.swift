@@ -4,7 +4,7 @@ import FoundationNetworking
 #endif
 
 /// One task's I/O: who it is, whom it talks to (its ``TaskEnvironment``, its sink, its
-/// observer), and the actions its engine's events return, performed.
+/// event recorder), and the actions its engine's events return, performed.
 ///
 /// The task's machine lives in the engine (``Engine``), beside admission: every event of the
 /// task is one call of the engine (``EngineStorage``), one lock section that moves the machine
@@ -28,7 +28,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     let sink: any TaskSink
     private let environment: any TaskEnvironment
     /// Records and emits this task's events; `nil` when nobody listened as it started.
-    private let observer: TaskObserver?
+    private let recorder: TaskEventRecorder?
     /// Which reactors exempt this task (``URLTaskReactorConfiguration/exempts``), by index:
     /// asked once, of the caller's request, for admission's gates and for every outcome.
     let exemptedBy: [Bool]
@@ -44,7 +44,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// Makes the task and registers its machine with the engine.
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
         self.id = id
-        self.ref = Engine.TaskRef(id: id, slot: environment.engine.reserveSlot())
+        self.ref = Engine.TaskRef(id: id, index: environment.engine.reserveIndex())
         self.callerURL = request.url
         let (request, policy) = URLTaskPolicy.take(from: request)
         self.policy = policy
@@ -65,7 +65,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         self.sink = sink
         self.environment = environment
         self.outcomeObservers = environment.outcomeObservers
-        self.observer = environment.events.isListening ? TaskObserver(id: id, request: request, hub: environment.events) : nil
+        self.recorder = environment.events.isListening ? TaskEventRecorder(id: id, request: request, hub: environment.events) : nil
         let components = environment.interceptorComponents
         let types = environment.interceptorTypes
         let machine = TaskStateMachine(
@@ -88,8 +88,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             // An answer no reactor needed tells the loop guards that the credential works; not
             // when the request skipped a reactor, which never saw the answer.
             countsAsAnswer: policy?.skippedReactors.isEmpty != false,
-            sendsSnapshot: observer != nil || environment.sharing != nil || !environment.reactors.isEmpty || outcomeObservers != nil,
-            sendsStamps: observer != nil)
+            sendsSnapshot: recorder != nil || environment.sharing != nil || !environment.reactors.isEmpty || outcomeObservers != nil,
+            sendsStamps: recorder != nil)
         // Before anything can cancel it: the end of a task is always one the engine knows.
         engine.register(self, machine: machine, traits: traits)
     }
@@ -119,7 +119,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     }
 
     func batchReleased(index: Int) {
-        observer?.released(by: environment.interceptorComponents[index])
+        recorder?.released(by: environment.interceptorComponents[index])
         proceed(.released(index: index))
     }
 
@@ -149,7 +149,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             // What its reactors report is read now, and the engine judges it again holding the slot.
             admission(.slotHandedOver(readings: engine.outdatedVersions(of: task, by: reporters)))
         case .waitForSlot(let generation, let host, let timeout, let url):
-            observer?.waiting(for: .connectionSlot(host: host))
+            recorder?.waiting(for: .connectionSlot(host: host))
             armSlotTimeout(generation: generation, timeout: timeout, url: url)
             waitBegins()
         case .fail(let error, let heldIn, let work, let transfer):
@@ -160,9 +160,9 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         case .refuse(let error):
             complete(.fail(error))
         case .reacted(let requeued, let step):
-            if let observer {
-                observer.reactionEnded()
-                if let requeued { observer.requeued(attempt: requeued) }
+            if let recorder {
+                recorder.reactionEnded()
+                if let requeued { recorder.requeued(attempt: requeued) }
             }
             proceed(step)
         }
@@ -223,7 +223,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         case .runInterceptor(let index, let task):
             runInterceptor(index, on: task)
         case .hold(let index, let maximumWait, let generation, let flushes):
-            observer?.held(by: environment.interceptorComponents[index])
+            recorder?.held(by: environment.interceptorComponents[index])
             waitBegins()
             let batch = environment.batches[index]
             batch.hold(self, maximumWait: maximumWait, flushesSeen: flushes)
@@ -242,7 +242,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         case .complete(let completion):
             complete(completion)
         case .waitAtGate(let reactor):
-            observer?.waiting(for: .reactorGate(reactor: environment.reactors[reactor].name))
+            recorder?.waiting(for: .reactorGate(reactor: environment.reactors[reactor].name))
             waitBegins()
         }
     }
@@ -263,7 +263,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             // Admission takes it off a reactor's gate or run as it ends.
             work?.cancel()
         }
-        observer?.completed(error: URLError(.cancelled))
+        recorder?.completed(error: URLError(.cancelled))
         environment.taskEnded(self)
     }
 
@@ -284,15 +284,15 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     private func finish(_ completion: TaskStateMachine.Completion) {
         switch completion {
         case .finish:
-            observer?.completed()
+            recorder?.completed()
             sink.finish()
         case .respond(let response, let data):
-            observer?.completed(response: response)
+            recorder?.completed(response: response)
             sink.receive(response: response)
             if !data.isEmpty { sink.receive(data: data) }
             sink.finish()
         case .fail(let error):
-            observer?.completed(error: error)
+            recorder?.completed(error: error)
             sink.fail(error)
         }
         // Its timers are cancelled as it leaves the engine.
@@ -348,7 +348,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     private func runInterceptor(_ index: Int, on task: URLTask) {
         let work = environment.intercept(index, task) { [self] outcome, snapshot, flushes in
             let interceptor = environment.interceptorComponents[index]
-            observer?.intercepted(interceptor, outcome)
+            recorder?.intercepted(interceptor, outcome)
             switch outcome {
             case .success(let command):
                 proceed(
@@ -378,8 +378,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     private func reactAlone(_ reaction: Engine.Reaction) {
         if let timer = reaction.timer { armWaitTimer(timer) }
         let reactor = environment.reactors[reaction.index]
-        observer?.reactionStarting()
-        observer?.reacted(by: reactor.name, run: nil)
+        recorder?.reactionStarting()
+        recorder?.reacted(by: reactor.name, run: nil)
         let work = environment.runtime.react(reactor, to: reaction.outcome, body: reaction.body, of: reaction.task) { [self] result in
             proceed(.reactionEnded(reactor: reaction.index, outcome: result))
         }
@@ -390,8 +390,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// the transfer (or the task was answered at once).
     private func reactTogether(_ reaction: Engine.Reaction, startRun: Int?, run: Int?, immediate: Engine.TaskAction?) {
         if let timer = reaction.timer { armWaitTimer(timer) }
-        observer?.reactionStarting()
-        observer?.reacted(by: environment.reactors[reaction.index].name, run: immediate == nil ? run : nil)
+        recorder?.reactionStarting()
+        recorder?.reacted(by: environment.reactors[reaction.index].name, run: immediate == nil ? run : nil)
         if let startRun {
             engine.startRun(reactor: reaction.index, number: startRun, outcome: reaction.outcome, body: reaction.body, task: reaction.task)
         }
@@ -417,9 +417,9 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         // The bytes sent decide the framing, never a header that disagrees with them.
         let framed = BodyFraming.framed(request, body: body)
         let share = task.flatMap { sharing(of: framed, body: body, task: $0, stamped: stamped, attempt: attempt) }
-        if share == nil, let observer, let task {
+        if share == nil, let recorder, let task {
             // Before the transfer starts: its response may arrive before the next line runs.
-            announceSent(to: observer, task: task, stamped: stamped, attempt: attempt, body: body)
+            announceSent(to: recorder, task: task, stamped: stamped, attempt: attempt, body: body)
         }
         // A task that may no longer take a whole transfer (``TaskStateMachine/mayTakeWholeTransfer``) streams.
         let delivery = sink.delivery == .whole && !whole ? .streamed : sink.delivery
@@ -442,9 +442,9 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
 
     /// The task's `sent` event, then what its interceptors asked to say once it is sent
     /// (``URLTask/annotateWhenSent(_:_:)``: a `curl` command, a trace span).
-    private func announceSent(to observer: TaskObserver, task: URLTask, stamped: [Int: Int], attempt: Int, body: URLTaskBody) {
-        observer.sent(attempt: attempt, credentialVersions: engine.credentialVersions(of: task, stamped: stamped), body: body)
-        for annotation in task.annotationsWhenSent { observer.annotated(name: annotation.name, value: annotation.value) }
+    private func announceSent(to recorder: TaskEventRecorder, task: URLTask, stamped: [Int: Int], attempt: Int, body: URLTaskBody) {
+        recorder.sent(attempt: attempt, credentialVersions: engine.credentialVersions(of: task, stamped: stamped), body: body)
+        for annotation in task.annotationsWhenSent { recorder.annotated(name: annotation.name, value: annotation.value) }
     }
 
     /// How this task may share its transfer with identical requests in flight, or `nil`: the
@@ -461,11 +461,11 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             guard let self else { return }
             switch role {
             case .sends, .sendsAlone:
-                if let observer { announceSent(to: observer, task: task, stamped: stamped, attempt: attempt, body: body) }
+                if let recorder { announceSent(to: recorder, task: task, stamped: stamped, attempt: attempt, body: body) }
             case .joins(let leader):
                 // It uses no connection of its own: the slot goes to the next task.
                 _ = transfer(.joined)
-                observer?.joinedSharedTransfer(of: leader, attempt: attempt)
+                recorder?.joinedSharedTransfer(of: leader, attempt: attempt)
                 // Nor anything on the wire: a part that counts what is sent (a rate limiter) hears it.
                 outcomeObservers?.observeJoinedTransfer(of: task)
             }
@@ -482,7 +482,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         // The task as sent is at hand wherever a reactor or an observer is (``Engine/Traits``).
         let reactor = http.flatMap { http in task.flatMap { chooseReactor(for: .response(http), of: $0) } }
         let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
-        observer?.responseHead(response)
+        recorder?.responseHead(response)
         // The section queues the outcome for the observers; they are told once it did.
         let action = transfer(.head(response, reactor: reactor, challenge: challenge))
         if let http, let task { observe(.response(http), of: task) }
@@ -502,14 +502,14 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             let answer = answer.map(URLTaskPolicy.removed(from:))
             // Asked first, as a plain session asks it; a request that leaves HTTP then fails.
             let refused = answer.flatMap { Redirect.refusal(of: $0.url, redirectedFrom: response) }
-            if let answer, refused == nil { observer?.redirected(response, to: answer.url) }
+            if let answer, refused == nil { recorder?.redirected(response, to: answer.url) }
             _ = transfer(.redirectAnswered(answer, refused: refused))
             decide(nil)
         }
     }
 
     fileprivate func transportDidReceive(data: Data) {
-        observer?.received(data.count)
+        recorder?.received(data.count)
         switch transfer(.data(data)) {
         case .forwardData(let data): sink.receive(data: data)
         case .stop(let transfer): environment.stopTransfer(transfer)
@@ -519,7 +519,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     }
 
     fileprivate func transportDidDropBody(byteCount: Int) {
-        observer?.received(byteCount)
+        recorder?.received(byteCount)
     }
 
     fileprivate func transportDidSendBody(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
@@ -547,7 +547,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             case .ended(let end):
                 // Queued in the section that ended the transfer: the observers are told now.
                 if let (outcome, sent) = failure { observe(outcome, of: sent) }
-                observer?.transferEnded()
+                recorder?.transferEnded()
                 perform(end)
             default:
                 break

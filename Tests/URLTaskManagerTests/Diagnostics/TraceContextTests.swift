@@ -219,7 +219,7 @@ final class TraceContextTests: XCTestCase {
         XCTAssertEqual(Set(annotated.compactMap { TraceContext(traceparent: $0)?.traceID }).count, 200)
         let ids = Array(byTask.keys)
         try await waitUntil("every observer left the directory") {
-            ids.allSatisfy { !TaskObserverDirectory.shared.hasEntry(for: $0) }
+            ids.allSatisfy { !TaskEventRecorderDirectory.shared.hasEntry(for: $0) }
         }
     }
 }

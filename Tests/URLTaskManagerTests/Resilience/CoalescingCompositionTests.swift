@@ -403,7 +403,7 @@ extension CoalescingCompositionTests {
         try await collector.waitFor("3 completions") { $0.filter(\.isCompletion).count == 3 }
         let ids = Set(collector.all.map(\.task))
         XCTAssertEqual(ids.count, 3)
-        try await waitUntil("every task released") { ids.allSatisfy { !TaskObserverDirectory.shared.hasEntry(for: $0) } }
+        try await waitUntil("every task released") { ids.allSatisfy { !TaskEventRecorderDirectory.shared.hasEntry(for: $0) } }
         XCTAssertEqual(coalescing.sharedRequestsInFlight, 0)
     }
 }

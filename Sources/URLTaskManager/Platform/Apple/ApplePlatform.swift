@@ -16,7 +16,7 @@ enum ApplePlatform: PlatformSupport {
         let missing = task is URLSessionUploadTask && body.isNone
         var facts = OuterTaskFacts(
             delivery: .stream, workQueue: nil, body: body, bodyMissing: missing, isDownload: task is URLSessionDownloadTask)
-        facts.pipeline = bridge.slotNumber.flatMap { BridgeRegistry.shared.pipeline(for: $0) }
+        facts.pipeline = bridge.sessionNumber.flatMap { BridgeRegistry.shared.pipeline(for: $0) }
         return facts
     }
 
@@ -36,12 +36,12 @@ enum ApplePlatform: PlatformSupport {
     }
 
     /// Creates the session a manager hands out: a plain `URLSession` with a protocol class of
-    /// its own in front (``BridgeSlots``), owning `pipeline` through an associated object.
+    /// its own in front (``BridgeClasses``), owning `pipeline` through an associated object.
     static func makeSession(
         configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline
     ) -> URLSession {
         let number = BridgeRegistry.shared.register(pipeline)
-        configuration.protocolClasses = [BridgeSlots.protocolClass(for: number)] + (configuration.protocolClasses ?? [])
+        configuration.protocolClasses = [BridgeClasses.protocolClass(for: number)] + (configuration.protocolClasses ?? [])
         let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
         PipelineOwner.attach(PipelineOwner(pipeline: pipeline, number: number), to: session)
         return session

@@ -22,7 +22,7 @@ import FoundationNetworking
 ///   (`URLSession.swift` ~849, upstream #3367): ``facts(for:request:bridge:)`` says which tasks
 ///   stream and which must get their body in one piece.
 /// - A protocol cannot see its task's session, nor an async API's delegate, nor an async
-///   upload's body: the session's protocol class of its own (``BridgeSlots``), the factory
+///   upload's body: the session's protocol class of its own (``BridgeClasses``), the factory
 ///   records, and the reads above.
 /// - Every session's work queue targets one serial queue, and creating, resuming or cancelling
 ///   a task `sync`s onto it: ``runCallbacksOnWorkQueue(of:delegateQueue:)``,
@@ -45,16 +45,16 @@ enum CorelibsPlatform: PlatformSupport {
     /// ``facts(for:request:bridge:)``, for a task of `plainSession` too.
     /// - Parameters:
     ///   - bridge: The protocol class loading the task: a manager's session has one of its own,
-    ///     whose slot says which session and pipeline the task belongs to.
-    ///   - plainSession: The task's session where no slot says it (the pin tests' own protocol on
+    ///     whose number says which session and pipeline the task belongs to.
+    ///   - plainSession: The task's session where no number says it (the pin tests' own protocol on
     ///     a plain session); the bridge never reads it from the task.
     static func facts(
         for task: URLSessionTask, request: URLRequest, bridge: BridgeURLProtocol.Type = BridgeURLProtocol.self,
         plainSession: URLSession?
     ) -> OuterTaskFacts {
         let isDownload = task is URLSessionDownloadTask
-        let slot = bridge.slotNumber.map { BridgeRegistry.shared.entry(for: $0) }
-        let managed = slot?.session as? ManagedURLSession
+        let registered = bridge.sessionNumber.map { BridgeRegistry.shared.entry(for: $0) }
+        let managed = registered?.session as? ManagedURLSession
         let session = managed ?? plainSession
         // A manager's session found its work queue and task registry once, when it was made.
         let workQueue = managed?.foundWorkQueue ?? Reflection.child(task, "workQueue") as? DispatchQueue
@@ -95,7 +95,7 @@ enum CorelibsPlatform: PlatformSupport {
         if task is URLSessionUploadTask { missing = !fromDelegate && body.isNone }
         var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
         facts.bodyFromDelegate = fromDelegate
-        facts.pipeline = slot?.pipeline
+        facts.pipeline = registered?.pipeline
         facts.session = managed
         facts.taskDelegate = taskDelegate
         facts.callerDelegate = managed == nil ? nil : task.delegate
@@ -131,16 +131,16 @@ enum CorelibsPlatform: PlatformSupport {
     /// ``ManagedURLSession``, whose invalidation ends the pipeline.
     ///
     /// Every session gets a protocol class of its own whose number is never reused
-    /// (``BridgeSlots``): a `URLProtocol` cannot see its task's session (corelibs keeps it in an
+    /// (``BridgeClasses``): a `URLProtocol` cannot see its task's session (corelibs keeps it in an
     /// internal field), so the class says which session and pipeline a task belongs to, and a
     /// task can only ever run through the pipeline of the session that created it.
     static func makeSession(
         configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline
     ) -> URLSession {
         let number = BridgeRegistry.shared.register(pipeline)
-        configuration.protocolClasses = [BridgeSlots.protocolClass(for: number)] + (configuration.protocolClasses ?? [])
+        configuration.protocolClasses = [BridgeClasses.protocolClass(for: number)] + (configuration.protocolClasses ?? [])
         let session = ManagedURLSession(
-            configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline, slot: number)
+            configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pipeline: pipeline, number: number)
         BridgeRegistry.shared.attach(session, to: number)
         return session
     }

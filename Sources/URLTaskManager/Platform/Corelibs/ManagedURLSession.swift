@@ -14,8 +14,8 @@ import FoundationNetworking
 // @unchecked Sendable: restated from URLSession (its state is confined to its work queue); adds immutable `let`s, a locked record store, and fields written in init (or by a test before the first task).
 final class ManagedURLSession: URLSession, @unchecked Sendable {
     let pipeline: Pipeline
-    /// The number of this session's protocol class (``BridgeSlots``), retired with the session.
-    let slot: Int
+    /// The number of this session's protocol class (``BridgeClasses``), retired with the session.
+    let number: Int
     /// corelibs' work queue of this session, found once: `Platform.facts` reads it for every task.
     /// (Named apart from corelibs' own `workQueue`, which the reflection below looks for.)
     private(set) var foundWorkQueue: DispatchQueue?
@@ -27,10 +27,10 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
 
     init(
         configuration: URLSessionConfiguration, delegate: (any URLSessionDelegate)?, delegateQueue: OperationQueue?, pipeline: Pipeline,
-        slot: Int
+        number: Int
     ) {
         self.pipeline = pipeline
-        self.slot = slot
+        self.number = number
         super.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
         foundWorkQueue = CorelibsPlatform.workQueue(of: self)
         registryReader = TaskRegistryReader(session: self)
@@ -45,7 +45,7 @@ final class ManagedURLSession: URLSession, @unchecked Sendable {
     var uploadBodyField = "knownBody"
 
     deinit {
-        BridgeRegistry.shared.unregister(slot)
+        BridgeRegistry.shared.unregister(number)
         pipeline.outerSessionReleased()
     }
 

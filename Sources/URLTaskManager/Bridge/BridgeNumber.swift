@@ -9,46 +9,46 @@ import FoundationNetworking
 /// A `URLProtocol` cannot see which session made its task (on swift-corelibs-foundation only
 /// through the task's internal `session` field, which the bridge no longer reads), and on Apple
 /// platforms `URLSession` cannot be subclassed, so each session lists a distinct specialisation
-/// `SlottedBridgeURLProtocol<Slot>` whose slot type spells a number in binary
-/// (`Bit1<Bit0<SlotRoot>>` is 5), and the class looks its pipeline up by that number. A number
+/// `NumberedBridgeURLProtocol<Number>` whose type argument spells a number in binary
+/// (`Bit1<Bit0<NumberRoot>>` is 5), and the class looks its pipeline up by that number. A number
 /// is taken once for the life of the process and never reused: a session that outlives its
 /// pipeline's registration finds nothing, never another session's pipeline.
-protocol BridgeSlot { static var number: Int { get } }
+protocol BridgeNumber { static var number: Int { get } }
 
-enum SlotRoot: BridgeSlot { static var number: Int { 1 } }
-enum Bit0<Rest: BridgeSlot>: BridgeSlot { static var number: Int { Rest.number &* 2 } }
-enum Bit1<Rest: BridgeSlot>: BridgeSlot { static var number: Int { Rest.number &* 2 &+ 1 } }
+enum NumberRoot: BridgeNumber { static var number: Int { 1 } }
+enum Bit0<Rest: BridgeNumber>: BridgeNumber { static var number: Int { Rest.number &* 2 } }
+enum Bit1<Rest: BridgeNumber>: BridgeNumber { static var number: Int { Rest.number &* 2 &+ 1 } }
 
-/// The bridge of the session whose number `Slot` spells.
-final class SlottedBridgeURLProtocol<Slot: BridgeSlot>: BridgeURLProtocol {
-    override class var slotNumber: Int? { Slot.number }
+/// The bridge of the session whose number `Number` spells.
+final class NumberedBridgeURLProtocol<Number: BridgeNumber>: BridgeURLProtocol {
+    override class var sessionNumber: Int? { Number.number }
 }
 
-enum BridgeSlots {
-    /// The `SlottedBridgeURLProtocol` specialisation for slot `number` (1 or more).
+enum BridgeClasses {
+    /// The `NumberedBridgeURLProtocol` specialisation for session number `number` (1 or more).
     static func protocolClass(for number: Int) -> AnyClass {
         precondition(number >= 1)
-        func bridge<S: BridgeSlot>(_: S.Type) -> AnyClass { SlottedBridgeURLProtocol<S>.self }
-        return bridge(slotType(for: number))
+        func bridge<S: BridgeNumber>(_: S.Type) -> AnyClass { NumberedBridgeURLProtocol<S>.self }
+        return bridge(numberType(for: number))
     }
 
-    static func slotType(for number: Int) -> any BridgeSlot.Type {
+    static func numberType(for number: Int) -> any BridgeNumber.Type {
         var bits: [Bool] = []
         var rest = number
         while rest > 1 {
             bits.append(rest & 1 == 1)
             rest >>= 1
         }
-        var type: any BridgeSlot.Type = SlotRoot.self
+        var type: any BridgeNumber.Type = NumberRoot.self
         for bit in bits.reversed() {
-            func wrap<S: BridgeSlot>(_: S.Type) -> any BridgeSlot.Type { bit ? Bit1<S>.self : Bit0<S>.self }
+            func wrap<S: BridgeNumber>(_: S.Type) -> any BridgeNumber.Type { bit ? Bit1<S>.self : Bit0<S>.self }
             type = wrap(type)
         }
         return type
     }
 }
 
-/// Maps slot numbers to the pipelines (and, on swift-corelibs-foundation, the sessions) of live
+/// Maps session numbers to the pipelines (and, on swift-corelibs-foundation, the sessions) of live
 /// sessions.
 final class BridgeRegistry: Sendable {
     static let shared = BridgeRegistry()
@@ -75,7 +75,7 @@ final class BridgeRegistry: Sendable {
         }
     }
 
-    /// Records the session that slot `number` serves (weakly: the session owns the slot).
+    /// Records the session that number `number` serves (weakly: the session owns its number).
     func attach(_ session: URLSession, to number: Int) {
         state.withLock { $0.entries[number]?.session = session }
     }
@@ -88,7 +88,7 @@ final class BridgeRegistry: Sendable {
         state.withLock { $0.entries[number]?.pipeline }
     }
 
-    /// The pipeline and session of slot `number`, in one look-up.
+    /// The pipeline and session of number `number`, in one look-up.
     func entry(for number: Int) -> (pipeline: Pipeline?, session: URLSession?) {
         state.withLock { ($0.entries[number]?.pipeline, $0.entries[number]?.session) }
     }

@@ -12,7 +12,7 @@ import FoundationNetworking
 /// at a time, never under the lock. Between a reaction's start and the `reacted` event (which
 /// names the run the task joined, known only once admission has decided) the task's other
 /// events wait, so a run that ends at once cannot report `requeued` before `reacted`.
-final class TaskObserver: Sendable {
+final class TaskEventRecorder: Sendable {
     /// The timings, the counts and the queue of events to emit.
     private struct State {
         var firstSent: ContinuousClock.Instant?
@@ -40,12 +40,12 @@ final class TaskObserver: Sendable {
     init(id: URLTask.ID, request: URLRequest, hub: EventHub<URLTaskEvent>) {
         self.id = id
         self.hub = hub
-        TaskObserverDirectory.shared.register(self, for: id)
+        TaskEventRecorderDirectory.shared.register(self, for: id)
         emit(.created(method: request.httpMethod ?? "GET", url: URLTaskEvent.redacted(request.url)))
     }
 
     deinit {
-        TaskObserverDirectory.shared.remove(id)
+        TaskEventRecorderDirectory.shared.remove(id)
     }
 
     /// An interceptor or reactor annotated the task (``URLTask/annotate(_:_:)``).
