@@ -34,9 +34,26 @@ let package = Package(
             name: "Examples",
             dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskRedis", "LoopbackServer", "CZlib"]),
         .executableTarget(name: "Benchmarks", dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "LoopbackServer"]),
+        // The tests' shared helpers (latches, the parity harness, the kits of the reactor,
+        // resilience and OAuth2 tests, the compiled snippets' reader): a regular target, since
+        // test targets cannot depend on one another; not a product.
+        .target(
+            name: "TestSupport",
+            dependencies: ["URLTaskManager", "URLTaskOAuth2", "LoopbackServer"],
+            path: "Tests/TestSupport"
+        ),
+        // A test target per library: the engine's, then URLTaskResilience's and URLTaskOAuth2's.
         .testTarget(
             name: "URLTaskManagerTests",
-            dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskCrypto", "LoopbackServer"]
+            dependencies: ["URLTaskManager", "URLTaskResilience", "URLTaskOAuth2", "URLTaskCrypto", "LoopbackServer", "TestSupport"]
+        ),
+        .testTarget(
+            name: "URLTaskResilienceTests",
+            dependencies: ["URLTaskResilience", "URLTaskManager", "URLTaskOAuth2", "LoopbackServer", "TestSupport"]
+        ),
+        .testTarget(
+            name: "URLTaskOAuth2Tests",
+            dependencies: ["URLTaskOAuth2", "URLTaskManager", "URLTaskResilience", "URLTaskCrypto", "LoopbackServer", "TestSupport"]
         ),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
         // Against a real `redis-server` each test starts on a free port (skipped, with how to

@@ -4,11 +4,11 @@
 #
 #     scripts/tsan.sh [SWIFT-TEST-ARGUMENTS...]    # e.g. --filter 'ReactorEngineTests'
 #
-# Runs URLTaskManagerTests and ContractTests (the default filter; LoopbackServerTests is the test
-# server's own suite). Environment: BUILD_PATH (default .build-tsan, apart from the debug build:
-# the sanitizer changes every object file), SKIP (a regular expression of tests to leave out,
-# passed to `swift test --skip`; empty by default), LOG (default $BUILD_PATH/tsan.log: the whole
-# output, kept for reading the reports).
+# Runs URLTaskManagerTests, URLTaskResilienceTests, URLTaskOAuth2Tests and ContractTests (the
+# default filter; LoopbackServerTests is the test server's own suite). Environment: BUILD_PATH
+# (default .build-tsan, apart from the debug build: the sanitizer changes every object file), SKIP
+# (a regular expression of tests to leave out, passed to `swift test --skip`; empty by default),
+# LOG (default $BUILD_PATH/tsan.log: the whole output, kept for reading the reports).
 #
 # Each distinct warning is summarised at the end: its kind, the top frame of each of the two
 # stacks, and the first frame of each stack in this package's Sources. `halt_on_error=0`: the run
@@ -31,7 +31,7 @@ swift build --build-tests --sanitize=thread --build-path "$build_path" >&2
 
 arguments=("$@")
 if [ ${#arguments[@]} -eq 0 ]; then
-    arguments=(--filter 'URLTaskManagerTests|ContractTests')
+    arguments=(--filter 'URLTaskManagerTests|URLTaskResilienceTests|URLTaskOAuth2Tests|ContractTests')
 fi
 if [ -n "${SKIP:-}" ]; then
     arguments+=(--skip "$SKIP")

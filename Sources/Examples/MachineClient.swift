@@ -1,6 +1,6 @@
 // The client-credentials pattern of the OAuth2 article ("A machine client: client
-// credentials"). This file is compiled twice: into Examples, and into URLTaskManagerTests,
-// where Tests/URLTaskManagerTests/Auth/MachineClient.swift is a symbolic link to it, so that
+// credentials"). This file is compiled twice: into Examples, and into URLTaskOAuth2Tests,
+// where Tests/URLTaskOAuth2Tests/MachineClient.swift is a symbolic link to it, so that
 // `MachineClientTests` runs this very code against LoopbackServer's `OAuthServer` and against
 // django-oauth-toolkit. It needs nothing but the three modules it imports.
 import Foundation

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import TestSupport
 
 /// The DocC articles' Swift listings, in every catalog, are compiled, as the README's are: each
 /// one is (part of) a block of `Sources/Examples` or the tests marked `// README <name>: begin`

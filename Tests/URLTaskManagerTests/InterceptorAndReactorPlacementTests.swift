@@ -6,6 +6,7 @@ import XCTest
 @testable import URLTaskManager
 @testable import URLTaskOAuth2
 @testable import URLTaskResilience
+import TestSupport
 
 /// The manager's check of how its parts are assembled (``URLTaskPlacement``, and the parts that
 /// are both an interceptor and a reactor): a pure function of the two lists, tested here without

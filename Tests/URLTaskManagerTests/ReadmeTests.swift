@@ -1,4 +1,5 @@
 import XCTest
+import TestSupport
 
 /// The README's code blocks are compiled as part of `Examples`, between
 /// `// README <name>: begin` and `// README <name>: end` markers. This test fails when a marked

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 final class SmokeTests: XCTestCase {
     func testAsyncCompletionDelegateUploadDownload() async throws {

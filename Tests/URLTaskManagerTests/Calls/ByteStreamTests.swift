@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import XCTest
 @testable import URLTaskManager
+import TestSupport
 
 /// `manager.bytes(for:)` over loopback: the body streams intact, a reader slower than the
 /// network costs disk rather than memory, a reader that leaves stops the transfer, and errors

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import XCTest
 @testable import URLTaskManager
+import TestSupport
 
 /// The manager's own methods (`data(for:)`, `data(from:)`, `upload(for:from:)`,
 /// `upload(for:fromFile:)`) over real HTTP: cancelling the calling task wherever the request

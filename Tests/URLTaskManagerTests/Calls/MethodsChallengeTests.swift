@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import XCTest
 @testable import URLTaskManager
+import TestSupport
 
 /// A 401 with a `Basic` challenge through the manager's own methods: corelibs' async API drops
 /// such an answer's body, so the request is sent again as a streamed transfer (``WholeTransfer``):

@@ -12,6 +12,7 @@ import Darwin
 #endif
 
 @testable import URLTaskManager
+import TestSupport
 
 /// A method call cancelled just as its transfer ends must not freeze the manager (issue 49).
 ///

@@ -7,6 +7,7 @@ import LoopbackServer
 @testable import URLTaskManager
 @testable import URLTaskOAuth2
 @testable import URLTaskResilience
+import TestSupport
 
 /// Every pair of the built-in parts, and the README's recommended stack, run one workload over
 /// real HTTP: each request's outcome must be the one the parts present promise (an answer, a

@@ -4,6 +4,7 @@ import XCTest
 
 @testable import URLTaskManager
 @testable import URLTaskOAuth2
+import TestSupport
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -4,6 +4,7 @@ import XCTest
 
 @testable import URLTaskManager
 @testable import URLTaskResilience
+import TestSupport
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -3,6 +3,7 @@ import LoopbackServer
 import XCTest
 
 @testable import URLTaskManager
+import TestSupport
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

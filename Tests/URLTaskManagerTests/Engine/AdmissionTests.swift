@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// Admission over real HTTP: a reactor touches only the tasks it does not exempt, the per-host
 /// queue serves every covered request, and a wait for a slot counts toward the request's timeout.

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 
 @testable import URLTaskManager
+import TestSupport
 
 /// ``withDeadline(_:_:)``, the bound on a reactor's work: the first of the work, its deadline
 /// and the caller's cancellation ends the wait, and work that ignores cancellation is left to

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 
 @testable import URLTaskManager
+import TestSupport
 
 /// ``ReactorRunner``: what a reactor's work ends as for the tasks that wait on it, by the error
 /// rule (a `URLError` as itself, naming the reactor; a `URLTaskError` as it is, the reactor

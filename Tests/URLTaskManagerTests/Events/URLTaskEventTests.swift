@@ -3,6 +3,7 @@ import LoopbackServer
 import URLTaskManager
 import URLTaskOAuth2
 import XCTest
+import TestSupport
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -12,28 +13,8 @@ import FoundationNetworking
 /// nothing for tasks nobody listened to; no secret in any event; a slow reader never holds a
 /// task up.
 final class URLTaskEventTests: XCTestCase {
-    /// Collects events from a stream until `isDone` says so, with a deadline.
-    final class Collector: @unchecked Sendable {  // `events` is guarded by `lock`.
-        private let lock = NSLock()
-        private var events: [URLTaskEvent] = []
-        private var reader: Task<Void, Never>?
-
-        init(_ stream: AsyncStream<URLTaskEvent>) {
-            reader = Task { [weak self] in
-                for await event in stream { self?.lock.withLock { self?.events.append(event) } }
-            }
-        }
-
-        deinit { reader?.cancel() }
-
-        var all: [URLTaskEvent] { lock.withLock { events } }
-
-        func waitForCompletions(_ count: Int) async throws {
-            try await waitUntil("\(count) completed events") {
-                all.filter { if case .completed = $0.kind { return true } else { return false } }.count >= count
-            }
-        }
-    }
+    /// The events tests' collector (``EventCollector``, shared with the other test targets).
+    typealias Collector = EventCollector
 
     private static func names(_ events: [URLTaskEvent]) -> [String] {
         events.map { event in

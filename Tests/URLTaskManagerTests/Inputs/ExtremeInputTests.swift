@@ -6,6 +6,7 @@ import LoopbackServer
 import URLTaskManager
 @testable import URLTaskResilience
 import XCTest
+import TestSupport
 
 /// Extremes (0, negative, NaN, ±infinity, 1e300, `Int64.max`, `Int.min`) fed to every public
 /// parameter that takes a duration, a count or a size, over real HTTP where the value is used

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// Batches over real HTTP: what the server sees while tasks are held and when they go.
 final class BatchInterceptorTests: OKServerTestCase {

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// A `HeaderInterceptor` of fixed values checks its names and values once, when it is made, and
 /// sets all its fields in one write: the same answers as checking them on every task.

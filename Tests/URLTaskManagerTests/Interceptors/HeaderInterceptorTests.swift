@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// Headers set by interceptors, as the server receives them.
 final class HeaderInterceptorTests: OKServerTestCase {

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// How the chain treats each command, and what happens when interceptors disagree.
 final class InterceptorChainTests: OKServerTestCase {

@@ -1,6 +1,7 @@
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 // Helpers for the interceptor integration tests. Every wait is on an event, with a deadline
 // (``ProbeLog``): a test never sleeps to let something happen.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 import URLTaskManager  // not @testable: an interceptor written as an app writes one
+import TestSupport
 
 /// A ``SynchronousInterceptor`` of a third party: the manager calls it without a Swift task,
 /// and `nil` sends the task down the async path, starting again from the task as it came.

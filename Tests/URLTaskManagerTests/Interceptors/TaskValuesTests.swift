@@ -6,6 +6,7 @@ import LoopbackServer
 import URLTaskManager
 import URLTaskResilience
 import XCTest
+import TestSupport
 
 // DocC idempotency-key: begin
 /// One idempotency key per task, made on its first attempt and sent again on every retry.

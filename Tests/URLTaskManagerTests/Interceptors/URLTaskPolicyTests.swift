@@ -6,6 +6,7 @@ import LoopbackServer
 import URLTaskManager
 import URLTaskResilience
 import XCTest
+import TestSupport
 
 /// Per-request policies (skip interceptors or reactors, accept other answers, hold less) and
 /// response validation, over HTTP, through the plain URLSession APIs.

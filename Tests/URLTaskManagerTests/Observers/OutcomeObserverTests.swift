@@ -6,6 +6,7 @@ import XCTest
 import LoopbackServer
 @testable import URLTaskManager
 @testable import URLTaskResilience
+import TestSupport
 
 /// ``URLTaskOutcomeObserver`` over real HTTP on 127.0.0.1: every attempt's outcome, once, in
 /// order, off URLSession's work queue, before the caller hears the task's end.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// HTTP Basic authentication challenges reach the caller's delegate through a manager as
 /// through a plain session, and the manager answers them inside its pipeline: a credential

@@ -6,6 +6,7 @@ import LoopbackServer
 import XCTest
 @testable import URLTaskManager
 @testable import URLTaskResilience
+import TestSupport
 
 /// What goes on the wire frames exactly the bytes sent: a caller's `Content-Length` that
 /// disagrees with the body never reaches the server, so the rest of the body cannot be read

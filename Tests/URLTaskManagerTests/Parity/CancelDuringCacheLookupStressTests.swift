@@ -6,6 +6,7 @@ import LoopbackServer
 @testable import URLTaskManager
 @testable import URLTaskResilience
 import XCTest
+import TestSupport
 
 /// `cancel()` racing with a transfer that ends at once (a refused connection), right after
 /// `resume()`, from another thread, as `OfflineHold` cancels a probe when its host's last held

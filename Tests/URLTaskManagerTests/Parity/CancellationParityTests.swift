@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// A cancelled task ends with `URLError.cancelled`, exactly once, whenever it is cancelled:
 /// before it starts, while the server holds the response, or in the middle of the body.

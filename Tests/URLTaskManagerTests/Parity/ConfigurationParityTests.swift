@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// The caller's `URLSessionConfiguration` is honoured through a manager exactly as by a plain
 /// session, and never mutated.

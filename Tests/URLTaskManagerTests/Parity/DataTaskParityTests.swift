@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Data tasks in each API style give the same observable result through a manager as through
 /// a plain `URLSession`.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Download tasks (handed by the bridge to the native HTTP protocol) produce the same file.
 final class DownloadParityTests: XCTestCase {

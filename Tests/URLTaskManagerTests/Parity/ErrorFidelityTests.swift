@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// A `URLError` the caller gets through a manager reads exactly as a plain session's: domain,
 /// code, description and every user-info entry (the failing URL and its string above all),

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 @testable import URLTaskManager
 import XCTest
+import TestSupport
 
 /// The finishing path: a session told to finish (or to cancel) while its tasks are starting and
 /// ending, several sessions at once, so corelibs' shared work queue adds and removes tasks all the

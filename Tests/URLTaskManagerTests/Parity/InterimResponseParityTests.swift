@@ -6,6 +6,7 @@ import LoopbackServer
 import XCTest
 @testable import URLTaskManager
 @testable import URLTaskOAuth2
+import TestSupport
 
 /// Interim (1xx) heads are not answers: the inner session reports each one, the caller of a
 /// plain session sees only the final response, and so does the manager's caller, its redirect

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 @testable import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Ending a session while its tasks are everywhere in the pipeline: held in a batch, being
 /// intercepted, being handed to the inner session, on the wire. Every iteration starts 50

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Large bodies arrive intact through a manager, and a delegate-driven 100 MB response streams
 /// through the bridge without being buffered.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 @testable import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Invalidation and deallocation behave like a plain session's, and several managers in one
 /// process each route only their own tasks.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 #if canImport(FoundationNetworking)
 /// On Linux a download task made with the session's own download APIs cannot pass through the

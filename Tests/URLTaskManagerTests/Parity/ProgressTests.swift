@@ -3,6 +3,7 @@ import LoopbackServer
 import URLTaskManager
 import URLTaskResilience
 import XCTest
+import TestSupport
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Redirects are followed by the manager's pipeline (the inner session never follows one): the
 /// caller sees the same final response, URL, method and body as with a plain session, and its

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// A redirect status the transport cannot follow (no `Location`, or one that is not a URL) is the
 /// response itself: a plain session hands the caller the 3xx, and so does the manager, through

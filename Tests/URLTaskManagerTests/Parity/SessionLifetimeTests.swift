@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 @testable import URLTaskManager
 import XCTest
+import TestSupport
 
 /// The session owns its pipeline: it works without its manager, runs only its own
 /// interceptors, and its invalidation or release ends everything the manager set up.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Per-task delegates of the async APIs and upload progress reach the caller through a
 /// manager as through a plain session: corelibs calls both only from its own protocol, so the

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// The outer task's own properties after it completed, through a manager and through a plain
 /// session. On Linux, corelibs sets `error` and the byte counts only from its own protocol

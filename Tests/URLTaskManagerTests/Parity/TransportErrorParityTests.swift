@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Transport failures reach the caller through a manager with the same domain and code as
 /// through a plain session: request timeout, connection refused, connection dropped mid-body.

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// Every way of attaching a request body delivers every byte to the server through a manager,
 /// as through a plain session. The echo route reports what the server received (method,

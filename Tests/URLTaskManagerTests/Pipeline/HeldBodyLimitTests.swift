@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import XCTest
 @testable import URLTaskManager
+import TestSupport
 
 /// No body the pipeline holds for itself grows without a bound (issue 49, item 2): a server that
 /// answers with an endless body ends the task with `responseTooLarge` where the body is held

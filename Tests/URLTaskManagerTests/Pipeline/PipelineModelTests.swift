@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 @testable import URLTaskManager
 @testable import URLTaskResilience
+import TestSupport
 
 /// Drives the real storages of one pipeline through random interleavings: ``TaskStorage`` with
 /// its ``TaskStateMachine`` for each task, ``EngineStorage`` (reactor runs, gates, credential

@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import XCTest
 @testable import URLTaskManager
+import TestSupport
 
 /// Every transition of ``TaskStateMachine``, without I/O.
 final class TaskStateMachineTests: XCTestCase {

@@ -6,6 +6,7 @@ import FoundationNetworking
 import LoopbackServer
 @testable import URLTaskManager
 import XCTest
+import TestSupport
 
 #if canImport(FoundationNetworking)
 /// One test per swift-corelibs-foundation change the bridge was written against, named after

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 @testable import URLTaskManager
 import XCTest
+import TestSupport
 
 #if canImport(FoundationNetworking)
 /// corelibs' `_Behaviour` with a case inserted in the middle: the same size, stride and alignment

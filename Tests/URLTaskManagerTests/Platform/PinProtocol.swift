@@ -4,6 +4,7 @@ import FoundationNetworking
 #endif
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 #if canImport(FoundationNetworking)
 /// A deliberately naive `URLProtocol`, NOT the library's bridge: it records what corelibs

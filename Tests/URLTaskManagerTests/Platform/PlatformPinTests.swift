@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 @testable import URLTaskManager
 import XCTest
+import TestSupport
 
 #if canImport(FoundationNetworking)
 /// Pins the swift-corelibs-foundation facts the bridge works around (see

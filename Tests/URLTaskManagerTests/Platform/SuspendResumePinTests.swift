@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 #if canImport(FoundationNetworking)
 /// Pins why the bridge does not pause a transfer whose reader falls behind: on this

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// `httpBodyStream` bodies across a requeue: replayed byte for byte up to
 /// ``URLTaskManager/Options/maximumReplayableBodySize``, sent whole once and then refused with a

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// With a reactor that holds new tasks, the manager hands URLSession at most
 /// `maximumRequestsInFlightPerHost` requests per host and queues the rest itself, so none

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// A reactor with `requeue: false` runs its work and then gives the caller what arrived: the
 /// whole response and body, or the transport's own error, exactly as a plain session would.

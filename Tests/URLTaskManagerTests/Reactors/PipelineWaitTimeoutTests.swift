@@ -6,6 +6,7 @@ import LoopbackServer
 import XCTest
 @testable import URLTaskManager
 @testable import URLTaskOAuth2
+import TestSupport
 
 /// Every wait inside the pipeline counts toward the request's `timeoutInterval` and ends in
 /// the `URLError.timedOut` a plain session gives; a token endpoint's whole answer is bounded;

@@ -5,6 +5,7 @@ import FoundationNetworking
 import XCTest
 import LoopbackServer
 @testable import URLTaskManager
+import TestSupport
 
 /// The single-flight engine over real HTTP, with a reactor whose run the test controls:
 /// cancellation of waiters, timeouts, the loop guard, the per-task limit, late answers, and a

@@ -6,6 +6,7 @@ import XCTest
 import LoopbackServer
 @testable import URLTaskManager
 @testable import URLTaskResilience
+import TestSupport
 
 /// ``RetryReactor`` over real HTTP, and ``RetryPolicy``'s arithmetic.
 final class RetryReactorTests: XCTestCase {

@@ -5,6 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import URLTaskManager
 import XCTest
+import TestSupport
 
 /// The parity helpers themselves: a broken helper would make parity tests pass vacuously.
 final class SupportSelfTests: XCTestCase {

@@ -1,1 +1,0 @@
-../../../Sources/Examples/MachineClient.swift
