@@ -15,6 +15,17 @@ import TestSupport
 final class CoalescingCompositionTests: XCTestCase {
     typealias Kit = ResilienceTestKit
 
+    /// The echo server's `Set-Cookie` lands in the shared cookie storage (these managers use the
+    /// default configuration, as an app's would): removed after each test, so that no later test
+    /// on 127.0.0.1 (cookies ignore the port) sends it.
+    override func tearDown() {
+        let storage = HTTPCookieStorage.shared
+        for cookie in storage.cookies ?? [] where cookie.domain.hasSuffix("127.0.0.1") && cookie.name == "session" {
+            storage.deleteCookie(cookie)
+        }
+        super.tearDown()
+    }
+
     /// The server holds every answer until `count` requests arrived, then answers each with what
     /// it was sent: so requests that would share have all arrived before any answer begins.
     private func echoServer(path: String, holdUntil count: Int) throws -> (LoopbackServer, Gate) {

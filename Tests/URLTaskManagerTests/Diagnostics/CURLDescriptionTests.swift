@@ -159,10 +159,14 @@ final class CURLDescriptionTests: XCTestCase {
         let server = try LoopbackServer()
         defer { server.shutdown() }
         server.route("POST", "/orders") { _ in .text("created") }
-        let manager = URLTaskManager(interceptors: [
-            HeaderInterceptor(["Authorization": "Bearer s3cr3t-token", "X-API-Key": "k3y-42"]),
-            CURLDescriptionInterceptor(options: .revealingSecrets),
-        ])
+        // Ephemeral: with the default configuration a cookie another test's server stored for
+        // 127.0.0.1 in the shared cookie storage replaces the request's own (corelibs does so for
+        // a plain session too), and the replay, which has no storage, would differ.
+        let manager = URLTaskManager(
+            interceptors: [
+                HeaderInterceptor(["Authorization": "Bearer s3cr3t-token", "X-API-Key": "k3y-42"]),
+                CURLDescriptionInterceptor(options: .revealingSecrets),
+            ], configuration: .ephemeral)
         defer { manager.invalidateAndCancel() }
         let collector = URLTaskEventTests.Collector(manager.events())
         var request = URLRequest(url: server.url("/orders?api_key=s3cr3t-key&page=2"))
