@@ -65,8 +65,9 @@ public struct URLTaskError: Error, Sendable {
     /// ```
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private let name: String
-        /// What happened, in a few words, for ``URLTaskError/description``.
-        private let summary: String?
+        /// What happened, in a few words, for ``URLTaskError/description``; `nil` where the
+        /// code's module said nothing (the description then names the code).
+        let summary: String?
 
         /// A code named `name`, for a module's static member (see the type's discussion), with
         /// `summary`, what happened in a few words (`"Refused without sending: the quota is
@@ -166,9 +167,6 @@ public struct URLTaskError: Error, Sendable {
 
         /// The code's name (`"reactorFailed"`, `"MyKit.quotaExceeded"`).
         public var description: String { name }
-
-        /// What happened, in a few words, where the code's module said.
-        var summaryText: String? { summary }
     }
 
     /// The interceptor or reactor a failure came from.
@@ -410,7 +408,7 @@ extension URLTaskError: CustomStringConvertible, LocalizedError {
                 + "(Options.maximumSpilledBodySize): the transfer was stopped, after the bytes that came before"
         default:
             // A code a module declared (the satellites' among them): its own words.
-            text = (code.summaryText ?? "The task failed: \(code)") + (by.isEmpty ? "" : " (\(by.dropFirst()))")
+            text = (code.summary ?? "The task failed: \(code)") + (by.isEmpty ? "" : " (\(by.dropFirst()))")
         }
         if let request { text += " [\(request)]" }
         if let underlying { text += ": \(Self.describe(underlying))" }

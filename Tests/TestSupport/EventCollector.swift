@@ -18,9 +18,7 @@ package final class EventCollector: @unchecked Sendable {  // `events` is guarde
     package var all: [URLTaskEvent] { lock.withLock { events } }
 
     package func waitForCompletions(_ count: Int) async throws {
-        try await waitUntil("\(count) completed events") {
-            all.filter { if case .completed = $0.kind { return true } else { return false } }.count >= count
-        }
+        try await waitUntil("\(count) completed events") { all.filter(\.isCompletion).count >= count }
     }
 
     /// Returns once `condition` holds of the events so far; throws after 10 s.
