@@ -60,7 +60,7 @@ let package = Package(
         // install it, where it is absent), fleets of processes included.
         .testTarget(
             name: "URLTaskRedisTests",
-            dependencies: ["URLTaskRedis", "URLTaskManager", "URLTaskOAuth2", "URLTaskResilience", "LoopbackServer"]
+            dependencies: ["URLTaskRedis", "URLTaskManager", "URLTaskOAuth2", "URLTaskResilience", "LoopbackServer", "TestSupport"]
         ),
         // Parts a third party writes (a circuit breaker, metrics), on the public API alone: no file
         // of this target imports anything @testable.

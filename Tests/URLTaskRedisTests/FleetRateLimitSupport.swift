@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import XCTest
 @testable import URLTaskRedis
 #if canImport(FoundationNetworking)
@@ -15,72 +16,9 @@ extension RedisServerProcess {
     }
 }
 
-/// Collects a stream's events and lets a test wait for a count of those that match (no sleeps).
-final class FleetEvents<Event: Sendable>: @unchecked Sendable {  // `events` and `waiters` are guarded by `lock`.
-    private struct Waiter {
-        let matches: @Sendable (Event) -> Bool
-        let count: Int
-        let continuation: CheckedContinuation<Void, any Error>
-    }
-
-    private let lock = NSLock()
-    private var events: [Event] = []
-    private var waiters: [Int: Waiter] = [:]
-    private var nextWaiter = 0
-    private var reader: Task<Void, Never>?
-
-    init(_ stream: AsyncStream<Event>) {
-        reader = Task { [weak self] in
-            for await event in stream { self?.append(event) }
-        }
-    }
-
-    deinit { reader?.cancel() }
-
-    var all: [Event] { lock.withLock { events } }
-
-    func count(where matches: (Event) -> Bool) -> Int { lock.withLock { events.filter(matches).count } }
-
-    private func append(_ event: Event) {
-        let due: [Waiter] = lock.withLock {
-            events.append(event)
-            let ready = waiters.filter { _, waiter in events.filter(waiter.matches).count >= waiter.count }
-            for key in ready.keys { waiters[key] = nil }
-            return Array(ready.values)
-        }
-        for waiter in due { waiter.continuation.resume() }
-    }
-
-    /// Returns once `count` events match, failing after `timeout` (a bound, not a wait).
-    func wait(
-        _ what: String, count: Int = 1, timeout: Duration = .seconds(10), where matches: @escaping @Sendable (Event) -> Bool
-    ) async throws {
-        let key: Int = lock.withLock {
-            nextWaiter += 1
-            return nextWaiter
-        }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            guard let self else { return }
-            let waiter = self.lock.withLock { self.waiters.removeValue(forKey: key) }
-            waiter?.continuation.resume(throwing: FleetTestFailure("no \(what) within \(timeout)"))
-        }
-        defer { timer.cancel() }
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let ready: Bool = lock.withLock {
-                if events.filter(matches).count >= count { return true }
-                waiters[key] = Waiter(matches: matches, count: count, continuation: continuation)
-                return false
-            }
-            if ready { continuation.resume() }
-        }
-    }
-}
-
-struct FleetTestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
+/// Collects a stream's events and lets a test wait for a count of those that match (no sleeps):
+/// the resilience tests' collector.
+typealias FleetEvents = ResilienceTestKit.Events
 
 /// What a request ended with: a status and body, or an error.
 struct FleetFetched: Sendable {
