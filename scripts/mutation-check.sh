@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Plants one bug at a time in TaskStateMachine, in the engine's lock sections (TaskStorage,
+# Plants one bug at a time in TaskStateMachine, in the engine's lock sections (TaskRun,
 # EngineStorage) and in the sharing of transfers (SharedTransfers), and checks that the randomized model
 # (PipelineModelTests) catches each. Works on a scratch copy of the package, never on the
 # working tree. Usage: [MUTANTS=<part of a name>] scripts/mutation-check.sh [seeds-per-scenario, default 400]
@@ -15,9 +15,9 @@ exec python3 - <<'PY'
 import os, re, subprocess, sys
 
 scratch, seeds = os.environ["SCRATCH"], os.environ["SEEDS"]
-machine = "Sources/URLTaskManager/Pipeline/TaskStateMachine.swift"
+machine = "Sources/URLTaskManager/Engine/TaskStateMachine.swift"
 sharing = "Sources/URLTaskManager/Transport/Sharing/SharedTransfers.swift"
-storage = "Sources/URLTaskManager/Pipeline/TaskStorage.swift"
+storage = "Sources/URLTaskManager/Engine/TaskRun.swift"
 engine = "Sources/URLTaskManager/Engine/EngineStorage.swift"
 
 # (what the bug does, the machine's text, the mutant's text[, the file, TaskStateMachine by default])
@@ -64,7 +64,7 @@ mutations = [
      "        observer?.transferEnded()\n", storage),
     ("a reaction's section hands the slot over, but the task that gets it is never moved",
      "            let decided = EngineStorage.admit(handedOver, in: &state)\n            var immediate",
-     "            let decided = [(TaskStorage, AdmittedAction)]()\n            _ = handedOver\n            var immediate", storage),
+     "            let decided = [(TaskRun, AdmittedAction)]()\n            _ = handedOver\n            var immediate", storage),
 ]
 
 # MUTANTS="<text>|<text>" plants only the mutants whose name contains one of them (a quick check).

@@ -12,15 +12,17 @@ import FoundationNetworking
 /// machine and admission together (a gate checked and waited at, a slot taken and the request
 /// let go, a transfer's end and its slot handed over) and returns what the task performs; an
 /// event that decides for other tasks too (a slot handed over, a run ended) moves them in the
-/// same section and returns their actions beside it. So no decision is made in one section and
+/// same section and keeps their actions (``Decision``) for the one funnel into the lock,
+/// ``EngineStorage/withLock(_:)``, to perform once it is released, as async-http-client's
+/// connection pool runs its state machine's actions. So no decision is made in one section and
 /// acted on in another. Nothing here calls a reactor's, an interceptor's or an observer's code,
 /// a continuation or a client: what an event needs of such code (which reactor takes an
 /// outcome, the credential version it reports) is asked before the event and brought as a
 /// value, and where the event itself finds it needs a reading, it says so
-/// (``TransferAction/needsReading(reactor:)``) and is sent again with it.
+/// (``TransferEnd/needsReading(reactor:)``) and is sent again with it.
 ///
 /// ``EngineStorage`` holds it under its lock and performs the actions for other tasks;
-/// ``TaskStorage`` performs its own.
+/// ``TaskRun`` calls its events through that funnel and performs its own.
 struct Engine {
     typealias Observation = OutcomeObservationStateMachine<TaskStateMachine.Completion, TaskStateMachine.ProceedAction>
 
@@ -31,18 +33,20 @@ struct Engine {
     /// every change (what that cost: the Performance article, "Figures behind other choices").
     final class Entry {
         /// Whom the actions decided on other tasks' events are for.
-        let run: TaskStorage
+        let run: TaskRun
         var machine: TaskStateMachine
-        /// Whether the task's end or next attempt waits for its outcomes to be observed.
-        var observation = Observation()
+        /// Whether the task's end or next attempt waits for its outcomes to be observed; `nil`
+        /// when the manager has no observers (``Traits/observes``).
+        var observation: Observation?
         /// The timers armed for the task's waits, cancelled as it ends so that none outlives it.
         var timers: [any PipelineTimer] = []
         let traits: Traits
 
-        init(run: TaskStorage, machine: TaskStateMachine, traits: Traits) {
+        init(run: TaskRun, machine: TaskStateMachine, traits: Traits) {
             self.run = run
             self.machine = machine
             self.traits = traits
+            self.observation = traits.observes ? Observation() : nil
         }
     }
 
@@ -56,9 +60,6 @@ struct Engine {
         var hasReporters = false
         /// An answer tells the loop guards the credential works (no reactor was skipped).
         var countsAsAnswer = true
-        /// Whoever sends needs the task as it leaves (its `sent` event, sharing, the reactors
-        /// and observers that are asked about its outcomes).
-        var sendsSnapshot = false
         /// Its `sent` event reports the credential versions it leaves with.
         var sendsStamps = false
     }
@@ -72,6 +73,8 @@ struct Engine {
     /// Each live task's index, for the decisions admission makes by identifier (a slot handed
     /// over, a run ended).
     private var indices: [URLTask.ID: Int] = [:]
+    /// What this section decided for other tasks so far (``takeDecisions()``).
+    private var decided: [Decision] = []
     /// Per reactor, the error of its last failed run: what tasks late for it fail with.
     var lastFailures: [(any Error)?]
     let reactors: [ReactorRunner]
@@ -85,26 +88,15 @@ struct Engine {
     // MARK: Actions
 
     /// What an event decided for another task (a slot handed over, a run ended): performed by
-    /// the storage once the lock is released.
+    /// the storage once the lock is released (``EngineStorage/withLock(_:)``).
     struct Decision {
-        let run: TaskStorage
+        let run: TaskRun
         let action: TaskAction
     }
 
-    /// What a task does next on its way to the network: its machine's next step, with the gates
-    /// already checked in the section that decided it.
-    enum Step {
-        case none
-        case runInterceptor(index: Int, task: URLTask)
-        case hold(index: Int, maximumWait: Duration?, generation: Int, flushesSeen: Int)
-        case releaseBatch(index: Int)
-        /// Ask admission to let the request go; `task`: the task as it is, when its reactors'
-        /// readings are to be taken first.
-        case acquireConnection(request: URLRequest, restamp: Bool, task: URLTask?)
-        case complete(TaskStateMachine.Completion)
-        /// The task waits at reactor `reactor`'s gate.
-        case waitAtGate(reactor: Int)
-    }
+    /// What a task does next on its way to the network: its machine's own action, with the gates
+    /// already checked in the section that decided it (never a `.checkGates`).
+    typealias Step = TaskStateMachine.ProceedAction
 
     /// What an event of the engine (admission, a run's end) or a failure means for a task.
     enum TaskAction {
@@ -115,7 +107,7 @@ struct Engine {
         /// leaves, and `stamped` its credential stamps per reactor, when its sender needs them.
         case send(request: URLRequest, body: URLTaskBody, attempt: Int, whole: Bool, task: URLTask?, stamped: [Int: Int])
         /// A slot was handed over on another task's event: read what the reactors report of
-        /// `task`, then be judged again holding it (``AdmissionEvent/slotHandedOver(readings:)``).
+        /// `task`, then be judged again holding it (``slotHandedOver(_:readings:)``).
         case confirmSlot(task: URLTask)
         /// Wait for a slot; a timer for `generation` bounds the wait by `timeout` (the request's),
         /// failing it as timed out for `url`.
@@ -157,7 +149,7 @@ struct Engine {
     }
 
     /// A task starts: its machine and traits are kept until ``finished(_:)``.
-    mutating func register(_ run: TaskStorage, machine: TaskStateMachine, traits: Traits) {
+    mutating func register(_ run: TaskRun, machine: TaskStateMachine, traits: Traits) {
         let index = run.ref.index
         // Without reactors admission has nothing to decide (no gate, stamp or slot): a task it
         // does not know is let go at once by every event, without a record to keep.
@@ -168,7 +160,7 @@ struct Engine {
 
     /// The task completed or was cancelled: it leaves every queue, and its slot is handed over.
     /// Returns its timers, to be cancelled.
-    mutating func finished(_ ref: TaskRef) -> (timers: [any PipelineTimer], decided: [Decision]) {
+    mutating func finished(_ ref: TaskRef) -> [any PipelineTimer] {
         let id = ref.id
         var timers: [any PipelineTimer] = []
         if let entry = entry(ref) {
@@ -177,47 +169,62 @@ struct Engine {
             indices.removeValueShrinking(forKey: id)
             freeIndices.append(ref.index)
         }
-        return (timers, admit(admission.finished(id)))
+        admit(admission.finished(id))
+        return timers
     }
 
     /// Every live task, with its task as it stands.
-    var live: [(TaskStorage, URLTask)] { entries.compactMap { $0.map { ($0.run, $0.machine.task) } } }
+    var live: [(TaskRun, URLTask)] { entries.compactMap { $0.map { ($0.run, $0.machine.task) } } }
 
-    /// Every live task's storage.
-    var runs: [TaskStorage] { entries.compactMap { $0?.run } }
+    /// Every live task's run.
+    var runs: [TaskRun] { entries.compactMap { $0?.run } }
 
-    // MARK: Proceeding
-
-    /// Events that move a task on its way to the network.
-    enum ProceedEvent {
-        case start(replayableBody: URLTaskBody?)
-        case released(index: Int)
-        case interceptorReturned(
-            index: Int, command: InterceptCommand, snapshot: URLTask, flushes: Int, interceptor: URLTaskError.Component)
-        case interceptorThrew(index: Int, error: any Error, interceptor: URLTaskError.Component)
-        case challengeAnswered(TaskStateMachine.ChallengeAnswer, now: DispatchTime)
-        /// A reaction run for this task alone (no shared run) ended.
-        case reactionEnded(reactor: Int, outcome: ReactorRunner.Outcome)
+    /// What the sections since the last call decided for other tasks; the funnel
+    /// (``EngineStorage/withLock(_:)``) takes them as each section ends and performs them.
+    mutating func takeDecisions() -> [Decision] {
+        guard !decided.isEmpty else { return [] }
+        defer { decided = [] }
+        return decided
     }
 
-    mutating func proceed(_ ref: TaskRef, _ event: ProceedEvent) -> TaskAction {
+    // MARK: Events on the way to the network
+
+    /// The pipeline starts the task; `replayableBody` replaces a stream body a reactor may send again.
+    mutating func start(_ ref: TaskRef, replayableBody: URLTaskBody?) -> TaskAction {
         guard let task = entry(ref) else { return .none }
-        switch event {
-        case .start(let replayable):
-            return .step(passGates(task, task.machine.start(replayableBody: replayable)))
-        case .released(let index):
-            return .step(passGates(task, task.machine.released(index: index)))
-        case .interceptorReturned(let index, let command, let snapshot, let flushes, let interceptor):
-            let action = task.machine.interceptorReturned(
-                index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor)
-            return .step(passGates(task, action))
-        case .interceptorThrew(let index, let error, let interceptor):
-            return .step(passGates(task, task.machine.interceptorThrew(index: index, error: error, interceptor: interceptor)))
-        case .challengeAnswered(let answer, let now):
-            return .step(resend(task, task.machine.challengeAnswered(answer, now: now)))
-        case .reactionEnded(let reactor, let outcome):
-            return reactionFinished(task, reactor: reactor, outcome: outcome)
-        }
+        return .step(passGates(task, task.machine.start(replayableBody: replayableBody)))
+    }
+
+    /// Interceptor `index`'s batch was released.
+    mutating func released(_ ref: TaskRef, index: Int) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        return .step(passGates(task, task.machine.released(index: index)))
+    }
+
+    mutating func interceptorReturned(
+        _ ref: TaskRef, index: Int, command: InterceptCommand, snapshot: URLTask, flushes: Int, interceptor: URLTaskError.Component
+    ) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        let action = task.machine.interceptorReturned(
+            index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor)
+        return .step(passGates(task, action))
+    }
+
+    mutating func interceptorThrew(_ ref: TaskRef, index: Int, error: any Error, interceptor: URLTaskError.Component) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        return .step(passGates(task, task.machine.interceptorThrew(index: index, error: error, interceptor: interceptor)))
+    }
+
+    /// The caller's side answered an authentication challenge.
+    mutating func challengeAnswered(_ ref: TaskRef, _ answer: TaskStateMachine.ChallengeAnswer, now: DispatchTime) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        return .step(resend(task, task.machine.challengeAnswered(answer, now: now)))
+    }
+
+    /// A reaction run for this task alone (no shared run) ended.
+    mutating func reactionEnded(_ ref: TaskRef, reactor: Int, outcome: ReactorRunner.Outcome) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        return reactionFinished(task, reactor: reactor, outcome: outcome)
     }
 
     /// Whether the task ended (a cancel that raced with a hold).
@@ -237,39 +244,37 @@ struct Engine {
         return task.machine.cancel()
     }
 
-    // MARK: Failures
+    // MARK: Failures from outside the transfer
 
-    /// Events that end a task from outside its transfer.
-    enum FailureEvent {
-        /// ``URLTaskManager/failTasks(with:where:)``, wherever the task is.
-        case abort(any Error)
-        /// Before it was sent (invalidation, an unreadable stream body).
-        case unsent(any Error)
-        /// The hold timer of `generation` in interceptor `index`'s batch fired.
-        case holdExpired(index: Int, generation: Int, error: any Error)
-        /// The timer of a stretch of waits fired: `URLError.timedOut` for the request as it is.
-        case waitExpired(generation: Int)
-        /// The wait for a slot of `generation` passed the request's timeout.
-        case slotWaitExpired(generation: Int, error: any Error)
+    /// ``URLTaskManager/failTasks(with:where:)``, wherever the task is.
+    mutating func abort(_ ref: TaskRef, _ error: any Error) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        return Self.taskAction(task.machine.abort(error))
     }
 
-    mutating func fail(_ ref: TaskRef, _ event: FailureEvent) -> TaskAction {
-        let id = ref.id
+    /// Before it was sent (invalidation, an unreadable stream body).
+    mutating func failUnsent(_ ref: TaskRef, _ error: any Error) -> TaskAction {
         guard let task = entry(ref) else { return .none }
-        let action: TaskStateMachine.FailAction
-        switch event {
-        case .abort(let error): action = task.machine.abort(error)
-        case .unsent(let error): action = task.machine.fail(error)
-        case .holdExpired(let index, let generation, let error):
-            action = task.machine.holdExpired(index: index, generation: generation, error: error)
-        case .waitExpired(let generation):
-            let url = task.machine.task.request.url
-            action = task.machine.waitExpired(generation: generation, error: URLError.timedOut(url: url))
-        case .slotWaitExpired(let generation, let error):
-            guard admission.slotWaitExpired(id, generation: generation) else { return .none }
-            action = task.machine.fail(error)
-        }
-        return Self.taskAction(action)
+        return Self.taskAction(task.machine.fail(error))
+    }
+
+    /// The hold timer of `generation` in interceptor `index`'s batch fired.
+    mutating func holdExpired(_ ref: TaskRef, index: Int, generation: Int, error: any Error) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        return Self.taskAction(task.machine.holdExpired(index: index, generation: generation, error: error))
+    }
+
+    /// The timer of a stretch of waits fired: `URLError.timedOut` for the request as it is.
+    mutating func waitExpired(_ ref: TaskRef, generation: Int) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        let url = task.machine.task.request.url
+        return Self.taskAction(task.machine.waitExpired(generation: generation, error: URLError.timedOut(url: url)))
+    }
+
+    /// The wait for a slot of `generation` passed the request's timeout.
+    mutating func slotWaitExpired(_ ref: TaskRef, generation: Int, error: any Error) -> TaskAction {
+        guard let task = entry(ref), admission.slotWaitExpired(ref.id, generation: generation) else { return .none }
+        return Self.taskAction(task.machine.fail(error))
     }
 
     private static func taskAction(_ action: TaskStateMachine.FailAction) -> TaskAction {
@@ -279,119 +284,125 @@ struct Engine {
 
     // MARK: Waits and timers
 
-    /// Events of a task's waits inside the pipeline.
-    enum WaitEvent {
-        /// A wait begins; the first of a stretch returns the timer to arm.
-        case begins
-        /// A timer was armed for one of the task's waits.
-        case armed(any PipelineTimer)
+    /// A wait begins; the first of a stretch returns the timer to arm.
+    mutating func waitBegins(_ ref: TaskRef) -> TaskStateMachine.WaitTimer? {
+        entry(ref)?.machine.waitBegins()
     }
 
-    /// Returns the timer to arm for a stretch of waits that begins, if any; a timer armed for a
-    /// task that ended meanwhile is returned to be cancelled.
-    mutating func wait(_ ref: TaskRef, _ event: WaitEvent) -> WaitAction {
-        guard let task = entry(ref) else {
-            if case .armed(let timer) = event { return .cancel(timer) }
-            return .none
-        }
-        switch event {
-        case .begins:
-            return task.machine.waitBegins().map(WaitAction.arm) ?? .none
-        case .armed(let timer):
-            task.timers.append(timer)
-            return .none
-        }
-    }
-
-    enum WaitAction {
-        case none
-        /// Arm the timer of a stretch of waits.
-        case arm(TaskStateMachine.WaitTimer)
-        /// The task ended before its timer was kept: cancel it.
-        case cancel(any PipelineTimer)
+    /// A timer was armed for one of the task's waits: kept to be cancelled as the task ends, or
+    /// returned to be cancelled now if it ended meanwhile.
+    mutating func timerArmed(_ ref: TaskRef, _ timer: any PipelineTimer) -> (any PipelineTimer)? {
+        guard let task = entry(ref) else { return timer }
+        task.timers.append(timer)
+        return nil
     }
 
     // MARK: Admission
 
-    /// Events of a task's admission to the network.
-    enum AdmissionEvent {
-        /// The task is ready to leave for `host` (its slot key, ``Engine/slotKey(of:)``);
-        /// `readings`: what its covering reactors report of it.
-        case wantsToSend(host: String, restamp: Bool, readings: [Int: ReactorRunStateMachine.ReportedVersion])
-        /// A slot handed over on another task's event, judged again with `readings`.
-        case slotHandedOver(readings: [Int: ReactorRunStateMachine.ReportedVersion])
+    /// The task is ready to leave for `host` (its slot key, ``Engine/slotKey(of:)``);
+    /// `readings`: what its covering reactors report of it.
+    mutating func wantsToSend(
+        _ ref: TaskRef, host: String, restamp: Bool, readings: [Int: ReactorRunStateMachine.ReportedVersion]
+    ) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        let decision = admission.wantsToSend(ref.id, host: host, restamp: restamp, reported: readings)
+        let (action, handedOver) = admitted(task, decision, read: true)
+        admit(handedOver)
+        return action
     }
 
-    mutating func admission(_ ref: TaskRef, _ event: AdmissionEvent) -> (TaskAction, decided: [Decision]) {
-        let id = ref.id
-        guard let task = entry(ref) else { return (.none, []) }
-        switch event {
-        case .wantsToSend(let host, let restamp, let readings):
-            let decision = admission.wantsToSend(id, host: host, restamp: restamp, reported: readings)
-            let (action, handedOver) = admitted(task, decision, read: true)
-            return (action, admit(handedOver))
-        case .slotHandedOver(let readings):
-            let (decision, passedOn) = admission.slotHandedOver(id, reported: readings)
-            let (action, handedOver) = admitted(task, decision, read: true)
-            return (action, admit(passedOn + handedOver))
+    /// A slot handed over on another task's event, judged again with `readings`.
+    mutating func slotHandedOver(_ ref: TaskRef, readings: [Int: ReactorRunStateMachine.ReportedVersion]) -> TaskAction {
+        guard let task = entry(ref) else { return .none }
+        let (decision, passedOn) = admission.slotHandedOver(ref.id, reported: readings)
+        let (action, handedOver) = admitted(task, decision, read: true)
+        admit(passedOn + handedOver)
+        return action
+    }
+
+    // MARK: The transfer
+
+    /// The transfer of `attempt` was created: returns it to be stopped if the task ended meanwhile.
+    mutating func transferStarted(_ ref: TaskRef, _ handle: any TransferHandle, attempt: Int) -> (any TransferHandle)? {
+        guard let task = entry(ref) else { return handle }
+        if case .cancel(let transfer) = task.machine.transferStarted(handle, attempt: attempt) { return transfer }
+        return nil
+    }
+
+    /// The transfer could not start (the session was invalidated meanwhile): the completion, and
+    /// the slot handed over.
+    mutating func transferCouldNotStart(_ ref: TaskRef, _ error: any Error) -> TaskStateMachine.Completion? {
+        guard let task = entry(ref) else { return nil }
+        let completion = task.machine.failSending(error)
+        admit(admission.transferEnded(ref.id))
+        return completion
+    }
+
+    /// The task joined an identical request's transfer: it uses no connection of its own.
+    mutating func joinedSharedTransfer(_ ref: TaskRef) {
+        guard entry(ref) != nil else { return }
+        admit(admission.transferEnded(ref.id))
+    }
+
+    /// The final response head; `reactor`: the reactor that takes it (its code was asked).
+    /// Returns the head to hand to the caller, if it goes to them.
+    mutating func responseHead(_ ref: TaskRef, _ response: URLResponse, reactor: Int?, challenge: Bool) -> URLResponse? {
+        guard let task = entry(ref) else { return nil }
+        if response is HTTPURLResponse { task.observation?.outcomeQueued() }
+        if case .forward(let response) = task.machine.transportReceived(response: response, reactor: reactor, challenge: challenge) {
+            return response
+        }
+        return nil
+    }
+
+    /// What a chunk of the body means (``received(_:_:)``).
+    enum DataAction {
+        case none
+        case forward(Data)
+        /// Its body is no longer wanted (a reactor has the part it reads): stop the transfer.
+        case stop(any TransferHandle)
+        /// The task ended on this chunk (a body held whole passed its limit, a rejected answer's
+        /// prefix is complete): perform it (its transfer is stopped).
+        case fail(TaskAction)
+    }
+
+    mutating func received(_ ref: TaskRef, _ data: Data) -> DataAction {
+        guard let task = entry(ref) else { return .none }
+        switch task.machine.transportReceived(data: data) {
+        case .none: return .none
+        case .forward(let data): return .forward(data)
+        case .stopTransfer(let handle): return .stop(handle)
+        case .fail(let action): return .fail(Self.taskAction(action))
         }
     }
 
-    // MARK: Transfers
-
-    /// Events of a task's transfer.
-    enum TransferEvent {
-        /// The transfer was created (`attempt`'s).
-        case started(any TransferHandle, attempt: Int)
-        /// It could not be (the session was invalidated meanwhile).
-        case couldNotStart(any Error)
-        /// The task joined an identical request's transfer: it uses no connection of its own.
-        case joined
-        /// The final response head; `reactor`: the reactor that takes it (its code was asked).
-        case head(URLResponse, reactor: Int?, challenge: Bool)
-        case data(Data)
-        /// The transfer met a redirect.
-        case redirect
-        /// The caller's side answered the redirect.
-        case redirectAnswered(URLRequest?, refused: (any Error)?)
-        /// The transfer ended. `choice`: which reactor takes a transport error, once asked
-        /// (``TransferAction/chooseReactor(task:)``); `reading`: what the reactor taking the
-        /// outcome reports of the task as sent, once asked (``TransferAction/needsReading(reactor:)``).
-        case ended(error: (any Error)?, choice: Int??, reading: ReactorRunStateMachine.ReportedVersion??, now: DispatchTime)
+    /// The transfer met a redirect: returns the request it was proposed from, to ask the
+    /// caller's side, or `nil` (not followed).
+    mutating func redirected(_ ref: TaskRef) -> URLRequest? {
+        guard let task = entry(ref) else { return nil }
+        let url = task.machine.task.request.url
+        if case .consult(let current) = task.machine.redirectReceived(tooMany: URLError.tooManyRedirects(url: url)) { return current }
+        return nil
     }
 
-    enum TransferAction {
+    /// The caller's side answered the redirect.
+    mutating func redirectAnswered(_ ref: TaskRef, _ answer: URLRequest?, refused: (any Error)?) {
+        entry(ref)?.machine.redirectAnswered(answer, refused: refused)
+    }
+
+    /// What the end of a transfer decided, or what it must be told first.
+    enum TransferEnd {
         case none
-        /// Hand the head to the caller; `observe`: the outcome was queued for the observers.
-        case forwardHead(URLResponse)
-        case forwardData(Data)
-        /// Ask the caller's side about a redirect proposed from `current`.
-        case consultRedirect(current: URLRequest)
-        /// Stop the transfer: it was created for a task that ended meanwhile, or its body is no
-        /// longer wanted (a reactor has the part it reads).
-        case stop(any TransferHandle)
-        /// The task ended on a chunk of its body (a body held whole passed its limit, a rejected
-        /// answer's prefix is complete): perform it (its transfer is stopped).
-        case fail(TaskAction)
-        /// The transfer could not start: complete with this.
-        case complete(TaskStateMachine.Completion)
         /// A transport error before the head: ask the reactors which takes it (their code), then
-        /// send ``TransferEvent/ended(error:choice:reading:now:)`` again with the choice.
+        /// end the transfer again with the choice.
         case chooseReactor(task: URLTask)
         /// The reactor taking the outcome keeps versions of its own: read what it reports of
-        /// the task, then send the end again with the reading.
+        /// the task, then end the transfer again with the reading.
         case needsReading(reactor: Int)
-        /// The transfer ended (``TransferEnd``).
-        case ended(TransferEnd)
-    }
-
-    /// What the end of a transfer decided.
-    enum TransferEnd {
         /// The task ended, was answered, or waits for nothing more.
         case complete(TaskStateMachine.Completion)
         /// Ask the caller's side about the challenge of a 401.
         case consultChallenge(response: HTTPURLResponse, previousFailures: Int, request: URLRequest)
-        case none
         /// A followed redirect: the task starts again from the gates.
         case restart(Step)
         /// A reactor that runs its work for each task on its own takes the outcome.
@@ -410,92 +421,64 @@ struct Engine {
         var timer: TaskStateMachine.WaitTimer?
     }
 
-    mutating func transfer(_ ref: TaskRef, _ event: TransferEvent) -> (TransferAction, decided: [Decision]) {
+    /// The transfer ended: one section, the machine's end of the transfer and the slot handed
+    /// over (before the caller hears of the end, so it never sees it taken); for a shared
+    /// reactor, its run started or joined (or the task answered at once) in the same transition,
+    /// so the task that gets the slot finds the run going.
+    /// - Parameters:
+    ///   - choice: Which reactor takes a transport error, once asked (``TransferEnd/chooseReactor(task:)``).
+    ///   - reading: What the reactor taking the outcome reports of the task as sent, once asked
+    ///     (``TransferEnd/needsReading(reactor:)``).
+    mutating func transferEnded(
+        _ ref: TaskRef, error: (any Error)?, choice: Int??, reading asked: ReactorRunStateMachine.ReportedVersion??, now: DispatchTime
+    ) -> TransferEnd {
+        guard let task = entry(ref) else { return .none }
         let id = ref.id
-        guard let task = entry(ref) else {
-            if case .started(let handle, _) = event { return (.stop(handle), []) }
-            return (.none, [])
-        }
-        switch event {
-        case .started(let handle, let attempt):
-            if case .cancel(let transfer) = task.machine.transferStarted(handle, attempt: attempt) { return (.stop(transfer), []) }
-            return (.none, [])
-        case .couldNotStart(let error):
-            let completion = task.machine.failSending(error)
-            let decided = admit(admission.transferEnded(id))
-            return (completion.map(TransferAction.complete) ?? .none, decided)
-        case .joined:
-            return (.none, admit(admission.transferEnded(id)))
-        case .head(let response, let reactor, let challenge):
-            if task.traits.observes, response is HTTPURLResponse { task.observation.outcomeQueued() }
-            if case .forward(let response) = task.machine.transportReceived(
-                response: response, reactor: reactor, challenge: challenge)
-            {
-                return (.forwardHead(response), [])
-            }
-            return (.none, [])
-        case .data(let data):
-            switch task.machine.transportReceived(data: data) {
-            case .none: return (.none, [])
-            case .forward(let data): return (.forwardData(data), [])
-            case .stopTransfer(let handle): return (.stop(handle), [])
-            case .fail(let action): return (.fail(Self.taskAction(action)), [])
-            }
-        case .redirect:
-            let url = task.machine.task.request.url
-            if case .consult(let current) = task.machine.redirectReceived(tooMany: URLError.tooManyRedirects(url: url)) {
-                return (.consultRedirect(current: current), [])
-            }
-            return (.none, [])
-        case .redirectAnswered(let answer, let refused):
-            task.machine.redirectAnswered(answer, refused: refused)
-            return (.none, [])
-        case .ended(let error, let choice, let reading, let now):
-            return transferEnded(task, error: error, choice: choice, reading: reading, now: now)
-        }
-    }
-
-    /// One section: the machine's end of the transfer and the slot handed over (before the
-    /// caller hears of the end, so it never sees it taken); for a shared reactor, its run started
-    /// or joined (or the task answered at once) in the same transition, so the task that gets the
-    /// slot finds the run going.
-    private mutating func transferEnded(
-        _ task: Entry, error: (any Error)?, choice: Int??, reading asked: ReactorRunStateMachine.ReportedVersion??, now: DispatchTime
-    ) -> (TransferAction, decided: [Decision]) {
-        let id = task.run.id
         let traits = task.traits
         // A transport error before the head may be an outcome: the reactors choose (and the
-        // observers are told) outside the lock, then the end comes again.
+        // observers are told) outside the lock, then the end comes again; the reactor that takes
+        // the outcome reads the task's version first, if it keeps one.
         var reactor: Int?
-        if error != nil, task.machine.isAwaitingResponseHead, !reactors.isEmpty || traits.observes {
-            guard let choice else { return (.chooseReactor(task: task.machine.task), []) }
+        var taking: Int?
+        switch task.machine.endingTransfer {
+        case .awaitingHead where error != nil && (!reactors.isEmpty || traits.observes):
+            guard let choice else { return .chooseReactor(task: task.machine.task) }
             reactor = choice
+            taking = choice
+        case .collecting(let collecting):
+            taking = collecting
+        default:
+            break
         }
-        // The reactor that takes the outcome reads the task's version first, if it keeps one.
-        let taking = reactor ?? task.machine.collectingFor
-        if asked == nil, let taking, reactors[taking].reportsCredentialVersions { return (.needsReading(reactor: taking), []) }
+        if asked == nil, let taking, reactors[taking].reportsCredentialVersions { return .needsReading(reactor: taking) }
         let reading = asked ?? nil
-        if choice != nil, traits.observes { task.observation.outcomeQueued() }
-        let forwarded = task.machine.isForwardingResponse
+        if choice != nil { task.observation?.outcomeQueued() }
         let action = task.machine.transportCompleted(error: error, reactor: reactor, now: now)
-        guard case .react(let index, let outcome, let body, let reacting, let requeued) = action else {
-            let decided = admit(admission.transferEnded(id, answered: forwarded && traits.countsAsAnswer))
+        guard case .react(let index, let outcome, let body, let reacting, let requeued, let timer) = action else {
             switch action {
-            case .none: return (.ended(.none), decided)
-            case .complete(let completion): return (.ended(.complete(completion)), decided)
+            case .none:
+                admit(admission.transferEnded(id, answered: false))
+                return .none
+            case .complete(let completion, let forwarded):
+                admit(admission.transferEnded(id, answered: forwarded && traits.countsAsAnswer))
+                return .complete(completion)
             case .consultChallenge(let response, let failures, let request):
-                return (.ended(.consultChallenge(response: response, previousFailures: failures, request: request)), decided)
-            case .restart: return (.ended(.restart(resend(task, .checkGates))), decided)
+                admit(admission.transferEnded(id, answered: false))
+                return .consultChallenge(response: response, previousFailures: failures, request: request)
+            case .restart:
+                admit(admission.transferEnded(id, answered: false))
+                return .restart(resend(task, .checkGates))
             case .react: preconditionFailure("handled above")
             }
         }
-        let reaction = Reaction(index: index, outcome: outcome, body: body, task: reacting, timer: task.machine.waitBegins())
+        let reaction = Reaction(index: index, outcome: outcome, body: body, task: reacting, timer: timer)
         guard reactors[index].configuration.mode.isShared else {
-            return (.ended(.reactAlone(reaction)), admit(admission.transferEnded(id)))
+            admit(admission.transferEnded(id))
+            return .reactAlone(reaction)
         }
         let (need, handedOver) = admission.transferEndedNeedingReaction(
             id, reactor: index, alreadyRequeued: requeued, reported: reading, now: .now)
-        let decided = admit(handedOver)
+        admit(handedOver)
         var immediate: ReactorRunner.Outcome?
         switch need {
         case .wait, .startRun: break
@@ -511,19 +494,10 @@ struct Engine {
         if case .startRun(let number) = need { startRun = number }
         let run = admission.reactors[index].currentRun
         let answered = immediate.map { reactionFinished(task, reactor: index, outcome: $0) }
-        return (.ended(.reactTogether(reaction, startRun: startRun, run: run, immediate: answered)), decided)
+        return .reactTogether(reaction, startRun: startRun, run: run, immediate: answered)
     }
 
     // MARK: Observation
-
-    /// Events of a task's outcome observation (``OutcomeObservationStateMachine``).
-    enum ObservationEvent {
-        /// The task wants to end with `completion`; `queueEnd`: the observers that want it are
-        /// told of the end first (one more outcome).
-        case finishRequested(TaskStateMachine.Completion, queueEnd: Bool)
-        /// The observers were told of one queued outcome (or end).
-        case observed
-    }
 
     enum ObservationAction {
         case none
@@ -536,49 +510,51 @@ struct Engine {
         case step(Step)
     }
 
-    mutating func observation(_ ref: TaskRef, _ event: ObservationEvent) -> ObservationAction {
+    /// The task wants to end with `completion`; `queueEnd`: the observers that want it are told
+    /// of the end first (one more outcome).
+    mutating func finishRequested(_ ref: TaskRef, _ completion: TaskStateMachine.Completion, queueEnd: Bool) -> ObservationAction {
         // Gone: the task already ended.
-        guard let task = entry(ref) else { return .none }
-        switch event {
-        case .finishRequested(let completion, let queueEnd):
-            if queueEnd { task.observation.outcomeQueued() }
-            let action = task.observation.finishRequested(completion)
-            let now: TaskStateMachine.Completion?
-            if case .finishNow(let completion) = action { now = completion } else { now = nil }
-            if queueEnd {
-                var error: (any Error)?
-                if case .fail(let failure) = completion { error = failure }
-                return .observeEnd(task: task.machine.task, error: error, then: now)
-            }
-            return now.map(ObservationAction.finish) ?? .none
-        case .observed:
-            switch task.observation.outcomeObserved() {
-            case .none: return .none
-            case .finish(let completion): return .finish(completion)
-            case .resend(let action): return .step(passGates(task, action))
-            }
+        guard let task = entry(ref), var observation = task.observation else { return .none }
+        if queueEnd { observation.outcomeQueued() }
+        let action = observation.finishRequested(completion)
+        task.observation = observation
+        let now: TaskStateMachine.Completion?
+        if case .finishNow(let completion) = action { now = completion } else { now = nil }
+        if queueEnd {
+            var error: (any Error)?
+            if case .fail(let failure) = completion { error = failure }
+            return .observeEnd(task: task.machine.task, error: error, then: now)
+        }
+        return now.map(ObservationAction.finish) ?? .none
+    }
+
+    /// The observers were told of one queued outcome (or end).
+    mutating func outcomeObserved(_ ref: TaskRef) -> ObservationAction {
+        guard let task = entry(ref), let observed = task.observation?.outcomeObserved() else { return .none }
+        switch observed {
+        case .none: return .none
+        case .finish(let completion): return .finish(completion)
+        case .resend(let action): return .step(passGates(task, action))
         }
     }
 
     // MARK: Runs
 
     /// Run `number` of reactor `index` ended: it ends in admission, and every task that waited on
-    /// it or at its gate moves.
-    mutating func runFinished(reactor index: Int, run number: Int, result: ReactorRunner.Outcome) -> [Decision] {
+    /// it or at its gate moves (their actions are the section's decisions).
+    mutating func runFinished(reactor index: Int, run number: Int, result: ReactorRunner.Outcome) {
         var failure: (any Error)?
         if case .failed(let error) = result { failure = error }
-        guard let end = admission.runFinished(reactor: index, run: number, succeeded: failure == nil) else { return [] }
+        guard let end = admission.runFinished(reactor: index, run: number, succeeded: failure == nil) else { return }
         lastFailures[index] = failure
-        var moved: [Decision] = []
         for id in end.waiters {
             guard let task = entry(id) else { continue }
-            moved.append(Decision(run: task.run, action: reactionFinished(task, reactor: index, outcome: result)))
+            decided.append(Decision(run: task.run, action: reactionFinished(task, reactor: index, outcome: result)))
         }
         for id in end.gated {
             guard let task = entry(id) else { continue }
-            moved.append(Decision(run: task.run, action: gateOpened(task, by: result)))
+            decided.append(Decision(run: task.run, action: gateOpened(task, by: result)))
         }
-        return moved
     }
 
     // MARK: Within a section
@@ -588,32 +564,12 @@ struct Engine {
     /// interceptors (stamped before they run, not at send: an interceptor, or a batch hold, may
     /// apply a token, then a run may start and end before the task is sent).
     private mutating func passGates(_ task: Entry, _ action: TaskStateMachine.ProceedAction) -> Step {
-        let id = task.run.id
-        guard case .checkGates = action else { return step(task, action) }
-        // Ended meanwhile (a cancel between a restart and this section): nothing to decide.
-        guard !task.machine.isCompleted else { return .none }
-        switch admission.headersWillBeDecided(id) {
+        guard case .checkGates = action else { return action }
+        switch admission.headersWillBeDecided(task.run.id) {
         case .waitAtGate(let reactor):
-            task.machine.waitingAtGate(reactor: reactor)
-            return .waitAtGate(reactor: reactor)
+            return task.machine.waitingAtGate(reactor: reactor)
         case .proceed:
-            return step(task, task.machine.gateOpened())
-        }
-    }
-
-    /// The machine's action as the task performs it (never a `.checkGates`: ``passGates(_:_:)``).
-    private func step(_ task: Entry, _ action: TaskStateMachine.ProceedAction) -> Step {
-        switch action {
-        case .none: return .none
-        case .checkGates: preconditionFailure("a .checkGates never leaves the section that returned it (passGates)")
-        case .runInterceptor(let index, let task): return .runInterceptor(index: index, task: task)
-        case .hold(let index, let maximumWait, let generation, let flushes):
-            return .hold(index: index, maximumWait: maximumWait, generation: generation, flushesSeen: flushes)
-        case .releaseBatch(let index): return .releaseBatch(index: index)
-        case .acquireConnection(let request, let restamp):
-            let traits = task.traits
-            return .acquireConnection(request: request, restamp: restamp, task: traits.hasReporters ? task.machine.task : nil)
-        case .complete(let completion): return .complete(completion)
+            return task.machine.gateOpened()
         }
     }
 
@@ -624,11 +580,12 @@ struct Engine {
         var action = action
         switch action {
         case .checkGates, .acquireConnection:
-            guard task.traits.observes else { break }
-            switch task.observation.resendRequested(action) {
+            guard var observation = task.observation else { break }
+            switch observation.resendRequested(action) {
             case .resendNow(let now): action = now
             case .wait, .drop: action = .none
             }
+            task.observation = observation
         default:
             break
         }
@@ -649,10 +606,8 @@ struct Engine {
         case .send:
             let traits = task.traits
             if !read, traits.hasReporters, !task.machine.isCompleted { return (.confirmSlot(task: task.machine.task), []) }
-            let whole = task.machine.mayTakeWholeTransfer
             switch task.machine.connectionGranted() {
-            case .send(let request, let body, let attempt):
-                let task = traits.sendsSnapshot ? task.machine.task : nil
+            case .send(let request, let body, let attempt, let whole, let task):
                 let stamped = traits.sendsStamps ? admission.stampedVersions(id) : [:]
                 return (.send(request: request, body: body, attempt: attempt, whole: whole, task: task, stamped: stamped), [])
             case .refuse(let error):
@@ -663,13 +618,10 @@ struct Engine {
             }
         case .waitForSlot(let generation):
             let request = task.machine.task.request
-            return (
-                .waitForSlot(generation: generation, host: Self.slotKey(of: request), timeout: request.timeoutInterval, url: request.url),
-                []
-            )
+            let host = Self.slotKey(of: request)
+            return (.waitForSlot(generation: generation, host: host, timeout: request.timeoutInterval, url: request.url), [])
         case .waitAtGate(let reactor):
-            task.machine.admissionGated(reactor: reactor)
-            return (.step(.waitAtGate(reactor: reactor)), [])
+            return (.step(task.machine.admissionGated(reactor: reactor)), [])
         case .reintercept:
             return (.step(passGates(task, task.machine.headersStale())), [])
         case .fail(let reactor):
@@ -678,18 +630,16 @@ struct Engine {
     }
 
     /// Moves each task admission decided for (a slot handed over), and every task its move hands
-    /// a slot to in turn. Returns what each must do.
-    private mutating func admit(_ decided: [(URLTask.ID, AdmissionStateMachine.SendAction)]) -> [Decision] {
-        guard !decided.isEmpty else { return [] }
-        var pending = decided[...]
-        var moved: [Decision] = []
+    /// a slot to in turn; their actions are the section's decisions.
+    private mutating func admit(_ handedOver: [(URLTask.ID, AdmissionStateMachine.SendAction)]) {
+        guard !handedOver.isEmpty else { return }
+        var pending = handedOver[...]
         while let (id, decision) = pending.popFirst() {
             guard let task = entry(id) else { continue }
-            let (action, handedOver) = admitted(task, decision)
-            moved.append(Decision(run: task.run, action: action))
-            pending.append(contentsOf: handedOver)
+            let (action, passedOn) = admitted(task, decision)
+            decided.append(Decision(run: task.run, action: action))
+            pending.append(contentsOf: passedOn)
         }
-        return moved
     }
 
     /// The run of reactor `index` this task waited on (or ran for it alone) ended.
@@ -699,12 +649,13 @@ struct Engine {
         switch action {
         case .checkGates, .acquireConnection:
             requeued = task.machine.attempt
-            if task.traits.observes {
+            if var observation = task.observation {
                 // Sent again only once the observers saw every outcome (``OutcomeObservationStateMachine``).
-                switch task.observation.resendRequested(action) {
+                switch observation.resendRequested(action) {
                 case .resendNow(let now): action = now
                 case .wait, .drop: action = .none
                 }
+                task.observation = observation
             }
         default:
             break

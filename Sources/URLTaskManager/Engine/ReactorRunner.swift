@@ -34,6 +34,26 @@ final class ReactorRunner: Sendable {
         self.component = component
     }
 
+    // MARK: Readings (the reactor's code: called without the lock, just before the event they inform)
+
+    /// What the reactor reports of `task` (``ReactorRunStateMachine/ReportedVersion``), if it
+    /// keeps a credential version of its own.
+    func reportedVersion(of task: URLTask) -> ReactorRunStateMachine.ReportedVersion? {
+        guard let current = reactor.currentCredentialVersion(), let sent = reactor.credentialVersion(of: task) else { return nil }
+        return .init(sent: sent, current: current)
+    }
+
+    /// The credential version `task`'s headers were decided under, for its `sent` event: the
+    /// reactor's own (``URLTaskReactor/credentialVersion(of:)``) or, for a reactor that holds new
+    /// tasks (a credential's), its run the task was stamped with (`stamped`, per reactor index).
+    /// A reactor with neither (a retry) has none.
+    func credentialVersion(of task: URLTask, stamped: [Int: Int]) -> Int? {
+        if let own = reactor.credentialVersion(of: task) { return own }
+        return configuration.mode.holdsNewTasks ? stamped[index] : nil
+    }
+
+    // MARK: Work
+
     /// Runs the reactor's work once, within its timeout, and makes its failure what the caller
     /// receives (``URLTaskError/delivered(_:from:code:)``): what a single flight run and a
     /// per-task reaction both do.

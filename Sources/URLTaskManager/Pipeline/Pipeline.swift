@@ -107,7 +107,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
             return RefusedTask()
         }
         // Registered with the engine as it is made: the end of a task is always one it knows.
-        let run = TaskStorage(id: .next(), request: request, body: body, sink: sink, environment: self)
+        let run = TaskRun(id: .next(), request: request, body: body, sink: sink, environment: self)
         if now {
             run.start()
         } else {
@@ -119,7 +119,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
 
     /// A task accepted by ``start(request:body:sink:)`` has completed: it leaves admission (its
     /// slot, if any, goes to the next task) and the lifecycle counts it out.
-    func taskEnded(_ run: TaskStorage) {
+    func taskEnded(_ run: TaskRun) {
         engine.finished(run)
         perform(lifecycle.withLock { $0.taskEnded() })
     }
@@ -360,7 +360,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
         }
     }
 
-    /// Ends every running task that `matches` with `error` (see ``TaskStorage/abort(with:)``).
+    /// Ends every running task that `matches` with `error` (see ``TaskRun/abort(with:)``).
     /// `matches` is the caller's code: it runs on each task as the engine handed it over, outside
     /// the lock; a task that moved on since is still ended (an abort concerns the task wherever
     /// it is).

@@ -3,7 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// What a task's storage (``TaskStorage``) needs from the pipeline that runs it: the chain's
+/// What a task's storage (``TaskRun``) needs from the pipeline that runs it: the chain's
 /// components, the shared storages (admission, the batches), and every piece of I/O (the
 /// interceptors' code, the transport, threads and timers).
 ///
@@ -59,7 +59,7 @@ protocol TaskEnvironment: AnyObject, Sendable {
     func stopTransfer(_ transfer: any TransferHandle)
 
     /// The task has completed: it leaves admission and the pipeline counts it out.
-    func taskEnded(_ task: TaskStorage)
+    func taskEnded(_ task: TaskRun)
 }
 
 /// The inner task of a transfer, as a task's machine keeps it: something to stop.

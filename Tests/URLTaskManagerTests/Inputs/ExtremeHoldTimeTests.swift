@@ -7,7 +7,7 @@ import URLTaskManager
 import XCTest
 
 /// A per-request hold time from a caller (``URLTaskPolicy``, also a policy value made by hand) is
-/// clamped before any arithmetic: 0.2.0 trapped in `TaskStorage` ("Double value cannot be
+/// clamped before any arithmetic: 0.2.0 trapped in `TaskRun` ("Double value cannot be
 /// converted to Int64") for a hold of about 9.2e15 s or more, NaN or infinity.
 final class ExtremeHoldTimeTests: XCTestCase {
     private var server: LoopbackServer!

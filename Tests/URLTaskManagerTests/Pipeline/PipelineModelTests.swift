@@ -7,7 +7,7 @@ import XCTest
 @testable import URLTaskResilience
 import TestSupport
 
-/// Drives the real storages of one pipeline through random interleavings: ``TaskStorage`` with
+/// Drives the real storages of one pipeline through random interleavings: ``TaskRun`` with
 /// its ``TaskStateMachine`` for each task, ``EngineStorage`` (reactor runs, gates, credential
 /// stamps, per-host slots) and one ``BatchStorage`` per interceptor. Only the I/O is simulated
 /// (``SimulatedPipeline``): the interceptors' and reactors' code, the transport, the caller's
@@ -331,7 +331,7 @@ final class PipelineModelTests: XCTestCase {
             }
         }
 
-        func taskEnded(_ task: TaskStorage) {
+        func taskEnded(_ task: TaskRun) {
             lock.withLock { callers[Int(task.id.rawValue)].ended += 1 }
             engine.finished(task)
         }
@@ -665,7 +665,7 @@ final class PipelineModelTests: XCTestCase {
             // real call storage and its sink, answered by a recorder, cancelled as a Swift task's
             // cancellation handler cancels it.
             let call = world.draw(0..<2) == 0 ? Call<(Data, URLResponse)>(url: request.url) : nil
-            let storage: TaskStorage?
+            let storage: TaskRun?
             if let call {
                 // As `Pipeline.call` runs it: the pipeline task exists only once the caller's
                 // continuation is in, and its handle reaches the call after it started.
@@ -673,13 +673,13 @@ final class PipelineModelTests: XCTestCase {
                 world.markThroughMethods(t)
                 world.schedule("call(\(t))") {
                     guard call.attach(ModelAnswer(task: t, world: world)) else { return world.markNeverStarted(t) }
-                    let storage = TaskStorage(
+                    let storage = TaskRun(
                         id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: DataCallSink(call), environment: world)
                     storage.start()
                     call.started(storage)
                 }
             } else {
-                let made = TaskStorage(
+                let made = TaskRun(
                     id: URLTask.ID(rawValue: UInt64(t)), request: request, body: .none, sink: ModelSink(task: t, world: world),
                     environment: world)
                 world.schedule("start(\(t))") { made.start() }

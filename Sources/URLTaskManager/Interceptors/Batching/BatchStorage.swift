@@ -5,9 +5,9 @@ final class BatchStorage: Sendable {
     /// The machine, and the tasks it names.
     private struct State {
         var machine = BatchStateMachine()
-        var members: [URLTask.ID: TaskStorage] = [:]
+        var members: [URLTask.ID: TaskRun] = [:]
 
-        mutating func takeAll(_ ids: [URLTask.ID]) -> [TaskStorage] {
+        mutating func takeAll(_ ids: [URLTask.ID]) -> [TaskRun] {
             ids.compactMap { members.removeValue(forKey: $0) }
         }
     }
@@ -28,7 +28,7 @@ final class BatchStorage: Sendable {
     var snapshot: (count: Int, flushes: Int) { state.withLock { ($0.machine.count, $0.machine.flushes) } }
 
     /// - Parameter flushesSeen: The flush count of the ``snapshot`` the task's interceptor decided on.
-    func hold(_ run: TaskStorage, maximumWait: Duration?, flushesSeen: Int? = nil) {
+    func hold(_ run: TaskRun, maximumWait: Duration?, flushesSeen: Int? = nil) {
         let deadline = maximumWait.map { ContinuousClock.now.advanced(by: $0) }
         let action = state.withLock { state in
             let action = state.machine.hold(run.id, deadline: deadline, flushesSeen: flushesSeen)
@@ -49,8 +49,8 @@ final class BatchStorage: Sendable {
     }
 
     /// Releases every held task (and `extra`, the task that asked for the release, last).
-    func release(with extra: TaskStorage? = nil) {
-        let runs: [TaskStorage] = state.withLock { state in
+    func release(with extra: TaskRun? = nil) {
+        let runs: [TaskRun] = state.withLock { state in
             if let extra { state.members[extra.id] = extra; _ = state.machine.hold(extra.id, deadline: nil) }
             return state.takeAll(state.machine.releaseAll())
         }
@@ -63,14 +63,14 @@ final class BatchStorage: Sendable {
         for run in runs { run.batchReleased(index: interceptorIndex) }
     }
 
-    func remove(_ run: TaskStorage) {
+    func remove(_ run: TaskRun) {
         state.withLock { state in
             if state.machine.remove(run.id) { state.members[run.id] = nil }
         }
     }
 
     /// Empties the batch without releasing it (the manager is going away).
-    func removeAll() -> [TaskStorage] {
+    func removeAll() -> [TaskRun] {
         state.withLock { $0.takeAll($0.machine.releaseAll()) }
     }
 

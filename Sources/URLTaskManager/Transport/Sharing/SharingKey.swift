@@ -143,7 +143,7 @@ struct SharingRules: Sendable {
     }
 }
 
-/// A task's request to share its transfer, made by its ``TaskStorage`` as it is about to send.
+/// A task's request to share its transfer, made by its ``TaskRun`` as it is about to send.
 struct TransferShare: Sendable {
     /// The task's part in the transfer, announced in its events before any of the transfer's
     /// events reach it.

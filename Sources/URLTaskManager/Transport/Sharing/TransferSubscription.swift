@@ -3,7 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// One task's hold on a shared transfer: what its ``TaskStorage`` keeps as its transfer, and
+/// One task's hold on a shared transfer: what its ``TaskRun`` keeps as its transfer, and
 /// the queue through which the transfer's events reach it, in order, one at a time.
 ///
 /// A task that joins a transfer already on its way announces it in its own events first; a

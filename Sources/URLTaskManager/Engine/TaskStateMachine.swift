@@ -36,7 +36,7 @@ import FoundationNetworking
 ///
 /// Each event returns an action type of its own, declared beside it and holding only what that
 /// event can lead to. The ``Engine``, which holds every task's machine beside admission, turns
-/// it into the task's action in the same section; ``TaskStorage`` performs that once the lock is
+/// it into the task's action in the same section; ``TaskRun`` performs that once the lock is
 /// released.
 /// Events that other threads send (a transport callback, a batch released, a run finished, a
 /// timer) may find the task already ended, or moved on by a race that each method names: those
@@ -238,6 +238,14 @@ struct TaskStateMachine {
     /// The largest body held whole for the caller (``URLTaskManager/Options/maximumHeldBodySize``).
     private let heldBodyLimit: Int
     private let reactors: [ReactorTraits]
+    /// Whether its covering reactors report credential versions of their own, read as it is
+    /// about to leave: ``ProceedAction/acquireConnection(request:restamp:task:)`` then carries
+    /// the task as it is.
+    private let readsVersionsBeforeSending: Bool
+    /// Whether whoever sends it needs the task as it leaves (its `sent` event, sharing, the
+    /// reactors and observers asked about its outcomes): ``SendAction/send(request:body:attempt:whole:task:)``
+    /// then carries it.
+    private let snapshotsWhenSent: Bool
 
     // MARK: The task
 
@@ -255,11 +263,15 @@ struct TaskStateMachine {
     ///   - heldBodyLimit: The largest body held whole for the caller (a challenge's, a
     ///     delivering reactor's answer); past it the task fails with `responseTooLarge`.
     ///   - now: When the task was created: its first wait counts from here.
+    ///   - readsVersionsBeforeSending: Its reactors' reported versions are read before it leaves.
+    ///   - snapshotsWhenSent: Its sender needs the task as it leaves.
     init(
         task: URLTask, interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [],
         validation: ResponseValidation? = nil, heldBodyLimit: Int = URLTaskManager.Options.defaultMaximumHeldBodySize,
-        now: DispatchTime = .now()
+        now: DispatchTime = .now(), readsVersionsBeforeSending: Bool = false, snapshotsWhenSent: Bool = false
     ) {
+        self.readsVersionsBeforeSending = readsVersionsBeforeSending
+        self.snapshotsWhenSent = snapshotsWhenSent
         self.heldBodyLimit = heldBodyLimit
         self.context = Context(task: task, base: task.request, body: task.body)
         self.budgets = Budgets(reactors: reactors.count)
@@ -299,6 +311,26 @@ struct TaskStateMachine {
         return false
     }
 
+    /// What the transfer's end will need read first, outside the lock (one query for the
+    /// ``Engine``'s end of a transfer): whether a transport error now is the task's outcome, for
+    /// the reactors to choose who takes it, and which reactor collects the answer's body, for its
+    /// reported version.
+    var endingTransfer: EndingTransfer {
+        guard case .transferring(let transfer) = state else { return .other }
+        switch transfer.phase {
+        case .sending: return .awaitingHead
+        case .collecting(let reactor, _, _, _): return .collecting(reactor: reactor)
+        default: return .other
+        }
+    }
+
+    /// See ``endingTransfer``.
+    enum EndingTransfer {
+        case awaitingHead
+        case collecting(reactor: Int)
+        case other
+    }
+
     var isCompleted: Bool {
         if case .completed = state { return true }
         return false
@@ -332,10 +364,13 @@ extension TaskStateMachine {
         /// Release interceptor `index`'s batch; this task then continues at `index + 1`.
         case releaseBatch(index: Int)
         /// Ask admission to let the task go; `request` names its host's slot, `restamp` says its
-        /// headers were not decided by the interceptors (a requeue without them).
-        case acquireConnection(request: URLRequest, restamp: Bool)
+        /// headers were not decided by the interceptors (a requeue without them); `task`: the
+        /// task as it is, when its reactors' reported versions are read first.
+        case acquireConnection(request: URLRequest, restamp: Bool, task: URLTask?)
         /// The task ended.
         case complete(Completion)
+        /// The task waits at reactor `reactor`'s gate (admission recorded it in the same section).
+        case waitAtGate(reactor: Int)
     }
 
     /// The pipeline starts the task. `replayableBody` replaces a stream body that a reactor may
@@ -361,10 +396,12 @@ extension TaskStateMachine {
     /// The gates were checked and the task waits at reactor `reactor`'s gate. Admission records
     /// the wait in the same lock section (the ``Engine``), so the task is at the gates; ignored
     /// only once it ended.
-    mutating func waitingAtGate(reactor: Int) {
+    mutating func waitingAtGate(reactor: Int) -> ProceedAction {
         switch state {
-        case .gated: state = .gated(gate: reactor)
-        case .completed: return
+        case .gated:
+            state = .gated(gate: reactor)
+            return .waitAtGate(reactor: reactor)
+        case .completed: return .none
         default: preconditionFailure("a task waits at a gate it is not at")
         }
     }
@@ -468,12 +505,13 @@ extension TaskStateMachine {
 
     /// Admission found a holding reactor's run going: the task waits at its gate, then runs the
     /// interceptors again. Ignored if the task ended meanwhile.
-    mutating func admissionGated(reactor: Int) {
+    mutating func admissionGated(reactor: Int) -> ProceedAction {
         switch state {
         case .awaitingConnection:
             interceptAgain(gate: reactor)
+            return .waitAtGate(reactor: reactor)
         case .completed:
-            return
+            return .none
         default:
             preconditionFailure("admission gated a task that was not waiting for it")
         }
@@ -494,8 +532,10 @@ extension TaskStateMachine {
 
     /// What happens when admission lets the task go (``connectionGranted()``).
     enum SendAction {
-        /// Start the transfer of `request` with `body` (attempt `attempt`).
-        case send(request: URLRequest, body: URLTaskBody, attempt: Int)
+        /// Start the transfer of `request` with `body` (attempt `attempt`); `whole`: it may be a
+        /// ``WholeTransfer`` (``mayTakeWholeTransfer``); `task`: the task as it leaves, when its
+        /// sender needs it.
+        case send(request: URLRequest, body: URLTaskBody, attempt: Int, whole: Bool, task: URLTask?)
         /// The request cannot be sent (an invalid header, a stream already read): give the slot
         /// back and fail.
         case refuse(any Error)
@@ -518,6 +558,7 @@ extension TaskStateMachine {
                         URLTaskError.bodyNotReplayable(reason: "a stream body larger than maximumReplayableBodySize was already sent once"))
                 )
             }
+            let whole = mayTakeWholeTransfer
             state = .transferring(Transfer(phase: .sending))
             context.restamp = false
             context.bodySent = true
@@ -525,7 +566,9 @@ extension TaskStateMachine {
             // Sent: nothing it waited for can time it out any more.
             waiting.generation += 1
             waiting.armed = true
-            return .send(request: context.task.request, body: context.task.body, attempt: budgets.attempt)
+            return .send(
+                request: context.task.request, body: context.task.body, attempt: budgets.attempt, whole: whole,
+                task: snapshotsWhenSent ? context.task : nil)
         case .completed:
             return .giveSlotBack
         default:
@@ -725,11 +768,14 @@ extension TaskStateMachine {
     enum TransferEndAction {
         /// The transfer of a task that had already ended: only the slot goes back.
         case none
-        /// The task ended with the transfer.
-        case complete(Completion)
+        /// The task ended with the transfer; `forwarded`: its final head went to the caller as is
+        /// (no reactor needed it, it was neither a challenge nor rejected), which tells the loop
+        /// guards the credential works.
+        case complete(Completion, forwarded: Bool)
         /// Hand the task to reactor `reactor`. `requeued` says it was already sent again after
-        /// one of that reactor's runs; `task` is the attempt as sent.
-        case react(reactor: Int, outcome: URLTaskOutcome, body: Data, task: URLTask, requeued: Bool)
+        /// one of that reactor's runs; `task` is the attempt as sent; `timer`: the one to arm
+        /// for the wait for the reaction (``waitBegins()``).
+        case react(reactor: Int, outcome: URLTaskOutcome, body: Data, task: URLTask, requeued: Bool, timer: WaitTimer?)
         /// Ask the caller's side about the authentication challenge of `response`: the challenge
         /// failed `previousFailures` times before, and a credential resends `request`.
         case consultChallenge(response: HTTPURLResponse, previousFailures: Int, request: URLRequest)
@@ -761,10 +807,10 @@ extension TaskStateMachine {
                 return beginReaction(reactor: reactor, outcome: .failure(error), body: Data(), now: now)
             }
             state = .completed(pendingTransfer: nil)
-            return .complete(failing(error))
+            return .complete(failing(error), forwarded: false)
         case .receiving:
             state = .completed(pendingTransfer: nil)
-            return .complete(error.map(failing) ?? .finish)
+            return .complete(error.map(failing) ?? .finish, forwarded: true)
         case .collecting(let reactor, let response, let body, _):
             if let error, !transfer.stoppedEarly {
                 // The body of the response to react to was cut: react to the failure.
@@ -777,18 +823,18 @@ extension TaskStateMachine {
             return .restart
         case .redirecting(nil, let failure):
             state = .completed(pendingTransfer: nil)
-            return .complete(failing(failure ?? URLError(.httpTooManyRedirects)))
+            return .complete(failing(failure ?? URLError(.httpTooManyRedirects)), forwarded: false)
         case .challenged(let response, let body):
             if let error {
                 state = .completed(pendingTransfer: nil)
-                return .complete(failing(error))
+                return .complete(failing(error), forwarded: false)
             }
             state = .consultingChallenge(response: response, body: body)
             return .consultChallenge(response: response, previousFailures: budgets.challengeFailures, request: context.base)
         case .rejecting(let response, let reason, let body):
             // Whatever became of the rest of the body, the answer was not acceptable.
             state = .completed(pendingTransfer: nil)
-            return .complete(failing(URLTaskError.responseRejected(response, body: body, reason: reason)))
+            return .complete(failing(URLTaskError.responseRejected(response, body: body, reason: reason)), forwarded: false)
         }
     }
 }
@@ -827,7 +873,7 @@ extension TaskStateMachine {
                 }
                 context.restamp = true
                 state = .awaitingConnection
-                return .acquireConnection(request: context.task.request, restamp: true)
+                return .acquireConnection(request: context.task.request, restamp: true, task: readsVersionsBeforeSending ? context.task : nil)
             case .deliver:
                 switch outcome {
                 case .response(let response): return complete(judged(response, received))
@@ -1111,13 +1157,15 @@ extension TaskStateMachine {
         budgets.reactions[reactor] += 1
         if budgets.reactions[reactor] > reactors[reactor].maximumReactions {
             state = .completed(pendingTransfer: nil)
-            return .complete(failing(URLTaskError.tooManyAttempts(reactors[reactor].component, attempts: budgets.attempt)))
+            return .complete(
+                failing(URLTaskError.tooManyAttempts(reactors[reactor].component, attempts: budgets.attempt)), forwarded: false)
         }
         // The transfer has ended: waiting for the reaction starts a new stretch without progress.
         beginStretch(now)
         state = .reacting(reactor: reactor, outcome: outcome, body: body, work: nil)
         return .react(
-            reactor: reactor, outcome: outcome, body: body, task: context.task, requeued: budgets.requeuedBy[reactor])
+            reactor: reactor, outcome: outcome, body: body, task: context.task, requeued: budgets.requeuedBy[reactor],
+            timer: waitBegins())
     }
 
     private mutating func advance(to index: Int) -> ProceedAction {
@@ -1128,6 +1176,7 @@ extension TaskStateMachine {
             return .runInterceptor(index: index, task: context.task)
         }
         state = .awaitingConnection
-        return .acquireConnection(request: context.task.request, restamp: context.restamp)
+        return .acquireConnection(
+            request: context.task.request, restamp: context.restamp, task: readsVersionsBeforeSending ? context.task : nil)
     }
 }

@@ -26,6 +26,7 @@ final class TaskStateMachineTests: XCTestCase {
         case consultRedirect, declineRedirect
         case consultChallenge(status: Int)
         case restart
+        case waitAtGate(Int)
 
         init(_ action: Machine.ProceedAction) {
             switch action {
@@ -36,6 +37,7 @@ final class TaskStateMachineTests: XCTestCase {
             case .releaseBatch(let index): self = .releaseBatch(index)
             case .acquireConnection: self = .acquireConnection
             case .complete(let completion): self = Step(completion)
+            case .waitAtGate(let reactor): self = .waitAtGate(reactor)
             }
         }
 
@@ -50,7 +52,7 @@ final class TaskStateMachineTests: XCTestCase {
 
         init(_ action: Machine.SendAction) {
             switch action {
-            case .send(_, _, let attempt): self = .send(attempt: attempt)
+            case .send(_, _, let attempt, _, _): self = .send(attempt: attempt)
             case .refuse(let error): self = .fail(String(describing: error))
             case .giveSlotBack: self = .giveSlotBack
             }
@@ -83,8 +85,8 @@ final class TaskStateMachineTests: XCTestCase {
         init(_ action: Machine.TransferEndAction) {
             switch action {
             case .none: self = .none
-            case .complete(let completion): self = Step(completion)
-            case .react(let reactor, let outcome, let body, _, _):
+            case .complete(let completion, _): self = Step(completion)
+            case .react(let reactor, let outcome, let body, _, _, _):
                 switch outcome {
                 case .response(let response): self = .react(reactor: reactor, outcome: "response(\(response.statusCode))", body: body)
                 case .failure(let error):
@@ -148,7 +150,7 @@ final class TaskStateMachineTests: XCTestCase {
     }
 
     static func failure(of action: Machine.TransferEndAction) -> (any Error)? {
-        if case .complete(let completion) = action { return failure(of: completion) }
+        if case .complete(let completion, _) = action { return failure(of: completion) }
         return nil
     }
 
@@ -206,7 +208,7 @@ final class TaskStateMachineTests: XCTestCase {
     static func gatedAtReactor() -> Machine {
         var m = machine()
         _ = m.start()
-        m.waitingAtGate(reactor: 0)
+        _ = m.waitingAtGate(reactor: 0)
         return m
     }
 
@@ -220,23 +222,13 @@ final class TaskStateMachineTests: XCTestCase {
     static func everyEvent(on machine: Machine) -> [(String, Step)] {
         let events: [(String, (inout Machine) -> Step)] = [
             ("start", { Step($0.start()) }),
-            (
-                "waitingAtGate",
-                {
-                    $0.waitingAtGate(reactor: 0); return .none
-                }
-            ),
+            ("waitingAtGate", { Step($0.waitingAtGate(reactor: 0)) }),
             ("gateOpened", { Step($0.gateOpened()) }),
             ("interceptorReturned", { Step($0.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))) }),
             ("interceptorReturned(1)", { Step($0.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))) }),
             ("interceptorThrew", { Step($0.interceptorThrew(index: 0, error: Boom(), interceptor: .named("I"))) }),
             ("released", { Step($0.released(index: 0)) }),
-            (
-                "admissionGated",
-                {
-                    $0.admissionGated(reactor: 0); return .none
-                }
-            ),
+            ("admissionGated", { Step($0.admissionGated(reactor: 0)) }),
             ("headersStale", { Step($0.headersStale()) }),
             ("failSending", { Step($0.failSending(Boom())) }),
             ("transportReceived(response)", { Step($0.transportReceived(response: response(200), reactor: nil)) }),
@@ -298,7 +290,7 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testATransferEndingWithNeitherAHeadNorAnErrorFailsAsABadServerResponse() {
         var m = Self.sending()
-        guard case .complete(.fail(let error as URLError)) = m.transportCompleted(error: nil, reactor: nil) else {
+        guard case .complete(.fail(let error as URLError), _) = m.transportCompleted(error: nil, reactor: nil) else {
             return XCTFail("a transfer with no head must fail, never finish with nothing")
         }
         XCTAssertEqual(error.code, .badServerResponse)
@@ -310,7 +302,7 @@ final class TaskStateMachineTests: XCTestCase {
     func testAGatedTaskWaitsThenRunsTheChain() {
         var m = Self.machine()
         _ = m.start()
-        m.waitingAtGate(reactor: 0)
+        XCTAssertEqual(Step(m.waitingAtGate(reactor: 0)), .waitAtGate(0))
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0))
         XCTAssertEqual(
             Step(m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))), .runInterceptor(1),
@@ -319,12 +311,12 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testATaskGatedByAdmissionIsInterceptedAgainWhenTheGateOpens() {
         var m = Self.awaitingConnection()
-        m.admissionGated(reactor: 0)
+        XCTAssertEqual(Step(m.admissionGated(reactor: 0)), .waitAtGate(0))
         XCTAssertFalse(m.isAwaitingResponseHead)
         XCTAssertEqual(Step(m.cancel()), .abandon, "a task gated by admission leaves the gate as it ends")
 
         var reopened = Self.awaitingConnection()
-        reopened.admissionGated(reactor: 0)
+        _ = reopened.admissionGated(reactor: 0)
         XCTAssertEqual(Step(reopened.gateOpened()), .runInterceptor(0), "its headers may be stale: the chain runs again")
         guard case .runInterceptor(_, let task) = Self.awaitingConnection().gateOpenedAfterAdmissionGated() else {
             return XCTFail("expected the chain to run")
@@ -480,13 +472,18 @@ final class TaskStateMachineTests: XCTestCase {
     }
 
     func testAWaitInsideThePipelineTimesOutButATransferDoesNot() {
-        let waiting: [(String, Machine)] = [
-            ("gated", Self.gatedAtReactor()), ("intercepting", Self.intercepting(1)), ("held", Self.held()),
-            ("awaitingConnection", Self.awaitingConnection()), ("reacting", Self.reacting()),
+        // The wait for a reaction begins with the transfer's end, whose action carries its timer.
+        var reacting = Self.collecting()
+        guard case .react(_, _, _, _, _, let reactionTimer?) = reacting.transportCompleted(error: nil, reactor: 0) else {
+            return XCTFail("reacting: the transfer's end sets the wait's timer")
+        }
+        let waiting: [(String, Machine, Machine.WaitTimer?)] = [
+            ("gated", Self.gatedAtReactor(), nil), ("intercepting", Self.intercepting(1), nil), ("held", Self.held(), nil),
+            ("awaitingConnection", Self.awaitingConnection(), nil), ("reacting", reacting, reactionTimer),
         ]
-        for (name, machine) in waiting {
+        for (name, machine, armed) in waiting {
             var m = machine
-            guard let timer = m.waitBegins() else { return XCTFail("\(name): a wait sets a timer") }
+            guard let timer = armed ?? m.waitBegins() else { return XCTFail("\(name): a wait sets a timer") }
             XCTAssertNil(m.waitBegins(), "\(name): one timer per stretch")
             XCTAssertEqual(
                 Step(m.waitExpired(generation: timer.generation, error: URLError(.timedOut))),
@@ -509,11 +506,14 @@ final class TaskStateMachineTests: XCTestCase {
         _ = restarted.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))
         _ = restarted.connectionGranted()
         _ = restarted.transportReceived(response: Self.response(401), reactor: 0)
-        _ = restarted.transportCompleted(error: nil, reactor: 0)
+        guard case .react(_, _, _, _, _, let reactionTimer) = restarted.transportCompleted(error: nil, reactor: 0) else {
+            return XCTFail("the 401 is reacted to")
+        }
         XCTAssertEqual(
             Step(restarted.waitExpired(generation: first?.generation ?? -1, error: URLError(.timedOut))), .none,
             "a timer of an earlier stretch does not fire")
-        XCTAssertNotNil(restarted.waitBegins(), "the reaction is a new stretch")
+        XCTAssertNotNil(reactionTimer, "the reaction is a new stretch, with a timer of its own")
+        XCTAssertNotEqual(reactionTimer?.generation, first?.generation)
     }
 
     // MARK: Reactions
@@ -549,7 +549,7 @@ final class TaskStateMachineTests: XCTestCase {
         _ = m.transportReceived(data: Data(repeating: 1, count: limit - 10))
         _ = m.transportReceived(data: Data(repeating: 2, count: 100))
         _ = m.transportReceived(data: Data(repeating: 3, count: 100))
-        guard case .react(_, _, let body, _, _) = m.transportCompleted(error: nil, reactor: 0) else {
+        guard case .react(_, _, let body, _, _, _) = m.transportCompleted(error: nil, reactor: 0) else {
             return XCTFail("expected a reaction")
         }
         XCTAssertEqual(body.count, limit)
@@ -564,7 +564,7 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 1, count: limit - 1))), .none)
         XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 2, count: 100))), .cancelTransport, "enough for the reactor")
         XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 3, count: 100))), .none, "stopped once")
-        guard case .react(_, .response(let response), let body, _, _) = m.transportCompleted(error: URLError(.cancelled), reactor: 0) else {
+        guard case .react(_, .response(let response), let body, _, _, _) = m.transportCompleted(error: URLError(.cancelled), reactor: 0) else {
             return XCTFail("the stop's cancel is not the outcome: the answer is reacted to")
         }
         XCTAssertEqual(response.statusCode, 401)
@@ -655,7 +655,7 @@ final class TaskStateMachineTests: XCTestCase {
             _ = m.interceptorReturned(index: 0, command: .execute, snapshot: snapshot, flushes: 0, interceptor: .named("I"))
             _ = m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I"))
             if gated {
-                m.admissionGated(reactor: 0)
+                _ = m.admissionGated(reactor: 0)
             } else {
                 XCTAssertEqual(Step(m.headersStale()), .checkGates)
             }
@@ -693,7 +693,7 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testARequeueWithoutTheInterceptorsSentBackToThemIsJudgedNotRestampedAtSend() {
         var m = Self.reacting()
-        guard case .acquireConnection(_, let restamp) = m.reactionFinished(reactor: 0, result: .requeue(reintercept: false)) else {
+        guard case .acquireConnection(_, let restamp, _) = m.reactionFinished(reactor: 0, result: .requeue(reintercept: false)) else {
             return XCTFail("a requeue without the interceptors goes straight to admission")
         }
         XCTAssertTrue(restamp, "its headers were not decided by the interceptors: admission stamps them")
@@ -703,7 +703,7 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.headersStale()), .checkGates)
         XCTAssertEqual(Step(m.gateOpened()), .runInterceptor(0))
         _ = m.interceptorReturned(index: 0, command: .execute, interceptor: .named("I"))
-        guard case .acquireConnection(_, let again) = m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I")) else {
+        guard case .acquireConnection(_, let again, _) = m.interceptorReturned(index: 1, command: .execute, interceptor: .named("I")) else {
             return XCTFail("the chain ends at admission")
         }
         XCTAssertFalse(again)
@@ -991,9 +991,12 @@ final class TaskStateMachineTests: XCTestCase {
         guard case .fail(_, nil, nil, nil) = m.abort(Boom()) else { return XCTFail("nothing of interceptor 0 to cancel") }
 
         let reaction = Task<Void, Never> {}
-        var reacting = Self.reacting()
+        var reacting = Self.collecting()
+        guard case .react(_, _, _, _, _, let timer?) = reacting.transportCompleted(error: nil, reactor: 0) else {
+            return XCTFail("the wait for the reaction has a timer")
+        }
         XCTAssertEqual(Step(reacting.workStarted(reaction)), .none)
-        let generation = reacting.waitBegins()?.generation ?? -1
+        let generation = timer.generation
         guard case .fail(_, nil, let cancelled?, nil) = reacting.waitExpired(generation: generation, error: Boom()) else {
             return XCTFail("the reaction's work is cancelled")
         }
@@ -1040,7 +1043,7 @@ extension TaskStateMachine {
     /// Admission gates the task, then the gate opens.
     func gateOpenedAfterAdmissionGated() -> ProceedAction {
         var copy = self
-        copy.admissionGated(reactor: 0)
+        _ = copy.admissionGated(reactor: 0)
         return copy.gateOpened()
     }
 }

@@ -3,18 +3,19 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// One task's I/O: who it is, whom it talks to (its ``TaskEnvironment``, its sink, its
-/// event recorder), and the actions its engine's events return, performed.
+/// One task's run: who it is, whom it talks to (its ``TaskEnvironment``, its sink, its event
+/// recorder), and the actions its engine's events return, performed.
 ///
-/// The task's machine lives in the engine (``Engine``), beside admission: every event of the
-/// task is one call of the engine (``EngineStorage``), one lock section that moves the machine
-/// and admission together and returns the action performed here, with the lock released. This
+/// The task's machine (``TaskStateMachine``) lives in the engine (``Engine``), beside admission:
+/// every event of the task is one pass through the engine's funnel (``EngineStorage/withLock(_:)``),
+/// one lock section that calls the engine's method for that event, moves the machine and
+/// admission together and returns the action performed here, with the lock released. This
 /// class holds only constants. No interceptor, reactor, transport call or client callback ever
 /// runs under the lock: where an event needs the answer of such code first (which reactor takes
 /// a response, the credential version a reactor reports, whether `failTasks`'s predicate
 /// matches), that code runs on the task as sent (``TransferEvents``) or as the engine handed it
 /// over, and the event brings its answer.
-final class TaskStorage: PipelineTaskHandle, Sendable {
+final class TaskRun: PipelineTaskHandle, Sendable {
     let id: URLTask.ID
     /// Where the task lives in the engine.
     let ref: Engine.TaskRef
@@ -44,7 +45,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// Makes the task and registers its machine with the engine.
     init(id: URLTask.ID, request: URLRequest, body: URLTaskBody, sink: any TaskSink, environment: any TaskEnvironment) {
         self.id = id
-        self.ref = Engine.TaskRef(id: id, index: environment.engine.reserveIndex())
+        self.ref = Engine.TaskRef(id: id, index: environment.engine.withLock { $0.reserveIndex() })
         self.callerURL = request.url
         let (request, policy) = URLTaskPolicy.take(from: request)
         self.policy = policy
@@ -80,7 +81,9 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             },
             validation: policy?.responseValidation ?? environment.options.responseValidation,
             heldBodyLimit: max(0, environment.options.maximumHeldBodySize),
-            now: environment.runtime.now
+            now: environment.runtime.now,
+            readsVersionsBeforeSending: !reporters.isEmpty,
+            snapshotsWhenSent: recorder != nil || environment.sharing != nil || !environment.reactors.isEmpty || outcomeObservers != nil
         )
         let traits = Engine.Traits(
             observes: outcomeObservers != nil,
@@ -88,13 +91,12 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             // An answer no reactor needed tells the loop guards that the credential works; not
             // when the request skipped a reactor, which never saw the answer.
             countsAsAnswer: policy?.skippedReactors.isEmpty != false,
-            sendsSnapshot: recorder != nil || environment.sharing != nil || !environment.reactors.isEmpty || outcomeObservers != nil,
             sendsStamps: recorder != nil)
         // Before anything can cancel it: the end of a task is always one the engine knows.
-        engine.register(self, machine: machine, traits: traits)
+        engine.withLock { $0.register(self, machine: machine, traits: traits) }
     }
 
-    // MARK: The task's events (one engine section each)
+    // MARK: The task's events (one pass through the engine's funnel each)
 
     func start() {
         var replayable: URLTaskBody?
@@ -105,7 +107,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             case .failure(let error): return failUnsent(error)
             }
         }
-        proceed(.start(replayableBody: replayable))
+        perform(engine.withLock { $0.start(ref, replayableBody: replayable) })
     }
 
     /// The caller cancelled (`stopLoading`, on the session's work queue). The transition is made
@@ -113,26 +115,27 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// still send the task; the action is performed elsewhere, because stopping an inner task
     /// syncs onto that very work queue.
     func cancel() {
-        let action = engine.cancel(ref)
+        let action = engine.withLock { $0.cancel(ref) }
         if case .none = action { return }
         environment.runtime.async { self.perform(action) }
     }
 
     func batchReleased(index: Int) {
         recorder?.released(by: environment.interceptorComponents[index])
-        proceed(.released(index: index))
+        perform(engine.withLock { $0.released(ref, index: index) })
     }
 
     /// Ends the task with `error`, wherever it is (``URLTaskManager/failTasks(with:where:)``,
     /// whose predicate ran on the task as the engine handed it over). Off the caller's thread:
     /// stopping a transfer syncs onto URLSession's work queue.
     func abort(with error: any Error) {
-        fail(.abort(error), performedElsewhere: true)
+        let action = engine.withLock { $0.abort(ref, error) }
+        environment.runtime.async { self.perform(action) }
     }
 
     /// Fails the task if it has not been sent yet (invalidation, an unreadable stream body).
     func failUnsent(_ error: any Error) {
-        fail(.unsent(error))
+        perform(engine.withLock { $0.failUnsent(ref, error) })
     }
 
     /// Performs what the engine decided for this task on another task's event (a slot handed
@@ -147,7 +150,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             send(request, body: body, attempt: attempt, whole: whole, task: task, stamped: stamped)
         case .confirmSlot(let task):
             // What its reactors report is read now, and the engine judges it again holding the slot.
-            admission(.slotHandedOver(readings: engine.outdatedVersions(of: task, by: reporters)))
+            let readings = outdatedVersions(of: task)
+            perform(engine.withLock { $0.slotHandedOver(ref, readings: readings) })
         case .waitForSlot(let generation, let host, let timeout, let url):
             recorder?.waiting(for: .connectionSlot(host: host))
             armSlotTimeout(generation: generation, timeout: timeout, url: url)
@@ -168,50 +172,30 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         }
     }
 
-    // MARK: Sections, one per family of events
-
-    private func proceed(_ event: Engine.ProceedEvent) {
-        perform(engine.proceed(ref, event))
-    }
-
-    /// - Parameter performedElsewhere: The action is performed on another thread (the caller's
-    ///   must not stop a transfer: that syncs onto URLSession's work queue).
-    private func fail(_ event: Engine.FailureEvent, performedElsewhere: Bool = false) {
-        let action = engine.fail(ref, event)
-        guard performedElsewhere else { return perform(action) }
-        environment.runtime.async { self.perform(action) }
-    }
-
-    private func wait(_ event: Engine.WaitEvent) -> Engine.WaitAction {
-        engine.wait(ref, event)
-    }
-
-    private func transfer(_ event: Engine.TransferEvent) -> Engine.TransferAction {
-        engine.transfer(ref, event)
-    }
-
-    private func admission(_ event: Engine.AdmissionEvent) {
-        perform(engine.admission(ref, event))
-    }
-
-    private func observation(_ event: Engine.ObservationEvent) {
-        switch engine.observation(ref, event) {
+    /// The observers' side of the task's end and resends (``Engine/ObservationAction``).
+    private func perform(_ action: Engine.ObservationAction) {
+        switch action {
         case .none:
             return
         case .finish(let completion):
             finish(completion)
         case .observeEnd(let task, let error, let then):
-            outcomeObservers?.observeEnd(of: task, error: error) { [self] in observation(.observed) }
+            outcomeObservers?.observeEnd(of: task, error: error) { [self] in outcomeObserved() }
             if let then { finish(then) }
         case .step(let step):
             proceed(step)
         }
     }
 
+    /// The observers were told of one of the task's outcomes (or its end).
+    private func outcomeObserved() {
+        perform(engine.withLock { $0.outcomeObserved(ref) })
+    }
+
     /// Starts one of the task's Swift tasks (an interceptor's, a reaction's): cancelled at once
     /// if the task ended meanwhile.
     private func workStarted(_ work: Task<Void, Never>) {
-        engine.workStarted(ref, work)?.cancel()
+        engine.withLock { $0.workStarted(ref, work) }?.cancel()
     }
 
     // MARK: Actions
@@ -220,6 +204,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         switch step {
         case .none:
             return
+        case .checkGates:
+            preconditionFailure("a .checkGates never leaves the section that returned it (Engine.passGates)")
         case .runInterceptor(let index, let task):
             runInterceptor(index, on: task)
         case .hold(let index, let maximumWait, let generation, let flushes):
@@ -229,7 +215,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             batch.hold(self, maximumWait: maximumWait, flushesSeen: flushes)
             // A cancel that raced with the hold found nothing to leave (the batch is a storage of
             // its own: its lock is not the engine's).
-            if engine.isCompleted(ref) { batch.remove(self) }
+            if engine.withLock({ $0.isCompleted(ref) }) { batch.remove(self) }
             armHoldTimeout(index: index, generation: generation)
         case .releaseBatch(let index):
             environment.batches[index].release(with: self)
@@ -237,8 +223,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             // The slot key matters only where slots are kept. What the covering reactors report
             // of the task as it is about to leave: their code, read before the section.
             let host = engine.slotsPerHost == nil ? "" : Engine.slotKey(of: request)
-            let readings = task.map { engine.outdatedVersions(of: $0, by: reporters) } ?? [:]
-            admission(.wantsToSend(host: host, restamp: restamp, readings: readings))
+            let readings = task.map(outdatedVersions(of:)) ?? [:]
+            perform(engine.withLock { $0.wantsToSend(ref, host: host, restamp: restamp, readings: readings) })
         case .complete(let completion):
             complete(completion)
         case .waitAtGate(let reactor):
@@ -272,13 +258,14 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// observers that want it, is one more outcome the task's end waits for.
     private func complete(_ completion: TaskStateMachine.Completion) {
         guard let outcomeObservers else { return finish(completion) }
-        observation(.finishRequested(completion, queueEnd: outcomeObservers.observesEnds))
+        let queueEnd = outcomeObservers.observesEnds
+        perform(engine.withLock { $0.finishRequested(ref, completion, queueEnd: queueEnd) })
     }
 
     /// Hands `outcome` of `task` (as sent) to the manager's observers, on their queue; the task's
     /// end waits for it (queued in the section that brought it).
     private func observe(_ outcome: URLTaskOutcome, of task: URLTask) {
-        outcomeObservers?.observe(outcome, of: task) { [self] in observation(.observed) }
+        outcomeObservers?.observe(outcome, of: task) { [self] in outcomeObserved() }
     }
 
     private func finish(_ completion: TaskStateMachine.Completion) {
@@ -304,23 +291,23 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// The task starts to wait inside the pipeline; the first wait of a stretch sets the timer
     /// (``TaskStateMachine/waitBegins()``).
     private func waitBegins() {
-        if case .arm(let timer) = wait(.begins) { armWaitTimer(timer) }
+        if let timer = engine.withLock({ $0.waitBegins(ref) }) { armWaitTimer(timer) }
     }
 
     /// Arms a timer for one of the task's waits, kept in the engine to be cancelled when the task
     /// ends. Each checks, when it fires, that the wait it bounds is still on (the machine's
     /// generations), so one that fires anyway changes nothing.
-    private func arm(_ deadline: DispatchTime, _ fired: @escaping @Sendable (TaskStorage) -> Void) {
+    private func arm(_ deadline: DispatchTime, _ fired: @escaping @Sendable (TaskRun) -> Void) {
         let timer = environment.runtime.at(deadline) { [weak self] in
             guard let self else { return }
             fired(self)
         }
-        if case .cancel(let timer) = wait(.armed(timer)) { timer.cancel() }
+        engine.withLock { $0.timerArmed(ref, timer) }?.cancel()
     }
 
     /// Arms the timer of a stretch of waits (``TaskStateMachine/waitBegins()``).
     private func armWaitTimer(_ timer: TaskStateMachine.WaitTimer) {
-        arm(timer.deadline) { task in task.fail(.waitExpired(generation: timer.generation)) }
+        arm(timer.deadline) { run in run.perform(run.engine.withLock { $0.waitExpired(run.ref, generation: timer.generation) }) }
     }
 
     private func armHoldTimeout(index: Int, generation: Int) {
@@ -328,8 +315,9 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         // policy's 1e16 s, NaN or infinity to milliseconds).
         let limit = (policy?.maximumHoldSeconds.map(Duration.init(clampingSeconds:)) ?? environment.options.maximumHoldTime).clampedWait
         let interceptor = environment.interceptorComponents[index]
-        arm(environment.runtime.now + limit.dispatchInterval) { task in
-            task.fail(.holdExpired(index: index, generation: generation, error: URLTaskError.holdTimedOut(interceptor, after: limit)))
+        arm(environment.runtime.now + limit.dispatchInterval) { run in
+            let error = URLTaskError.holdTimedOut(interceptor, after: limit)
+            run.perform(run.engine.withLock { $0.holdExpired(run.ref, index: index, generation: generation, error: error) })
         }
     }
 
@@ -338,8 +326,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// leaves the queue and fails together, if it still waits in that generation.
     private func armSlotTimeout(generation: Int, timeout: TimeInterval, url: URL?) {
         guard timeout > 0, timeout.isFinite else { return }
-        arm(environment.runtime.now + timeout) { task in
-            task.fail(.slotWaitExpired(generation: generation, error: URLError.timedOut(url: url)))
+        arm(environment.runtime.now + timeout) { run in
+            run.perform(run.engine.withLock { $0.slotWaitExpired(run.ref, generation: generation, error: URLError.timedOut(url: url)) })
         }
     }
 
@@ -351,10 +339,12 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             recorder?.intercepted(interceptor, outcome)
             switch outcome {
             case .success(let command):
-                proceed(
-                    .interceptorReturned(index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor))
+                perform(
+                    engine.withLock {
+                        $0.interceptorReturned(ref, index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor)
+                    })
             case .failure(let error):
-                proceed(.interceptorThrew(index: index, error: error, interceptor: interceptor))
+                perform(engine.withLock { $0.interceptorThrew(ref, index: index, error: error, interceptor: interceptor) })
             }
         }
         // An interceptor that decided without suspending has already moved the task on.
@@ -362,6 +352,19 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         // It may wait (for a credential, a lock, another service): that counts toward the timeout.
         waitBegins()
         workStarted(work)
+    }
+
+    /// What the covering reactors that keep versions of their own report of `task` as it is about
+    /// to leave, when its headers carry an older version than the current one: their code, so
+    /// called without the lock, just before the event the readings inform. Headers of the current
+    /// version need no record (on a send, the common case, nothing is built); a task judged later
+    /// on another task's event reads again (``Engine/TaskAction/confirmSlot(task:)``).
+    private func outdatedVersions(of task: URLTask) -> [Int: ReactorRunStateMachine.ReportedVersion] {
+        var readings: [Int: ReactorRunStateMachine.ReportedVersion] = [:]
+        for index in reporters {
+            if let reading = environment.reactors[index].reportedVersion(of: task), reading.isOutdated { readings[index] = reading }
+        }
+        return readings
     }
 
     /// The first reactor that takes `outcome` of `task` (as sent): the reactors' code, outside the lock.
@@ -381,7 +384,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         recorder?.reactionStarting()
         recorder?.reacted(by: reactor.name, run: nil)
         let work = environment.runtime.react(reactor, to: reaction.outcome, body: reaction.body, of: reaction.task) { [self] result in
-            proceed(.reactionEnded(reactor: reaction.index, outcome: result))
+            perform(engine.withLock { $0.reactionEnded(ref, reactor: reaction.index, outcome: result) })
         }
         if let work { workStarted(work) }
     }
@@ -407,7 +410,8 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         sink.challenge(challenge) { [self] disposition, credential in
             let answer = AuthenticationChallenge.answer(
                 disposition, credential: credential, to: challenge, response: response, request: request)
-            proceed(.challengeAnswered(answer, now: environment.runtime.now))
+            let now = environment.runtime.now
+            perform(engine.withLock { $0.challengeAnswered(ref, answer, now: now) })
         }
     }
 
@@ -428,14 +432,14 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             [self] started in
             switch started {
             case .success(let handle):
-                if case .stop(let transfer) = transfer(.started(handle, attempt: attempt)), !environment.abandonsTransfers {
+                if let stop = engine.withLock({ $0.transferStarted(ref, handle, attempt: attempt) }), !environment.abandonsTransfers {
                     // A cancel that raced with the send found no inner task to stop.
-                    environment.stopTransfer(transfer)
+                    environment.stopTransfer(stop)
                 }
             case .failure(let error):
                 // The session was invalidated meanwhile: one section fails the task and hands
                 // its slot over.
-                if case .complete(let completion) = transfer(.couldNotStart(error)) { complete(completion) }
+                if let completion = engine.withLock({ $0.transferCouldNotStart(ref, error) }) { complete(completion) }
             }
         }
     }
@@ -443,7 +447,11 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     /// The task's `sent` event, then what its interceptors asked to say once it is sent
     /// (``URLTask/annotateWhenSent(_:_:)``: a `curl` command, a trace span).
     private func announceSent(to recorder: TaskEventRecorder, task: URLTask, stamped: [Int: Int], attempt: Int, body: URLTaskBody) {
-        recorder.sent(attempt: attempt, credentialVersions: engine.credentialVersions(of: task, stamped: stamped), body: body)
+        var versions: [String: Int] = [:]
+        for reactor in environment.reactors {
+            if let version = reactor.credentialVersion(of: task, stamped: stamped) { versions[reactor.name] = version }
+        }
+        recorder.sent(attempt: attempt, credentialVersions: versions, body: body)
         for annotation in task.annotationsWhenSent { recorder.annotated(name: annotation.name, value: annotation.value) }
     }
 
@@ -464,7 +472,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
                 if let recorder { announceSent(to: recorder, task: task, stamped: stamped, attempt: attempt, body: body) }
             case .joins(let leader):
                 // It uses no connection of its own: the slot goes to the next task.
-                _ = transfer(.joined)
+                engine.withLock { $0.joinedSharedTransfer(ref) }
                 recorder?.joinedSharedTransfer(of: leader, attempt: attempt)
                 // Nor anything on the wire: a part that counts what is sent (a rate limiter) hears it.
                 outcomeObservers?.observeJoinedTransfer(of: task)
@@ -484,9 +492,9 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
         recorder?.responseHead(response)
         // The section queues the outcome for the observers; they are told once it did.
-        let action = transfer(.head(response, reactor: reactor, challenge: challenge))
+        let forwarded = engine.withLock { $0.responseHead(ref, response, reactor: reactor, challenge: challenge) }
         if let http, let task { observe(.response(http), of: task) }
-        if case .forwardHead(let response) = action { sink.receive(response: response) }
+        if let forwarded { sink.receive(response: forwarded) }
     }
 
     /// The transfer met a redirect; the inner session waits for `decide`, which is always told
@@ -494,7 +502,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
     fileprivate func transportWillRedirect(
         _ response: HTTPURLResponse, to newRequest: URLRequest, decide: @escaping @Sendable (URLRequest?) -> Void
     ) {
-        guard case .consultRedirect(let current) = transfer(.redirect) else { return decide(nil) }
+        guard let current = engine.withLock({ $0.redirected(ref) }) else { return decide(nil) }
         let proposed = Redirect.request(following: response, to: newRequest, from: current)
         sink.redirect(response, to: proposed) { [self] answer in
             // The task keeps the caller's policy; an answer made from `originalRequest` carries
@@ -503,18 +511,18 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
             // Asked first, as a plain session asks it; a request that leaves HTTP then fails.
             let refused = answer.flatMap { Redirect.refusal(of: $0.url, redirectedFrom: response) }
             if let answer, refused == nil { recorder?.redirected(response, to: answer.url) }
-            _ = transfer(.redirectAnswered(answer, refused: refused))
+            engine.withLock { $0.redirectAnswered(ref, answer, refused: refused) }
             decide(nil)
         }
     }
 
     fileprivate func transportDidReceive(data: Data) {
         recorder?.received(data.count)
-        switch transfer(.data(data)) {
-        case .forwardData(let data): sink.receive(data: data)
+        switch engine.withLock({ $0.received(ref, data) }) {
+        case .none: break
+        case .forward(let data): sink.receive(data: data)
         case .stop(let transfer): environment.stopTransfer(transfer)
         case .fail(let action): perform(action)
-        default: break
         }
     }
 
@@ -535,22 +543,21 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
         var reading: ReactorRunStateMachine.ReportedVersion??
         var failure: (URLTaskOutcome, URLTask)?
         while true {
-            switch transfer(.ended(error: error, choice: choice, reading: reading, now: now)) {
+            let end = engine.withLock { $0.transferEnded(ref, error: error, choice: choice, reading: reading, now: now) }
+            switch end {
             case .chooseReactor(let sent):
                 let outcome = URLTaskOutcome.failure(error ?? URLError(.unknown))
                 choice = .some(chooseReactor(for: outcome, of: sent))
                 failure = (outcome, sent)
                 continue
             case .needsReading(let reactor):
-                reading = .some(task.flatMap { engine.reportedVersion(of: $0, by: reactor) })
+                reading = .some(task.flatMap { environment.reactors[reactor].reportedVersion(of: $0) })
                 continue
-            case .ended(let end):
+            default:
                 // Queued in the section that ended the transfer: the observers are told now.
                 if let (outcome, sent) = failure { observe(outcome, of: sent) }
                 recorder?.transferEnded()
                 perform(end)
-            default:
-                break
             }
             return
         }
@@ -558,7 +565,7 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
 
     private func perform(_ end: Engine.TransferEnd) {
         switch end {
-        case .none:
+        case .none, .chooseReactor, .needsReading:
             break
         case .complete(let completion):
             complete(completion)
@@ -578,10 +585,10 @@ final class TaskStorage: PipelineTaskHandle, Sendable {
 /// takes the outcome, and the observers told of it, see the task as it left, without a section
 /// to read it back (the machine does not change it while the transfer runs).
 final class TransferEvents: TransportEvents {
-    private let run: TaskStorage
+    private let run: TaskRun
     private let sentAs: URLTask?
 
-    init(run: TaskStorage, sentAs: URLTask?) {
+    init(run: TaskRun, sentAs: URLTask?) {
         self.run = run
         self.sentAs = sentAs
     }
