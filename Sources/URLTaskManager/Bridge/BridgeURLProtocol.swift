@@ -78,3 +78,96 @@ class BridgeURLProtocol: URLProtocol {
         handle?.cancel()
     }
 }
+
+// MARK: - One protocol class per session
+
+/// Gives every manager's session its own `URLProtocol` class, so the bridge knows a task's
+/// session and pipeline without asking the task.
+///
+/// A `URLProtocol` cannot see which session made its task (on swift-corelibs-foundation only
+/// through the task's internal `session` field, which the bridge no longer reads), and on Apple
+/// platforms `URLSession` cannot be subclassed, so each session lists a distinct specialisation
+/// `NumberedBridgeURLProtocol<Number>` whose type argument spells a number in binary
+/// (`Bit1<Bit0<NumberRoot>>` is 5), and the class looks its pipeline up by that number. A number
+/// is taken once for the life of the process and never reused: a session that outlives its
+/// pipeline's registration finds nothing, never another session's pipeline.
+protocol BridgeNumber { static var number: Int { get } }
+
+enum NumberRoot: BridgeNumber { static var number: Int { 1 } }
+enum Bit0<Rest: BridgeNumber>: BridgeNumber { static var number: Int { Rest.number &* 2 } }
+enum Bit1<Rest: BridgeNumber>: BridgeNumber { static var number: Int { Rest.number &* 2 &+ 1 } }
+
+/// The bridge of the session whose number `Number` spells.
+final class NumberedBridgeURLProtocol<Number: BridgeNumber>: BridgeURLProtocol {
+    override class var sessionNumber: Int? { Number.number }
+}
+
+enum BridgeClasses {
+    /// The `NumberedBridgeURLProtocol` specialisation for session number `number` (1 or more).
+    static func protocolClass(for number: Int) -> AnyClass {
+        precondition(number >= 1)
+        func bridge<S: BridgeNumber>(_: S.Type) -> AnyClass { NumberedBridgeURLProtocol<S>.self }
+        return bridge(numberType(for: number))
+    }
+
+    static func numberType(for number: Int) -> any BridgeNumber.Type {
+        var bits: [Bool] = []
+        var rest = number
+        while rest > 1 {
+            bits.append(rest & 1 == 1)
+            rest >>= 1
+        }
+        var type: any BridgeNumber.Type = NumberRoot.self
+        for bit in bits.reversed() {
+            func wrap<S: BridgeNumber>(_: S.Type) -> any BridgeNumber.Type { bit ? Bit1<S>.self : Bit0<S>.self }
+            type = wrap(type)
+        }
+        return type
+    }
+}
+
+/// Maps session numbers to the pipelines (and, on swift-corelibs-foundation, the sessions) of live
+/// sessions.
+final class BridgeRegistry: Sendable {
+    static let shared = BridgeRegistry()
+
+    private struct Entry {
+        weak var pipeline: Pipeline?
+        /// The session, where the bridge itself calls its delegate (swift-corelibs-foundation).
+        weak var session: URLSession?
+    }
+
+    private struct State {
+        var entries: [Int: Entry] = [:]
+        var nextNumber = 1
+    }
+
+    private let state = LockedState(State())
+
+    /// A new number, never handed out before.
+    func register(_ pipeline: Pipeline) -> Int {
+        state.withLock { state in
+            defer { state.nextNumber += 1 }
+            state.entries[state.nextNumber] = Entry(pipeline: pipeline)
+            return state.nextNumber
+        }
+    }
+
+    /// Records the session that number `number` serves (weakly: the session owns its number).
+    func attach(_ session: URLSession, to number: Int) {
+        state.withLock { $0.entries[number]?.session = session }
+    }
+
+    func unregister(_ number: Int) {
+        state.withLock { _ = $0.entries.removeValue(forKey: number) }
+    }
+
+    func pipeline(for number: Int) -> Pipeline? {
+        state.withLock { $0.entries[number]?.pipeline }
+    }
+
+    /// The pipeline and session of number `number`, in one look-up.
+    func entry(for number: Int) -> (pipeline: Pipeline?, session: URLSession?) {
+        state.withLock { ($0.entries[number]?.pipeline, $0.entries[number]?.session) }
+    }
+}

@@ -472,7 +472,7 @@ struct Engine {
             }
         }
         let reaction = Reaction(index: index, outcome: outcome, body: body, task: reacting, timer: timer)
-        guard reactors[index].configuration.mode.isShared else {
+        guard reactors[index].isShared else {
             admit(admission.transferEnded(id))
             return .reactAlone(reaction)
         }
@@ -679,7 +679,7 @@ struct Engine {
     private func reactionResult(_ index: Int, _ outcome: ReactorRunner.Outcome) -> TaskStateMachine.ReactionResult {
         switch outcome {
         case .succeeded:
-            switch reactors[index].configuration.mode.afterwards {
+            switch reactors[index].afterwards {
             case .sendAgain: return .requeue(reintercept: true)
             case .sendAgainUnchanged: return .requeue(reintercept: false)
             case .deliverResponse: return .deliver

@@ -29,7 +29,7 @@ final class EngineStorage: Sendable {
         self.reactors = reactors
         self.runtime = runtime
         self.slotsPerHost = slotsPerHost
-        self.holdsNewTasks = reactors.contains { $0.configuration.mode.holdsNewTasks }
+        self.holdsNewTasks = reactors.contains(where: \.holdsNewTasks)
         self.reportsCredentialVersions = reactors.contains(where: \.reportsCredentialVersions)
         self.state = LockedState(Engine(reactors: reactors, slotsPerHost: slotsPerHost))
     }

@@ -1,7 +1,8 @@
 import Foundation
 
-/// One reactor of a manager: its configuration, its name for errors, and a way to run its work
-/// within its timeout. Its runs, gates and stamps are part of admission
+/// One reactor of a manager: its configuration, its name for errors, what it reports of a task
+/// (read outside the engine's lock), and a way to run its work within its timeout
+/// (``withDeadline(_:_:)``, below). Its runs, gates and stamps are part of admission
 /// (``AdmissionStateMachine``); this type holds no state of its own.
 final class ReactorRunner: Sendable {
     enum Outcome {
@@ -24,6 +25,10 @@ final class ReactorRunner: Sendable {
     /// (``URLTaskReactor/currentCredentialVersion()`` is not `nil`, asked once): a task it covers
     /// that is handed a connection slot reads its versions again before it leaves.
     let reportsCredentialVersions: Bool
+    /// Its mode's facts every task asks (``URLTaskReactorConfiguration/Mode``), read once.
+    let holdsNewTasks: Bool
+    let isShared: Bool
+    let afterwards: URLTaskReactorConfiguration.Afterwards
 
     init(reactor: any URLTaskReactor, component: URLTaskError.Component) {
         self.index = component.index ?? 0
@@ -31,6 +36,9 @@ final class ReactorRunner: Sendable {
         self.reportsCredentialVersions = reactor.currentCredentialVersion() != nil
         self.type = URLTaskPolicy.ComponentType(Swift.type(of: reactor))
         self.configuration = reactor.configuration
+        self.holdsNewTasks = configuration.mode.holdsNewTasks
+        self.isShared = configuration.mode.isShared
+        self.afterwards = configuration.mode.afterwards
         self.component = component
     }
 
@@ -49,7 +57,7 @@ final class ReactorRunner: Sendable {
     /// A reactor with neither (a retry) has none.
     func credentialVersion(of task: URLTask, stamped: [Int: Int]) -> Int? {
         if let own = reactor.credentialVersion(of: task) { return own }
-        return configuration.mode.holdsNewTasks ? stamped[index] : nil
+        return holdsNewTasks ? stamped[index] : nil
     }
 
     // MARK: Work
@@ -68,5 +76,98 @@ final class ReactorRunner: Sendable {
         } catch {
             return .failed(URLTaskError.delivered(error, from: component, code: .reactorFailed))
         }
+    }
+}
+
+// MARK: - The deadline
+
+struct ReactorDeadlineExceeded: Error {
+    let limit: Duration
+}
+
+/// Runs `work`, throwing ``ReactorDeadlineExceeded`` (and cancelling the work) if it takes
+/// longer than `limit`. Cancelling the caller cancels the work and throws `CancellationError`.
+///
+/// Neither the deadline nor the caller's cancellation waits for the work to notice: work that
+/// ignores cancellation (an `await` on another unstructured task, a blocking call) would
+/// otherwise keep every task waiting on it well past the limit. Such work is left to finish on
+/// its own and its result is dropped.
+func withDeadline(_ limit: Duration?, _ work: @escaping @Sendable () async throws -> Void) async throws {
+    let race = DeadlineRace()
+    try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { continuation in
+            race.begin(continuation, limit: limit, work: work)
+        }
+    } onCancel: {
+        race.finish(.failure(CancellationError()))
+    }
+}
+
+/// The first of work, deadline and cancellation to finish wins; the others are cancelled.
+private final class DeadlineRace: Sendable {
+    private enum Phase {
+        case idle
+        case running(CheckedContinuation<Void, any Error>, [Task<Void, Never>])
+        case finished
+    }
+
+    private struct State {
+        var phase = Phase.idle
+        var early: Result<Void, any Error>?
+    }
+
+    private let state = LockedState(State())
+
+    func begin(_ continuation: CheckedContinuation<Void, any Error>, limit: Duration?, work: @escaping @Sendable () async throws -> Void) {
+        let tooLate: Result<Void, any Error>? = state.withLock { state in
+            guard case .idle = state.phase else { return state.early }
+            state.phase = .running(continuation, [])
+            return nil
+        }
+        if let tooLate { return continuation.resume(with: tooLate) }
+        var tasks = [
+            Task { [self] in
+                do {
+                    try await work()
+                    finish(.success(()))
+                } catch {
+                    finish(.failure(error))
+                }
+            }
+        ]
+        if let limit {
+            tasks.append(
+                Task { [self] in
+                    // `Task.sleep` traps beyond `Int64` seconds from now: a caller's timeout is clamped.
+                    guard (try? await Task.sleep(for: limit.clampedWait)) != nil else { return }
+                    finish(.failure(ReactorDeadlineExceeded(limit: limit)))
+                })
+        }
+        let finishedMeanwhile: Bool = state.withLock { state in
+            guard case .running(let continuation, _) = state.phase else { return true }
+            state.phase = .running(continuation, tasks)
+            return false
+        }
+        if finishedMeanwhile { tasks.forEach { $0.cancel() } }
+    }
+
+    func finish(_ result: Result<Void, any Error>) {
+        let winner: (CheckedContinuation<Void, any Error>, [Task<Void, Never>])? = state.withLock { state in
+            switch state.phase {
+            case .idle:
+                // Cancelled before `begin`: answer as soon as it runs.
+                state.early = result
+                state.phase = .finished
+                return nil
+            case .running(let continuation, let tasks):
+                state.phase = .finished
+                return (continuation, tasks)
+            case .finished:
+                return nil
+            }
+        }
+        guard let (continuation, tasks) = winner else { return }
+        tasks.forEach { $0.cancel() }
+        continuation.resume(with: result)
     }
 }

@@ -57,7 +57,7 @@ final class TaskRun: PipelineTaskHandle, Sendable {
         let exemptedBy = environment.reactors.map { $0.configuration.exempts(bare) }
         self.exemptedBy = exemptedBy
         self.reporters = environment.reactors.indices.filter {
-            !exemptedBy[$0] && environment.reactors[$0].configuration.mode.holdsNewTasks
+            !exemptedBy[$0] && environment.reactors[$0].holdsNewTasks
                 && environment.reactors[$0].reportsCredentialVersions
         }
         if !environment.reactors.isEmpty, case .stream = body { streamBody = body } else { streamBody = nil }
@@ -76,7 +76,7 @@ final class TaskRun: PipelineTaskHandle, Sendable {
             reactors: environment.reactors.map {
                 TaskStateMachine.ReactorTraits(
                     component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask,
-                    delivers: $0.configuration.mode.afterwards == .deliverResponse
+                    delivers: $0.afterwards == .deliverResponse
                 )
             },
             validation: policy?.responseValidation ?? environment.options.responseValidation,
