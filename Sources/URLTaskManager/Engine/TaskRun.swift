@@ -341,7 +341,8 @@ final class TaskRun: PipelineTaskHandle, Sendable {
             case .success(let command):
                 perform(
                     engine.withLock {
-                        $0.interceptorReturned(ref, index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor)
+                        $0.interceptorReturned(
+                            ref, index: index, command: command, snapshot: snapshot, flushes: flushes, interceptor: interceptor)
                     })
             case .failure(let error):
                 perform(engine.withLock { $0.interceptorThrew(ref, index: index, error: error, interceptor: interceptor) })

@@ -873,7 +873,8 @@ extension TaskStateMachine {
                 }
                 context.restamp = true
                 state = .awaitingConnection
-                return .acquireConnection(request: context.task.request, restamp: true, task: readsVersionsBeforeSending ? context.task : nil)
+                return .acquireConnection(
+                    request: context.task.request, restamp: true, task: readsVersionsBeforeSending ? context.task : nil)
             case .deliver:
                 switch outcome {
                 case .response(let response): return complete(judged(response, received))

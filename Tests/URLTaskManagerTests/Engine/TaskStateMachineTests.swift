@@ -564,7 +564,8 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 1, count: limit - 1))), .none)
         XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 2, count: 100))), .cancelTransport, "enough for the reactor")
         XCTAssertEqual(Step(m.transportReceived(data: Data(repeating: 3, count: 100))), .none, "stopped once")
-        guard case .react(_, .response(let response), let body, _, _, _) = m.transportCompleted(error: URLError(.cancelled), reactor: 0) else {
+        guard case .react(_, .response(let response), let body, _, _, _) = m.transportCompleted(error: URLError(.cancelled), reactor: 0)
+        else {
             return XCTFail("the stop's cancel is not the outcome: the answer is reacted to")
         }
         XCTAssertEqual(response.statusCode, 401)
