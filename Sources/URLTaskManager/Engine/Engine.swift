@@ -299,7 +299,7 @@ struct Engine {
 
     // MARK: Admission
 
-    /// The task is ready to leave for `host` (its slot key, ``Engine/slotKey(of:)``);
+    /// The task is ready to leave for `host` (its slot key, ``URLOrigin/slotKey(of:)``);
     /// `readings`: what its covering reactors report of it.
     mutating func wantsToSend(
         _ ref: TaskRef, host: String, restamp: Bool, readings: [Int: ReactorRunStateMachine.ReportedVersion]
@@ -618,7 +618,7 @@ struct Engine {
             }
         case .waitForSlot(let generation):
             let request = task.machine.task.request
-            let host = Self.slotKey(of: request)
+            let host = URLOrigin.slotKey(of: request)
             return (.waitForSlot(generation: generation, host: host, timeout: request.timeoutInterval, url: request.url), [])
         case .waitAtGate(let reactor):
             return (.step(task.machine.admissionGated(reactor: reactor)), [])
@@ -689,11 +689,6 @@ struct Engine {
         case .declined:
             return .deliver
         }
-    }
-
-    /// The key requests share slots under: scheme, host and port, as URLSession pools connections.
-    static func slotKey(of request: URLRequest) -> String {
-        URLOrigin.description(of: request.url) ?? ""
     }
 
     /// The error a task late for reactor `index`'s failed runs fails with.

@@ -52,7 +52,7 @@ final class TaskRun: PipelineTaskHandle, Sendable {
         self.engine = environment.engine
         // The configuration's additional headers belong to the caller's request, not to every
         // request the inner session sends (a cross-origin redirect must not carry them).
-        var bare = environment.additionalHeaders.applied(to: request)
+        var bare = environment.additionalHeaders?.applied(to: request) ?? request
         bare.removeBody()
         let exemptedBy = environment.reactors.map { $0.configuration.exempts(bare) }
         self.exemptedBy = exemptedBy
@@ -222,7 +222,7 @@ final class TaskRun: PipelineTaskHandle, Sendable {
         case .acquireConnection(let request, let restamp, let task):
             // The slot key matters only where slots are kept. What the covering reactors report
             // of the task as it is about to leave: their code, read before the section.
-            let host = engine.slotsPerHost == nil ? "" : Engine.slotKey(of: request)
+            let host = engine.slotsPerHost == nil ? "" : URLOrigin.slotKey(of: request)
             let readings = task.map(outdatedVersions(of:)) ?? [:]
             perform(engine.withLock { $0.wantsToSend(ref, host: host, restamp: restamp, readings: readings) })
         case .complete(let completion):

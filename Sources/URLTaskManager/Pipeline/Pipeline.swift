@@ -39,7 +39,7 @@ final class Pipeline: TaskEnvironment, SharedTransferStarter, Sendable {
     let events: EventHub<URLTaskEvent>
     /// The configuration's `httpAdditionalHeaders`: put on each caller's request by the
     /// pipeline, never merged by the inner session (which would add them to every redirect).
-    let additionalHeaders: AdditionalHeaders
+    let additionalHeaders: AdditionalHeaders?
     /// Dispatch and Swift tasks: the pipeline's threads and timers.
     let runtime: any PipelineRuntime = LiveRuntime()
     /// The transfers identical requests share, with the manager's `CoalescingInterceptor`;

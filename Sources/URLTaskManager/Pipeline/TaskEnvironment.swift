@@ -19,8 +19,8 @@ protocol TaskEnvironment: AnyObject, Sendable {
     var interceptorTypes: [URLTaskPolicy.ComponentType] { get }
     var reactors: [ReactorRunner] { get }
     var options: URLTaskManager.Options { get }
-    /// The configuration's `httpAdditionalHeaders`, put on each caller's request.
-    var additionalHeaders: AdditionalHeaders { get }
+    /// The configuration's `httpAdditionalHeaders`, put on each caller's request; `nil` when it has none.
+    var additionalHeaders: AdditionalHeaders? { get }
     var events: EventHub<URLTaskEvent> { get }
     var engine: EngineStorage { get }
     var batches: [BatchStorage] { get }

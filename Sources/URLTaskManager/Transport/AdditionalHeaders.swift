@@ -19,15 +19,16 @@ struct AdditionalHeaders: Sendable {
     /// `setValue(_:forHTTPHeaderField:)` stores it (capitalised), found once.
     private let fields: [(name: String, value: String, stored: String)]
 
-    /// The headers of `configuration`, and a copy of it without them for the inner session.
-    static func split(_ configuration: URLSessionConfiguration) -> (AdditionalHeaders, URLSessionConfiguration) {
+    /// The headers of `configuration` (`nil` when it has none: nothing to do per request), and a
+    /// copy of it without them for the inner session.
+    static func split(_ configuration: URLSessionConfiguration) -> (AdditionalHeaders?, URLSessionConfiguration) {
         let fields = (configuration.httpAdditionalHeaders ?? [:]).compactMap { key, value -> (String, String, String)? in
             guard let name = key.base as? String else { return nil }
             return (name, (value as? String) ?? String(describing: value), name.capitalized)
         }
         let inner = configuration.copy() as! URLSessionConfiguration  // copy() of a configuration is one
         inner.httpAdditionalHeaders = nil
-        return (AdditionalHeaders(fields: fields), inner)
+        return (fields.isEmpty ? nil : AdditionalHeaders(fields: fields), inner)
     }
 
     /// `request` with every additional header it does not set itself, each named as the

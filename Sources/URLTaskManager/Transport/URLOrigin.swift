@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// The scheme, host and port of a URL, as URLSession pools connections: the key a part keeps
 /// per-host state under (a circuit, a rate-limit bucket, an offline hold), and the name its
@@ -147,5 +150,13 @@ extension URLOrigin {
                 return written
             }
         }
+    }
+}
+
+extension URLOrigin {
+    /// The key requests share connection slots under: scheme, host and port, as URLSession pools
+    /// connections (``description(of:)``; `""` for a URL without a scheme or host).
+    static func slotKey(of request: URLRequest) -> String {
+        description(of: request.url) ?? ""
     }
 }

@@ -62,7 +62,7 @@ final class ConnectionSlotsStateMachineTests: XCTestCase {
 /// The key requests share slots under, as URLSession pools connections.
 final class ConnectionSlotsHostKeyTests: XCTestCase {
     func testSchemeHostAndEffectivePortMakeTheKey() {
-        func key(_ string: String) -> String { Engine.slotKey(of: URLRequest(url: URL(string: string)!)) }
+        func key(_ string: String) -> String { URLOrigin.slotKey(of: URLRequest(url: URL(string: string)!)) }
         XCTAssertEqual(key("http://API.example.com/a"), key("http://api.example.com:80/b"))
         XCTAssertEqual(key("https://api.example.com/a"), key("https://api.example.com:443/a"))
         XCTAssertNotEqual(key("http://api.example.com/a"), key("https://api.example.com/a"))
