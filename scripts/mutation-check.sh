@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Plants one bug at a time in TaskStateMachine, in the engine's lock sections (TaskRun,
-# EngineStorage) and in the sharing of transfers (SharedTransfers), and checks that the randomized model
+# Plants one bug at a time in TaskStateMachine, in the engine's lock sections (Engine, and the
+# funnel in EngineStorage) and in the sharing of transfers (SharedTransfers), and checks that the randomized model
 # (PipelineModelTests) catches each. Works on a scratch copy of the package, never on the
 # working tree. Usage: [MUTANTS=<part of a name>] scripts/mutation-check.sh [seeds-per-scenario, default 400]
 set -euo pipefail
@@ -18,7 +18,8 @@ scratch, seeds = os.environ["SCRATCH"], os.environ["SEEDS"]
 machine = "Sources/URLTaskManager/Engine/TaskStateMachine.swift"
 sharing = "Sources/URLTaskManager/Transport/Sharing/SharedTransfers.swift"
 storage = "Sources/URLTaskManager/Engine/TaskRun.swift"
-engine = "Sources/URLTaskManager/Engine/EngineStorage.swift"
+engine = "Sources/URLTaskManager/Engine/Engine.swift"
+funnel = "Sources/URLTaskManager/Engine/EngineStorage.swift"
 
 # (what the bug does, the machine's text, the mutant's text[, the file, TaskStateMachine by default])
 mutations = [
@@ -48,23 +49,26 @@ mutations = [
      "                    separated.append(subscription)\n                    listening.append(subscription)\n", sharing),
     # The engine's lock sections: one section per event moves a task and the engine together.
     ("a task the gates hold goes on to its interceptors anyway",
-     "            machine.waitingAtGate(reactor: reactor)\n            return .waitAtGate(reactor: reactor)\n",
-     "            return .proceed(machine.gateOpened())\n", storage),
+     "        case .waitAtGate(let reactor):\n            return task.machine.waitingAtGate(reactor: reactor)\n",
+     "        case .waitAtGate:\n            return task.machine.gateOpened()\n", engine),
     ("admission holds a task at a gate, but its machine is not told",
-     "            machine.admissionGated(reactor: reactor)\n",
-     "\n", storage),
+     "            return (.step(task.machine.admissionGated(reactor: reactor)), [])\n",
+     "            return (.step(.waitAtGate(reactor: reactor)), [])\n", engine),
     ("a slot passed on by a task that may not go is not handed to the next",
-     "            pending.append(contentsOf: handedOver)\n",
-     "\n", engine),
+     "            pending.append(contentsOf: passedOn)\n",
+     "            _ = passedOn\n", engine),
     ("a run's end does not move the tasks held at its gate",
-     "                moved.append((task, task.gateOpened(by: result, in: &state)))\n",
-     "\n", engine),
+     "            decided.append(Decision(run: task.run, action: gateOpened(task, by: result)))\n",
+     "            _ = gateOpened(task, by: result)\n", engine),
     ("a transfer's end hands its slot over, but the task that gets it is never told",
-     "        engine.tell(decided)\n        observer?.transferEnded()\n",
-     "        observer?.transferEnded()\n", storage),
+     "                admit(admission.transferEnded(id, answered: forwarded && traits.countsAsAnswer))\n",
+     "                _ = admission.transferEnded(id, answered: forwarded && traits.countsAsAnswer)\n", engine),
     ("a reaction's section hands the slot over, but the task that gets it is never moved",
-     "            let decided = EngineStorage.admit(handedOver, in: &state)\n            var immediate",
-     "            let decided = [(TaskRun, AdmittedAction)]()\n            _ = handedOver\n            var immediate", storage),
+     "            id, reactor: index, alreadyRequeued: requeued, reported: reading, now: .now)\n        admit(handedOver)\n",
+     "            id, reactor: index, alreadyRequeued: requeued, reported: reading, now: .now)\n        _ = handedOver\n", engine),
+    ("the funnel drops what a section decided for other tasks",
+     "        for decision in decided { runtime.async { decision.run.perform(decision.action) } }\n",
+     "        _ = decided\n", funnel),
 ]
 
 # MUTANTS="<text>|<text>" plants only the mutants whose name contains one of them (a quick check).
