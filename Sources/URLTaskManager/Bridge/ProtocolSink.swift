@@ -15,7 +15,7 @@ import FoundationNetworking
 /// about a task it has forgotten). Bodies are streamed chunk by chunk to delegate-driven
 /// tasks and handed over in one piece to tasks with a completion handler.
 // @unchecked Sendable: `client` is only called on `queue` (Sendable in corelibs, not declared so by every Apple SDK of the CI).
-final class ProtocolSink: @unchecked Sendable {
+final class ProtocolSink: TaskSink, @unchecked Sendable {
     private enum Phase {
         case open(buffer: Data?)
         case closed
@@ -106,6 +106,11 @@ final class ProtocolSink: @unchecked Sendable {
     }
 
     var answersChallenges: Bool { session != nil }
+
+    /// Streamed: the client hears each chunk on the work queue as it arrives, and a task whose
+    /// caller takes the body in one piece (``BodyDelivery/buffer``) is buffered here, not by the
+    /// transfer.
+    var delivery: TransferDelivery { .streamed }
 
     /// Hands a chunk to the delegate of an async API, on the session's delegate queue after the
     /// response that corelibs already gave it, as corelibs' own protocol does.
