@@ -46,6 +46,9 @@ final class ProtocolSink: TaskSink, @unchecked Sendable {
     private let chunkDelegate: (any URLSessionDataDelegate)?
     /// Told of upload progress (``OuterTaskFacts/uploadProgressDelegate``).
     private let uploadProgressDelegate: (any URLSessionTaskDelegate)?
+    /// Whether the sink moves the outer task's `progress` (``Platform/bridgeMovesProgress``, a
+    /// fact of the platform, read once).
+    private let movesProgress = Platform.bridgeMovesProgress
 
     init(urlProtocol: URLProtocol, client: any URLProtocolClient, facts: OuterTaskFacts) {
         self.state = LockedState(State(phase: .open(buffer: facts.delivery == .buffer ? Data() : nil), urlProtocol: urlProtocol))
@@ -205,7 +208,7 @@ final class ProtocolSink: TaskSink, @unchecked Sendable {
 
     /// The open task's progress, where the bridge moves it (``Platform/bridgeMovesProgress``).
     private func progressToMove() -> Progress? {
-        guard Platform.bridgeMovesProgress else { return nil }
+        guard movesProgress else { return nil }
         return state.withLock { state in
             guard case .open = state.phase else { return nil }
             return state.urlProtocol?.task?.progress
