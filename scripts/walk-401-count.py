@@ -8,10 +8,18 @@ debug info places it in a file under Sources/URLTask* (URLTaskManager, URLTaskRe
 URLTaskOAuth2, URLTaskCrypto); a *hop* is one call whose caller and callee are library functions
 defined in different files; a call through a thunk of a library module (a protocol witness, a
 closure's partial-apply forwarder: compiler-generated, no source file) counts as a call to the
-function it forwards to. The walk's figures are WALK minus BASE: hops (calls counted with
-their multiplicity), distinct (caller file -> callee file) pairs among them, and the library files
-and folders whose functions were called more often. With several WALK files (WALK2 = 2 walks,
-...) each further difference is printed too, as a check that one walk costs the same each time.
+function it forwards to. The in-process server is not the library's path: a call made by a
+function of Sources/LoopbackServer, or by a function that only such calls run (reached from them
+through library and standard-library functions, and called by nothing else: the server's SHA-256
+of each body, in URLTaskCrypto), is neither a hop nor a call that makes a file touched. The
+workload (Sources/Benchmarks) is not left out: its interceptor, reactor and closures are the
+app's code, which the library calls and which calls the library (the oauth2 walk's
+`isTokenRequest: { endpoint.matches($0) }`). Nor is what Foundation or Dispatch calls, even when
+the server called them. The walk's figures are WALK minus BASE: hops (calls counted with their
+multiplicity), distinct (caller file -> callee file) pairs among them, and the library files and
+folders whose functions were called more often, not counting the server's calls. With several
+WALK files (WALK2 = 2 walks, ...) each further difference is printed too, as a check that one
+walk costs the same each time.
 """
 import collections
 import os
@@ -136,19 +144,72 @@ def through_thunks(calls, fn_file):
     return {(a, b): n for a, bs in out.items() for b, n in bs.items()}
 
 
+# The in-process test server the workload starts (LoopbackServer, OAuthServer): its calls into the
+# library are not the library's path (it hashes each request body with URLTaskCrypto's SHA-256,
+# which no request of the walk needs). The workload itself (Sources/Benchmarks) is the app: its
+# interceptor, reactor and closures call the library as an app's would, and count.
+SERVER = re.compile(r"/Sources/LoopbackServer/")
+
+
+# The Swift standard library's functions (module `Swift`, `$ss...`, and its types' standard
+# substitutions, `$sSa` Array, `$sSS` String, ...), through which a library function runs its own
+# closures (`withUnsafeBytes`). Not Foundation, Dispatch or the runtime (`swift_...`, `swift::`), nor
+# concurrency (`$sSc...`) or imported C types (`$sSo...`): what they call is the library's path even
+# when the server called them.
+STDLIB = re.compile(r"^\$s(s|S[abdDfhiIJnNOpPqQrRsSuvVwWxX])")
+
+
+def run_by_server(calls, fn_file):
+    """The functions only the server runs: called by the server or by such functions alone.
+
+    Reached from a server function through library functions, the library's thunks and the
+    standard library, with every caller (in the whole profile) the server or one of them: the
+    largest such set, so that the calls between them (SHA256Hasher's own) are left out too.
+    """
+    def passes(fn):
+        return bool(fn) and (bool(library(fn_file.get(fn))) or bool(MODULE.match(fn)) or bool(STDLIB.match(fn)))
+
+    def server(fn):
+        return bool(SERVER.search(fn_file.get(fn) or ""))
+
+    callers = collections.defaultdict(set)
+    callees = collections.defaultdict(set)
+    for (a, b), n in calls.items():
+        if n > 0 and a != b:
+            callers[b].add(a)
+            callees[a].add(b)
+    run = set()
+    frontier = [fn for fn in callees if server(fn)]
+    while frontier:
+        fn = frontier.pop()
+        for b in callees[fn]:
+            if b not in run and passes(b) and not server(b):
+                run.add(b)
+                frontier.append(b)
+    changed = True
+    while changed:
+        changed = False
+        for fn in list(run):
+            if any(not server(a) and a not in run for a in callers[fn]):
+                run.discard(fn)
+                changed = True
+    return run, server
+
+
 def figures(path, thunks=True):
     calls, fn_file = parse(path)
-    called = collections.Counter()  # library function -> calls into it
+    run, server = run_by_server(calls, fn_file)
+    called = collections.Counter()  # library function -> calls into it, the server's left out
     for (caller, callee), count in calls.items():
         b = library_function(callee, fn_file)
-        if b:
+        if b and caller not in run and not server(caller):
             called[(b, callee)] += count
     if thunks:
         calls = through_thunks(calls, fn_file)
     hops = collections.Counter()  # (caller file, callee file) -> calls
     for (caller, callee), count in calls.items():
         a, b = library_function(caller, fn_file), library_function(callee, fn_file)
-        if a and b and a != b:
+        if a and b and a != b and caller not in run:
             hops[(a, b)] += count
     return hops, called
 

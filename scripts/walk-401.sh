@@ -27,8 +27,16 @@
 #   it forwards to; work handed to a queue or an executor (Dispatch, Swift concurrency) is not a
 #   call between library functions and is not counted; an async callee resuming its caller's
 #   continuation is a call as callgrind sees it.
+# - The in-process server is not the library's path. A call made by the server (a function under
+#   Sources/LoopbackServer: LoopbackServer, OAuthServer), or by a library or standard-library
+#   function that only such calls run (the server hashes each body with URLTaskCrypto's SHA-256,
+#   whose functions then call each other), is neither a hop nor a call that makes a file touched.
+#   Foundation, Dispatch and the Swift runtime stop that: what they call is the library's path. The
+#   workload (Sources/Benchmarks) counts: its interceptor, reactor and closures are the app's code,
+#   which calls the library as an app's would (oauth2: `isTokenRequest: { endpoint.matches($0) }`).
 # - The walk = (run with 1 walk) - (run with 0 walks): hops, distinct (caller file -> callee file)
-#   pairs among them, files whose functions were called more often, and those files' folders.
+#   pairs among them, files whose functions were called more often (by other than the server),
+#   and those files' folders.
 #   A third run with 2 walks checks that the second walk costs what the first did.
 #
 # Deterministic: the counts are of calls, not of time or instructions; run it twice to see the

@@ -15,7 +15,7 @@ import FoundationNetworking
 /// about a task it has forgotten). Bodies are streamed chunk by chunk to delegate-driven
 /// tasks and handed over in one piece to tasks with a completion handler.
 // @unchecked Sendable: `client` is only called on `queue` (Sendable in corelibs, not declared so by every Apple SDK of the CI).
-final class ProtocolSink: @unchecked Sendable {
+final class ProtocolSink: TaskSink, @unchecked Sendable {
     private enum Phase {
         case open(buffer: Data?)
         case closed
@@ -46,6 +46,9 @@ final class ProtocolSink: @unchecked Sendable {
     private let chunkDelegate: (any URLSessionDataDelegate)?
     /// Told of upload progress (``OuterTaskFacts/uploadProgressDelegate``).
     private let uploadProgressDelegate: (any URLSessionTaskDelegate)?
+    /// Whether the sink moves the outer task's `progress` (``Platform/bridgeMovesProgress``, a
+    /// fact of the platform, read once).
+    private let movesProgress = Platform.bridgeMovesProgress
 
     init(urlProtocol: URLProtocol, client: any URLProtocolClient, facts: OuterTaskFacts) {
         self.state = LockedState(State(phase: .open(buffer: facts.delivery == .buffer ? Data() : nil), urlProtocol: urlProtocol))
@@ -106,6 +109,11 @@ final class ProtocolSink: @unchecked Sendable {
     }
 
     var answersChallenges: Bool { session != nil }
+
+    /// Streamed: the client hears each chunk on the work queue as it arrives, and a task whose
+    /// caller takes the body in one piece (``BodyDelivery/buffer``) is buffered here, not by the
+    /// transfer.
+    var delivery: TransferDelivery { .streamed }
 
     /// Hands a chunk to the delegate of an async API, on the session's delegate queue after the
     /// response that corelibs already gave it, as corelibs' own protocol does.
@@ -200,7 +208,7 @@ final class ProtocolSink: @unchecked Sendable {
 
     /// The open task's progress, where the bridge moves it (``Platform/bridgeMovesProgress``).
     private func progressToMove() -> Progress? {
-        guard Platform.bridgeMovesProgress else { return nil }
+        guard movesProgress else { return nil }
         return state.withLock { state in
             guard case .open = state.phase else { return nil }
             return state.urlProtocol?.task?.progress

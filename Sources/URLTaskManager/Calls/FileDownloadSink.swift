@@ -102,4 +102,7 @@ final class FileDownloadSink: CallSink, Sendable {
         file.discard()
         call.end(.failure(error))
     }
+
+    /// Chunk by chunk, each written to the file as it arrives.
+    var delivery: TransferDelivery { .streamed }
 }

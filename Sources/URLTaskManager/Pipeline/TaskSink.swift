@@ -32,7 +32,8 @@ protocol TaskSink: Sendable {
     /// caller's session would otherwise answer it itself, and resend outside the pipeline).
     var answersChallenges: Bool { get }
 
-    /// How the caller takes the body, which decides how its transfer delivers it.
+    /// How the caller takes the body, which decides how its transfer delivers it. Every sink
+    /// states its own: the pipeline asks on every send.
     var delivery: TransferDelivery { get }
 }
 
@@ -66,8 +67,4 @@ extension TaskSink {
     }
 
     var answersChallenges: Bool { false }
-
-    var delivery: TransferDelivery { .streamed }
 }
-
-extension ProtocolSink: TaskSink {}

@@ -633,6 +633,7 @@ final class PipelineModelTests: XCTestCase {
         }
 
         var answersChallenges: Bool { world.scenario.challenges }
+        var delivery: TransferDelivery { .streamed }
     }
 
     /// The caller of a task made through the manager's own methods: records the one answer

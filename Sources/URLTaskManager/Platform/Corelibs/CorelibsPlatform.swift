@@ -77,7 +77,7 @@ enum CorelibsPlatform: PlatformSupport {
             // only the task holds an upload's body. (A manager's session that found no registry
             // when it was made will not find one later: the task delegate is then not called.)
             let registry = managed.map(\.registryReader) ?? session.flatMap { TaskRegistryReader(session: $0) }
-            let behaviour = registry.flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier)) }
+            let behaviour = registry.flatMap { $0.behaviour(for: task.taskIdentifier) }
             // A plain session's task (the pin tests) may be delegate-driven: the registry says.
             delivery = managed == nil ? behaviour?.delivery ?? .buffer : .buffer
             taskDelegate = behaviour?.taskDelegate
@@ -93,14 +93,11 @@ enum CorelibsPlatform: PlatformSupport {
             }
         }
         if task is URLSessionUploadTask { missing = !fromDelegate && body.isNone }
-        var facts = OuterTaskFacts(delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, isDownload: isDownload)
-        facts.bodyFromDelegate = fromDelegate
-        facts.pipeline = registered?.pipeline
-        facts.session = managed
-        facts.taskDelegate = taskDelegate
-        facts.callerDelegate = managed == nil ? nil : task.delegate
-        facts.uploadProgressDelegate = taskDelegate ?? (delivery == .stream ? task.delegate : nil)
-        return facts
+        return OuterTaskFacts(
+            delivery: delivery, workQueue: workQueue, body: body, bodyMissing: missing, bodyFromDelegate: fromDelegate,
+            isDownload: isDownload, pipeline: registered?.pipeline, session: managed, taskDelegate: taskDelegate,
+            uploadProgressDelegate: taskDelegate ?? (delivery == .stream ? task.delegate : nil),
+            callerDelegate: managed == nil ? nil : task.delegate)
     }
 
     /// The session is a ``ManagedURLSession``, which tells the pipeline of its invalidation.
@@ -121,7 +118,7 @@ enum CorelibsPlatform: PlatformSupport {
     /// from anywhere else, on that queue.
     static func asyncAPIDelegate(of task: URLSessionTask, in session: URLSession) -> (any URLSessionTaskDelegate)? {
         let read = {
-            TaskRegistryReader(session: session).flatMap { registeredBehaviour($0.entry(for: task.taskIdentifier))?.taskDelegate }
+            TaskRegistryReader(session: session)?.behaviour(for: task.taskIdentifier)?.taskDelegate
         }
         if isOnSessionWorkQueue { return read() }
         return workQueue(of: session)?.sync(execute: read)
@@ -310,41 +307,6 @@ enum CorelibsPlatform: PlatformSupport {
     static func idleTimeoutError(url: URL?) -> URLError {
         URLError(_nsError: NSError(domain: NSURLErrorDomain, code: NSURLErrorTimedOut, userInfo: nil))
     }
-
-    /// What an entry of the task registry says: `callDelegate`, the one case without a payload,
-    /// streams; the completion-handler cases buffer, and those of the async APIs
-    /// (`dataCompletionHandlerWithTaskDelegate(completion, delegate)`) carry the delegate the
-    /// caller gave, second in their payload.
-    private static func registeredBehaviour(
-        _ entry: TaskRegistryReader.Entry
-    ) -> (delivery: BodyDelivery, taskDelegate: (any URLSessionTaskDelegate)?)? {
-        switch entry {
-        case .absent:
-            return nil
-        case .found(let behaviour):
-            return (behaviour.delivery, behaviour.taskDelegate)
-        case .unreadable(let behaviour):
-            // A toolchain whose enum no longer matches ``RegisteredBehaviour``: read it by name.
-            // Only the case named `callDelegate` streams; any other case, known or not, buffers
-            // (a completion handler given chunks would keep only the last one).
-            guard let payload = Mirror(reflecting: behaviour).children.first?.value else {
-                return ("\(behaviour)" == "callDelegate" ? .stream : .buffer, nil)
-            }
-            // A cast to the payload's tuple type, not a second `Mirror`: reflecting a payload
-            // that holds a closure looks the closure's type up by its mangled name every time.
-            // corelibs 6 declares the completions `@Sendable`; the plain types are for older ones.
-            if let pair = payload as? (RegisteredBehaviour.DataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-            if let pair = payload as? (RegisteredBehaviour.DownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-            if let pair = payload as? (DataCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-            if let pair = payload as? (DownloadCompletion, (any URLSessionTaskDelegate)?) { return (.buffer, pair.1) }
-            return (.buffer, nil)
-        }
-    }
-
-    /// corelibs' `_TaskRegistry.DataTaskCompletion` and `DownloadTaskCompletion` before corelibs 6
-    /// made them `@Sendable` (``RegisteredBehaviour`` declares those of corelibs 6).
-    private typealias DataCompletion = (Data?, URLResponse?, (any Error)?) -> Void
-    private typealias DownloadCompletion = (URL?, URLResponse?, (any Error)?) -> Void
 
     /// Maps corelibs' internal `URLSessionTask._Body` (`none`, `data(DispatchData)`,
     /// `file(URL)`, `stream(InputStream)`).

@@ -1,6 +1,6 @@
 // Reads an enum's cases from the runtime's type metadata, without a value of the enum and
 // without any cast, so that two enums can be shown to share a layout before one is read as
-// the other (see RegisteredBehaviour.swift). Only swift-corelibs-foundation needs it.
+// the other (see TaskRegistryReader.swift). Only swift-corelibs-foundation needs it.
 
 #if canImport(FoundationNetworking)
 /// An enum type's cases as the compiler describes them in its metadata: each case's name, its
