@@ -27,6 +27,10 @@ final class TaskRun: PipelineTaskHandle, Sendable {
     private let engine: EngineStorage
     /// Where the outcome goes (read by the pipeline only to find the manager's own calls).
     let sink: any TaskSink
+    /// How the sink takes the answer, and whether it answers challenges: constants of the sink
+    /// (``TaskSink``), read once here rather than on every send and head.
+    private let delivery: TransferDelivery
+    private let answersChallenges: Bool
     private let environment: any TaskEnvironment
     /// Records and emits this task's events; `nil` when nobody listened as it started.
     private let recorder: TaskEventRecorder?
@@ -64,6 +68,8 @@ final class TaskRun: PipelineTaskHandle, Sendable {
         var task = URLTask(id: id, originalRequest: bare, attempt: 1, body: body)
         task.policy = policy
         self.sink = sink
+        self.delivery = sink.delivery
+        self.answersChallenges = sink.answersChallenges
         self.environment = environment
         self.outcomeObservers = environment.outcomeObservers
         self.recorder = environment.events.isListening ? TaskEventRecorder(id: id, request: request, hub: environment.events) : nil
@@ -427,7 +433,7 @@ final class TaskRun: PipelineTaskHandle, Sendable {
             announceSent(to: recorder, task: task, stamped: stamped, attempt: attempt, body: body)
         }
         // A task that may no longer take a whole transfer (``TaskStateMachine/mayTakeWholeTransfer``) streams.
-        let delivery = sink.delivery == .whole && !whole ? .streamed : sink.delivery
+        let delivery = delivery == .whole && !whole ? .streamed : delivery
         let events = TransferEvents(run: self, sentAs: task)
         environment.startTransfer(framed, body: body, callerURL: callerURL, events: events, share: share, delivery: delivery) {
             [self] started in
@@ -490,7 +496,7 @@ final class TaskRun: PipelineTaskHandle, Sendable {
         let http = response as? HTTPURLResponse
         // The task as sent is at hand wherever a reactor or an observer is (``Engine/Traits``).
         let reactor = http.flatMap { http in task.flatMap { chooseReactor(for: .response(http), of: $0) } }
-        let challenge = sink.answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
+        let challenge = answersChallenges && http.map(AuthenticationChallenge.isChallenge) == true
         recorder?.responseHead(response)
         // The section queues the outcome for the observers; they are told once it did.
         let forwarded = engine.withLock { $0.responseHead(ref, response, reactor: reactor, challenge: challenge) }

@@ -29,11 +29,12 @@ protocol TaskSink: Sendable {
         _ challenge: URLAuthenticationChallenge, answer: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void)
 
     /// Whether a 401 challenge must be answered before the caller sees the response (the
-    /// caller's session would otherwise answer it itself, and resend outside the pipeline).
+    /// caller's session would otherwise answer it itself, and resend outside the pipeline). A
+    /// constant of the sink: read once, as its task starts.
     var answersChallenges: Bool { get }
 
     /// How the caller takes the body, which decides how its transfer delivers it. Every sink
-    /// states its own: the pipeline asks on every send.
+    /// states its own, a constant: read once, as its task starts.
     var delivery: TransferDelivery { get }
 }
 
