@@ -28,7 +28,7 @@ mutations = [
      "            return .abandon(nil)\n"),
     ("a transfer that ends after its task did completes the task again",
      "            state = .completed(pendingTransfer: nil)\n            return .none\n        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:",
-     "            state = .completed(pendingTransfer: nil)\n            return .complete(.finish)\n        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:"),
+     "            state = .completed(pendingTransfer: nil)\n            return .complete(.finish, forwarded: false)\n        case .created, .gated, .intercepting, .held, .awaitingConnection, .reacting, .consultingChallenge:"),
     ("a requeue forgets that the reactor already sent the task again",
      "                budgets.requeuedBy[reactor] = true\n",
      "                budgets.requeuedBy[reactor] = false\n"),

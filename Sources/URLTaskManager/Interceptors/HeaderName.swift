@@ -68,4 +68,9 @@ extension URLRequest {
     func headerValue(_ name: HeaderName) -> String? {
         Platform.headerValue(name, in: self)
     }
+
+    /// The values of two names under any spelling, read together (``PlatformSupport/headerValues(_:_:in:)``).
+    func headerValues(_ first: HeaderName, _ second: HeaderName) -> (String?, String?) {
+        Platform.headerValues(first, second, in: self)
+    }
 }

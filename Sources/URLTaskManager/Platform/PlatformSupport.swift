@@ -124,6 +124,10 @@ protocol PlatformSupport {
 
     /// The value of `name` under any spelling.
     static func headerValue(_ name: HeaderName, in request: URLRequest) -> String?
+
+    /// The values of two names under any spelling, found in one read of the request's fields
+    /// (on corelibs each read of `allHTTPHeaderFields` bridges the whole dictionary).
+    static func headerValues(_ first: HeaderName, _ second: HeaderName, in request: URLRequest) -> (String?, String?)
 }
 
 extension PlatformSupport {

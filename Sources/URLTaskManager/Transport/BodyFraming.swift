@@ -14,12 +14,23 @@ import FoundationNetworking
 enum BodyFraming {
     private static let contentLength = HeaderName("Content-Length")
 
-    /// `request` with a `Content-Length` that frames exactly `body`'s bytes: the length of a
-    /// `.data` body or of a `.file`; none for a stream (sent chunked, where a `Content-Length`
-    /// beside `Transfer-Encoding` is what request smuggling is made of) and none but `0`
-    /// without a body. A request without the header is left to the session.
+    /// `request` as it goes on the wire: without the policy's header (``URLTaskPolicy``),
+    /// whatever put it there (a redirect delegate, an interceptor), for it is the manager's own
+    /// and never leaves; and with a `Content-Length` that frames exactly `body`'s bytes: the
+    /// length of a `.data` body or of a `.file`; none for a stream (sent chunked, where a
+    /// `Content-Length` beside `Transfer-Encoding` is what request smuggling is made of) and none
+    /// but `0` without a body. A request without the header is left to the session. Both are
+    /// found in one read of the fields.
     static func framed(_ request: URLRequest, body: URLTaskBody) -> URLRequest {
-        guard let declared = request.headerValue(contentLength) else { return request }
+        let (declared, policy) = request.headerValues(contentLength, URLTaskPolicy.header)
+        guard policy != nil else { return framed(request, body: body, declared: declared) }
+        var bare = request
+        bare.setValue(nil, forHTTPHeaderField: URLTaskPolicy.headerName)
+        return framed(bare, body: body, declared: declared)
+    }
+
+    private static func framed(_ request: URLRequest, body: URLTaskBody, declared: String?) -> URLRequest {
+        guard let declared else { return request }
         let actual: Int?
         switch body {
         case .none: actual = declared == "0" ? 0 : nil

@@ -102,12 +102,11 @@ final class Transport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         }
     }
 
-    /// `request` as the inner session sends it: without the policy's header, whatever put it
-    /// there (a redirect delegate, an interceptor), for it is the manager's own and never leaves;
-    /// with `body` in its body fields (a file's is the upload task's), each field written only
-    /// when it must change (see `removeBody()`).
+    /// `request` (framed: ``BodyFraming/framed(_:body:)``, which also took the policy's header
+    /// off) as the inner session sends it: with `body` in its body fields (a file's is the
+    /// upload task's), each field written only when it must change (see `removeBody()`).
     static func prepared(_ request: URLRequest, body: URLTaskBody) -> URLRequest {
-        var request = URLTaskPolicy.removed(from: request)
+        var request = request
         switch body {
         case .none, .file:
             request.removeBody()

@@ -105,5 +105,9 @@ enum ApplePlatform: PlatformSupport {
     static func headerValue(_ name: HeaderName, in request: URLRequest) -> String? {
         request.value(forHTTPHeaderField: name.spelled)
     }
+
+    static func headerValues(_ first: HeaderName, _ second: HeaderName, in request: URLRequest) -> (String?, String?) {
+        (request.value(forHTTPHeaderField: first.spelled), request.value(forHTTPHeaderField: second.spelled))
+    }
 }
 #endif

@@ -54,5 +54,16 @@ extension CorelibsPlatform {
         for (existing, value) in fields where name.matches(existing) { return value }
         return nil
     }
+
+    /// ``headerValue(_:in:)`` for two names, over one bridged copy of the fields.
+    static func headerValues(_ first: HeaderName, _ second: HeaderName, in request: URLRequest) -> (String?, String?) {
+        guard let fields = request.allHTTPHeaderFields, !fields.isEmpty else { return (nil, nil) }
+        func value(_ name: HeaderName) -> String? {
+            if let value = fields[name.stored] { return value }
+            for (existing, value) in fields where name.matches(existing) { return value }
+            return nil
+        }
+        return (value(first), value(second))
+    }
 }
 #endif
