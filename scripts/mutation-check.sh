@@ -7,9 +7,11 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export SEEDS="${1:-400}"
 export SCRATCH="${MUTATION_SCRATCH:-/tmp/urltaskmanager-mutants}"
+# A copy of the package without its builds, made afresh (a file deleted since the last run must
+# not linger); the archive keeps every file's time, so the scratch build stays incremental from
+# one run to the next.
+rm -rf "$SCRATCH/src"
 mkdir -p "$SCRATCH/src"
-# A copy of the package without its builds; unchanged files keep their times, so the scratch
-# build stays incremental from one run to the next.
 (cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | (cd "$SCRATCH/src" && tar -xpf -)
 exec python3 - <<'PY'
 import os, re, subprocess, sys
