@@ -644,11 +644,10 @@ struct Engine {
 
     /// The run of reactor `index` this task waited on (or ran for it alone) ended.
     private mutating func reactionFinished(_ task: Entry, reactor index: Int, outcome: ReactorRunner.Outcome) -> TaskAction {
-        var action = task.machine.reactionFinished(reactor: index, result: reactionResult(index, outcome))
-        var requeued: Int?
+        let ended = task.machine.reactionEnded(reactor: index, result: reactionResult(index, outcome))
+        var action = ended.action
         switch action {
         case .checkGates, .acquireConnection:
-            requeued = task.machine.attempt
             if var observation = task.observation {
                 // Sent again only once the observers saw every outcome (``OutcomeObservationStateMachine``).
                 switch observation.resendRequested(action) {
@@ -660,7 +659,7 @@ struct Engine {
         default:
             break
         }
-        return .reacted(requeued: requeued, then: passGates(task, action))
+        return .reacted(requeued: ended.requeuedAs, then: passGates(task, action))
     }
 
     /// A run whose gate held this task ended.

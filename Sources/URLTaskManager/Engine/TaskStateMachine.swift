@@ -890,6 +890,16 @@ extension TaskStateMachine {
         }
     }
 
+    /// ``reactionFinished(reactor:result:)``, with the attempt the task is sent again as when the
+    /// reaction requeued it (for its `requeued` event): one call for the engine's section.
+    mutating func reactionEnded(reactor: Int, result: ReactionResult) -> (action: ProceedAction, requeuedAs: Int?) {
+        let action = reactionFinished(reactor: reactor, result: result)
+        switch action {
+        case .checkGates, .acquireConnection: return (action, budgets.attempt)
+        default: return (action, nil)
+        }
+    }
+
     /// What the caller's side answered to an HTTP authentication challenge.
     enum ChallengeAnswer {
         /// Send this request (the credential applied) through the pipeline again.

@@ -518,6 +518,19 @@ final class TaskStateMachineTests: XCTestCase {
 
     // MARK: Reactions
 
+    func testAReactionsEndNamesTheAttemptTheTaskIsSentAgainAsOnlyWhenItIsRequeued() {
+        var requeued = Self.reacting()
+        let again = requeued.reactionEnded(reactor: 0, result: .requeue(reintercept: true))
+        XCTAssertEqual(Step(again.action), .checkGates)
+        XCTAssertEqual(again.requeuedAs, 2, "the second attempt")
+        var unchanged = Self.reacting()
+        XCTAssertEqual(unchanged.reactionEnded(reactor: 0, result: .requeue(reintercept: false)).requeuedAs, 2)
+        var delivered = Self.reacting()
+        let answer = delivered.reactionEnded(reactor: 0, result: .deliver)
+        XCTAssertNil(answer.requeuedAs, "delivered, not sent again")
+        XCTAssertEqual(Step(answer.action), .respond(status: 401, body: Data()))
+    }
+
     func testA401IsCollectedThenReactedToWithItsBody() {
         var m = Self.sending()
         XCTAssertEqual(Step(m.transportReceived(response: Self.response(401), reactor: 0)), .none, "the caller never sees the 401")
