@@ -126,7 +126,7 @@ public struct URLTaskPolicy: Sendable, Equatable {
     /// The header a policy travels in between the caller and the manager; never sent.
     static let headerName = "X-URLTaskManager-Policy"
     /// ``headerName``, looked up without corelibs' locale-aware comparison (see `headerValue`).
-    static let header = HeaderName(headerName)
+    private static let header = HeaderName(headerName)
 
     /// `request` without its policy, and the policy.
     static func take(from request: URLRequest) -> (URLRequest, URLTaskPolicy?) {

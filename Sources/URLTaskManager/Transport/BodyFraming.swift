@@ -13,6 +13,8 @@ import FoundationNetworking
 /// replaced. So the body the pipeline sends decides the framing, whatever the header says.
 enum BodyFraming {
     private static let contentLength = HeaderName("Content-Length")
+    /// ``URLTaskPolicy/headerName``, kept here for the one read of the fields at send.
+    private static let policy = HeaderName(URLTaskPolicy.headerName)
 
     /// `request` as it goes on the wire: without the policy's header (``URLTaskPolicy``),
     /// whatever put it there (a redirect delegate, an interceptor), for it is the manager's own
@@ -22,7 +24,7 @@ enum BodyFraming {
     /// but `0` without a body. A request without the header is left to the session. Both are
     /// found in one read of the fields.
     static func framed(_ request: URLRequest, body: URLTaskBody) -> URLRequest {
-        let (declared, policy) = request.headerValues(contentLength, URLTaskPolicy.header)
+        let (declared, policy) = request.headerValues(contentLength, policy)
         guard policy != nil else { return framed(request, body: body, declared: declared) }
         var bare = request
         bare.setValue(nil, forHTTPHeaderField: URLTaskPolicy.headerName)
@@ -42,16 +44,5 @@ enum BodyFraming {
         var framed = request
         framed.setValue(actual.map(String.init), forHTTPHeaderField: "Content-Length")
         return framed
-    }
-}
-
-extension URLRequest {
-    /// Clears `httpBody` and `httpBodyStream`, writing each only when it is set: on corelibs the
-    /// first write to a request shared with another holder (the bridge's `URLProtocol`, the task's
-    /// record) copies the whole request, and most requests have neither field set (the copy's
-    /// cost: the Performance article, "Single operations on Linux").
-    mutating func removeBody() {
-        if httpBody != nil { httpBody = nil }
-        if httpBodyStream != nil { httpBodyStream = nil }
     }
 }
