@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import LoopbackServer
 import URLTaskManager
 import URLTaskResilience
@@ -39,12 +40,12 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         let members = (0..<4).map { _ in Member(redisServer, policy: policy) }
         defer { for member in members { member.redis.close() } }
         let started = ContinuousClock.now
-        let results = await withTaskGroup(of: FleetFetched.self) { group in
+        let results = await withTaskGroup(of: Fetched.self) { group in
             for (index, member) in members.enumerated() {
                 for request in 0..<50 {
                     var urlRequest = URLRequest(url: server.url("/r?m=\(index)&i=\(request)"))
                     urlRequest.timeoutInterval = 30
-                    group.addTask { await FleetFetched.fetch(member.manager.session, urlRequest) }
+                    group.addTask { await fetched(member.manager.session, urlRequest) }
                 }
             }
             return await group.reduce(into: []) { $0.append($1) }
@@ -96,13 +97,13 @@ final class FleetRateLimitHTTPTests: XCTestCase {
             seer.redis.close()
             other.redis.close()
         }
-        let refused = await FleetFetched.fetch(seer.manager.session, URLRequest(url: server.url("/p")))
+        let refused = await fetched(seer.manager.session, URLRequest(url: server.url("/p")))
         XCTAssertEqual(refused.status, 429, "the limiter only observes: the caller gets the 429")
         let answeredAt = ContinuousClock.now
         try await seer.events.wait("the pause shared") { event in
             if case .paused(_, .seconds(1), 429, shared: true) = event { return true } else { return false }
         }
-        let resumed = await FleetFetched.fetch(other.manager.session, URLRequest(url: server.url("/p")))
+        let resumed = await fetched(other.manager.session, URLRequest(url: server.url("/p")))
         XCTAssertEqual(resumed.text, "ok")
         let arrival = try XCTUnwrap(server.requests(path: "/p").last?.arrivedAt)
         XCTAssertGreaterThan(answeredAt.duration(to: arrival), .milliseconds(850), "the other manager waited out the pause")
@@ -131,7 +132,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
             seer.redis.close()
             other.redis.close()
         }
-        let refused = await FleetFetched.fetch(seer.manager.session, URLRequest(url: server.url("/w")))
+        let refused = await fetched(seer.manager.session, URLRequest(url: server.url("/w")))
         XCTAssertEqual(refused.status, 503)
         try await seer.events.wait("the pause shared") { event in
             if case .paused(_, .seconds(30), 503, shared: true) = event { return true } else { return false }
@@ -139,11 +140,11 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         var impatient = URLRequest(url: server.url("/w"))
         impatient.timeoutInterval = 0.3
         let started = ContinuousClock.now
-        let timedOut = await FleetFetched.fetch(other.manager.session, impatient)
+        let timedOut = await fetched(other.manager.session, impatient)
         XCTAssertEqual((timedOut.error as? URLError)?.code, .timedOut, "\(String(describing: timedOut.error))")
         XCTAssertLessThan(started.duration(to: .now), .seconds(3), "failed at its timeout, not at the pause's end")
 
-        let cancelled = Task { await FleetFetched.fetch(other.manager.session, URLRequest(url: server.url("/w"))) }
+        let cancelled = Task { await fetched(other.manager.session, URLRequest(url: server.url("/w"))) }
         try await other.events.wait("in line", count: 2) { event in
             if case .delayed(_, _, _, paused: true) = event { return true } else { return false }
         }
@@ -170,13 +171,13 @@ final class FleetRateLimitHTTPTests: XCTestCase {
             maximumProbeDelay: .milliseconds(200))
         let members = (0..<2).map { _ in Member(redisServer, policy: policy) }
         defer { for member in members { member.redis.close() } }
-        func burst(_ phase: String, _ count: Int) async -> [FleetFetched] {
-            await withTaskGroup(of: FleetFetched.self) { group in
+        func burst(_ phase: String, _ count: Int) async -> [Fetched] {
+            await withTaskGroup(of: Fetched.self) { group in
                 for (index, member) in members.enumerated() {
                     for request in 0..<count {
                         var urlRequest = URLRequest(url: server.url("/f?phase=\(phase)&m=\(index)&i=\(request)"))
                         urlRequest.timeoutInterval = 30
-                        group.addTask { await FleetFetched.fetch(member.manager.session, urlRequest) }
+                        group.addTask { await fetched(member.manager.session, urlRequest) }
                     }
                 }
                 return await group.reduce(into: []) { $0.append($1) }
@@ -206,7 +207,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         // One request after another until one finds Redis again (the probe after the back-off).
         var sent = 0
         while !members[0].limiter.isShared, sent < 100 {
-            let result = await FleetFetched.fetch(members[0].manager.session, URLRequest(url: server.url("/f?phase=rejoin")))
+            let result = await fetched(members[0].manager.session, URLRequest(url: server.url("/f?phase=rejoin")))
             XCTAssertEqual(result.status, 200)
             sent += 1
         }
@@ -229,12 +230,12 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         let members = (0..<2).map { _ in Member(redisServer, policy: policy) }
         defer { for member in members { member.redis.close() } }
         let all = Task {
-            await withTaskGroup(of: FleetFetched.self) { group in
+            await withTaskGroup(of: Fetched.self) { group in
                 for (index, member) in members.enumerated() {
                     for request in 0..<20 {
                         var urlRequest = URLRequest(url: server.url("/k?m=\(index)&i=\(request)"))
                         urlRequest.timeoutInterval = 30
-                        group.addTask { await FleetFetched.fetch(member.manager.session, urlRequest) }
+                        group.addTask { await fetched(member.manager.session, urlRequest) }
                     }
                 }
                 return await group.reduce(into: []) { $0.append($1) }
@@ -268,7 +269,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         let events = FleetEvents(limiter.events())
         let manager = URLTaskManager(interceptors: [limiter])
         for _ in 0..<3 {
-            let result = await FleetFetched.fetch(manager.session, URLRequest(url: server.url("/u")))
+            let result = await fetched(manager.session, URLRequest(url: server.url("/u")))
             XCTAssertEqual(result.status, 200, "\(String(describing: result.error))")
         }
         try await events.wait("the fall back") { event in
@@ -305,13 +306,13 @@ final class FleetRateLimitHTTPTests: XCTestCase {
             policy: .init(
                 rate: 10, burst: 1, processCount: 1, keyPrefix: "fleet-bound", probeDelay: .seconds(60), maximumFallbackQueueLength: 2))
         let manager = URLTaskManager(interceptors: [limiter])
-        let first = await FleetFetched.fetch(manager.session, URLRequest(url: server.url("/b?first")))
+        let first = await fetched(manager.session, URLRequest(url: server.url("/b?first")))
         XCTAssertEqual(first.status, 200, "\(String(describing: first.error))")
         XCTAssertFalse(limiter.isShared)
         // Six at once, just after the bucket's one token went: two wait, four are refused.
-        let results = await withTaskGroup(of: FleetFetched.self) { group in
+        let results = await withTaskGroup(of: Fetched.self) { group in
             for index in 0..<6 {
-                group.addTask { await FleetFetched.fetch(manager.session, URLRequest(url: server.url("/b?i=\(index)"))) }
+                group.addTask { await fetched(manager.session, URLRequest(url: server.url("/b?i=\(index)"))) }
             }
             return await group.reduce(into: []) { $0.append($1) }
         }
@@ -337,7 +338,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         let unlimitedEvents = FleetEvents(unlimited.events())
         let free = URLTaskManager(interceptors: [unlimited])
         for _ in 0..<3 {
-            let result = await FleetFetched.fetch(free.session, URLRequest(url: server.url("/z")))
+            let result = await fetched(free.session, URLRequest(url: server.url("/z")))
             XCTAssertEqual(result.status, 200)
         }
         XCTAssertTrue(unlimited.isShared, "Redis (absent here) was never asked, so never missed")
@@ -347,7 +348,7 @@ final class FleetRateLimitHTTPTests: XCTestCase {
         var request = URLRequest(url: server.url("/z"))
         request.timeoutInterval = 0.3
         let started = ContinuousClock.now
-        let result = await FleetFetched.fetch(closed.session, request)
+        let result = await fetched(closed.session, request)
         XCTAssertEqual((result.error as? URLError)?.code, .timedOut, "\(String(describing: result.error))")
         XCTAssertLessThan(started.duration(to: .now), .seconds(3))
         XCTAssertEqual(server.requests(path: "/z").count, 3)

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import LoopbackServer
 import URLTaskManager
 import XCTest
@@ -97,7 +98,7 @@ final class FleetRateLimitNotYetTests: XCTestCase {
         for _ in 0..<100_000 where !said.hasPrefix("-") { said = try probe.command(["GET", "\(prefix):nothing"], timeout: 10) }
         XCTAssertTrue(said.hasPrefix("-\(code)"), "Redis answered \(said)")
         for index in 0..<3 {
-            let result = await FleetFetched.fetch(member.manager.session, URLRequest(url: server.url("/n?away=\(index)")))
+            let result = await fetched(member.manager.session, URLRequest(url: server.url("/n?away=\(index)")))
             XCTAssertEqual(result.status, 200, "no request fails because Redis said \(code): \(String(describing: result.error))")
         }
         try await member.events.wait("the fall back on \(code)") { event in
@@ -107,7 +108,7 @@ final class FleetRateLimitNotYetTests: XCTestCase {
         try leave(state)
         var sent = 0
         while !member.limiter.isShared, sent < 100 {
-            let result = await FleetFetched.fetch(member.manager.session, URLRequest(url: server.url("/n?back=\(sent)")))
+            let result = await fetched(member.manager.session, URLRequest(url: server.url("/n?back=\(sent)")))
             XCTAssertEqual(result.status, 200)
             sent += 1
         }

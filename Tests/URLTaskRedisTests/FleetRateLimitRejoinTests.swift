@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import LoopbackServer
 import URLTaskManager
 import XCTest
@@ -53,15 +54,15 @@ final class FleetRateLimitRejoinTests: XCTestCase {
         let total = 450
         let tickets = FleetTickets(total)
         let load = Task {
-            await withTaskGroup(of: FleetFetched.self) { group in
+            await withTaskGroup(of: Fetched.self) { group in
                 for (index, member) in members.enumerated() {
                     for user in 0..<12 {
                         group.addTask {
-                            var last = FleetFetched()
+                            var last = Fetched.failure(URLError(.unknown))  // nothing sent yet: not a 200
                             while let ticket = tickets.next() {
                                 var request = URLRequest(url: server.url("/q?m=\(index)&u=\(user)&t=\(ticket)"))
                                 request.timeoutInterval = 60
-                                last = await FleetFetched.fetch(member.manager.session, request)
+                                last = await fetched(member.manager.session, request)
                                 if last.status != 200 { return last }
                             }
                             return last

@@ -20,22 +20,6 @@ extension RedisServerProcess {
 /// the resilience tests' collector.
 typealias FleetEvents = ResilienceTestKit.Events
 
-/// What a request ended with: a status and body, or an error.
-struct FleetFetched: Sendable {
-    var status: Int?
-    var text: String?
-    var error: (any Error)?
-
-    static func fetch(_ session: URLSession, _ request: URLRequest) async -> FleetFetched {
-        do {
-            let (data, response) = try await session.data(for: request)
-            return FleetFetched(status: (response as? HTTPURLResponse)?.statusCode, text: String(decoding: data, as: UTF8.self))
-        } catch {
-            return FleetFetched(error: error)
-        }
-    }
-}
-
 /// How late a request a limiter released may reach the server on the 2 busy cores these tests
 /// run on (a request released a few ms early arriving late enough to share a second with later
 /// ones): the one allowance every test of a rate at the server adds to the limiter's own bound.
