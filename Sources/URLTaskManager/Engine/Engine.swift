@@ -437,23 +437,15 @@ struct Engine {
         let traits = task.traits
         // A transport error before the head may be an outcome: the reactors choose (and the
         // observers are told) outside the lock, then the end comes again; the reactor that takes
-        // the outcome reads the task's version first, if it keeps one.
-        var reactor: Int?
-        var taking: Int?
-        switch task.machine.endingTransfer {
-        case .awaitingHead where error != nil && (!reactors.isEmpty || traits.observes):
-            guard let choice else { return .chooseReactor(task: task.machine.task) }
-            reactor = choice
-            taking = choice
-        case .collecting(let collecting):
-            taking = collecting
-        default:
-            break
+        // the outcome reads the task's version first, if it keeps one. The machine says which.
+        let action: TaskStateMachine.TransferEndAction
+        switch task.machine.transferEnded(error: error, choice: choice, readingKnown: asked != nil, now: now) {
+        case .chooseReactor(let task): return .chooseReactor(task: task)
+        case .needsReading(let reactor): return .needsReading(reactor: reactor)
+        case .ended(let ended): action = ended
         }
-        if asked == nil, let taking, reactors[taking].reportsCredentialVersions { return .needsReading(reactor: taking) }
         let reading = asked ?? nil
         if choice != nil { task.observation?.outcomeQueued() }
-        let action = task.machine.transportCompleted(error: error, reactor: reactor, now: now)
         guard case .react(let index, let outcome, let body, let reacting, let requeued, let timer) = action else {
             switch action {
             case .none:

@@ -82,14 +82,15 @@ final class TaskRun: PipelineTaskHandle, Sendable {
             reactors: environment.reactors.map {
                 TaskStateMachine.ReactorTraits(
                     component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask,
-                    delivers: $0.afterwards == .deliverResponse
+                    delivers: $0.afterwards == .deliverResponse, reportsVersions: $0.reportsCredentialVersions
                 )
             },
             validation: policy?.responseValidation ?? environment.options.responseValidation,
             heldBodyLimit: max(0, environment.options.maximumHeldBodySize),
             now: environment.runtime.now,
             readsVersionsBeforeSending: !reporters.isEmpty,
-            snapshotsWhenSent: recorder != nil || environment.sharing != nil || !environment.reactors.isEmpty || outcomeObservers != nil
+            snapshotsWhenSent: recorder != nil || environment.sharing != nil || !environment.reactors.isEmpty || outcomeObservers != nil,
+            asksAboutTransportErrors: !environment.reactors.isEmpty || outcomeObservers != nil
         )
         let traits = Engine.Traits(
             observes: outcomeObservers != nil,

@@ -209,11 +209,15 @@ struct TaskStateMachine {
         var maximumReactions: Int
         /// Whether it gives the caller the response it reacted to (it does not requeue).
         var delivers: Bool
+        /// Whether it keeps a credential version of its own: what it reports of the task is read
+        /// before the transfer's end hands the task to it (``transferEnded(error:choice:readingKnown:now:)``).
+        var reportsVersions: Bool
 
-        init(component: URLTaskError.Component, maximumReactions: Int, delivers: Bool = false) {
+        init(component: URLTaskError.Component, maximumReactions: Int, delivers: Bool = false, reportsVersions: Bool = false) {
             self.component = component
             self.maximumReactions = maximumReactions
             self.delivers = delivers
+            self.reportsVersions = reportsVersions
         }
     }
 
@@ -246,6 +250,9 @@ struct TaskStateMachine {
     /// reactors and observers asked about its outcomes): ``SendAction/send(request:body:attempt:whole:task:)``
     /// then carries it.
     private let snapshotsWhenSent: Bool
+    /// Whether a transport error before the head is an outcome the reactors (or the observers)
+    /// are asked about: the manager has reactors or observers.
+    private let asksAboutTransportErrors: Bool
 
     // MARK: The task
 
@@ -265,11 +272,14 @@ struct TaskStateMachine {
     ///   - now: When the task was created: its first wait counts from here.
     ///   - readsVersionsBeforeSending: Its reactors' reported versions are read before it leaves.
     ///   - snapshotsWhenSent: Its sender needs the task as it leaves.
+    ///   - asksAboutTransportErrors: A transport error before the head is an outcome to ask about.
     init(
         task: URLTask, interceptorCount: Int, skipping: Set<Int> = [], reactors: [ReactorTraits] = [],
         validation: ResponseValidation? = nil, heldBodyLimit: Int = URLTaskManager.Options.defaultMaximumHeldBodySize,
-        now: DispatchTime = .now(), readsVersionsBeforeSending: Bool = false, snapshotsWhenSent: Bool = false
+        now: DispatchTime = .now(), readsVersionsBeforeSending: Bool = false, snapshotsWhenSent: Bool = false,
+        asksAboutTransportErrors: Bool = false
     ) {
+        self.asksAboutTransportErrors = asksAboutTransportErrors
         self.readsVersionsBeforeSending = readsVersionsBeforeSending
         self.snapshotsWhenSent = snapshotsWhenSent
         self.heldBodyLimit = heldBodyLimit
@@ -309,26 +319,6 @@ struct TaskStateMachine {
     var isForwardingResponse: Bool {
         if case .transferring(let transfer) = state, case .receiving = transfer.phase { return true }
         return false
-    }
-
-    /// What the transfer's end will need read first, outside the lock (one query for the
-    /// ``Engine``'s end of a transfer): whether a transport error now is the task's outcome, for
-    /// the reactors to choose who takes it, and which reactor collects the answer's body, for its
-    /// reported version.
-    var endingTransfer: EndingTransfer {
-        guard case .transferring(let transfer) = state else { return .other }
-        switch transfer.phase {
-        case .sending: return .awaitingHead
-        case .collecting(let reactor, _, _, _): return .collecting(reactor: reactor)
-        default: return .other
-        }
-    }
-
-    /// See ``endingTransfer``.
-    enum EndingTransfer {
-        case awaitingHead
-        case collecting(reactor: Int)
-        case other
     }
 
     var isCompleted: Bool {
@@ -781,6 +771,41 @@ extension TaskStateMachine {
         case consultChallenge(response: HTTPURLResponse, previousFailures: Int, request: URLRequest)
         /// A followed redirect: start again from the gates with the new request.
         case restart
+    }
+
+    /// What the end of a transfer needs read first, outside the lock, or the end itself
+    /// (``transferEnded(error:choice:readingKnown:now:)``).
+    enum TransferEnding {
+        /// A transport error before the head is an outcome: ask the reactors which takes it (their
+        /// code), then end the transfer again with the choice.
+        case chooseReactor(task: URLTask)
+        /// The reactor taking the outcome keeps versions of its own: read what it reports of the
+        /// task as sent, then end the transfer again with the reading.
+        case needsReading(reactor: Int)
+        case ended(TransferEndAction)
+    }
+
+    /// The transfer finished, as the engine's section sees it: first what must be read outside
+    /// the lock (which reactor takes a transport error, once asked: `choice`; what the reactor
+    /// taking the outcome reports, once read: `readingKnown`), then
+    /// ``transportCompleted(error:reactor:now:)``. Nothing changes until the end itself.
+    mutating func transferEnded(error: (any Error)?, choice: Int??, readingKnown: Bool, now: DispatchTime) -> TransferEnding {
+        var reactor: Int?
+        var taking: Int?
+        if case .transferring(let transfer) = state {
+            switch transfer.phase {
+            case .sending where error != nil && asksAboutTransportErrors:
+                guard let choice else { return .chooseReactor(task: context.task) }
+                reactor = choice
+                taking = choice
+            case .collecting(let collecting, _, _, _):
+                taking = collecting
+            default:
+                break
+            }
+        }
+        if !readingKnown, let taking, reactors[taking].reportsVersions { return .needsReading(reactor: taking) }
+        return .ended(transportCompleted(error: error, reactor: reactor, now: now))
     }
 
     /// The transfer finished. `reactor` is the first reactor that wants a transport error;

@@ -277,6 +277,40 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(Step(m.connectionGranted()), .send(attempt: 1))
     }
 
+    func testATransfersEndAsksFirstWhoTakesATransportErrorAndWhatAVersionKeepingReactorReports() {
+        let reactors: [Machine.ReactorTraits] = [.init(component: .reactorNamed("Refresh"), maximumReactions: 2, reportsVersions: true)]
+        var m = Machine(
+            task: URLTask(request: URLRequest(url: Self.url)), interceptorCount: 0, reactors: reactors, asksAboutTransportErrors: true)
+        _ = m.start()
+        _ = m.gateOpened()
+        _ = m.connectionGranted()
+        let error = URLError(.networkConnectionLost)
+        guard case .chooseReactor = m.transferEnded(error: error, choice: nil, readingKnown: false, now: .now()) else {
+            return XCTFail("a transport error before the head: the reactors are asked first")
+        }
+        XCTAssertTrue(m.isAwaitingResponseHead, "asking changes nothing")
+        guard case .needsReading(reactor: 0) = m.transferEnded(error: error, choice: .some(0), readingKnown: false, now: .now()) else {
+            return XCTFail("the reactor that takes it keeps versions: its reading comes next")
+        }
+        guard
+            case .ended(.react(reactor: 0, _, _, _, _, _)) = m.transferEnded(
+                error: error, choice: .some(0), readingKnown: true, now: .now())
+        else { return XCTFail("with both, the end hands the task to the reactor") }
+
+        var unasked = Self.sending()
+        guard
+            case .ended(.complete(.fail, forwarded: false)) = unasked.transferEnded(
+                error: error, choice: nil, readingKnown: false, now: .now())
+        else { return XCTFail("without reactors or observers the error is the task's end") }
+        var nobody = Machine(
+            task: URLTask(request: URLRequest(url: Self.url)), interceptorCount: 0, reactors: reactors, asksAboutTransportErrors: true)
+        _ = nobody.start()
+        _ = nobody.gateOpened()
+        _ = nobody.connectionGranted()
+        guard case .ended(.complete(.fail, _)) = nobody.transferEnded(error: error, choice: .some(nil), readingKnown: false, now: .now())
+        else { return XCTFail("no reactor took it: the task fails, with nothing to read") }
+    }
+
     func testTransportErrorsFailTheTaskBeforeAndAfterTheHead() {
         var beforeHead = Self.sending()
         XCTAssertEqual(
