@@ -308,29 +308,16 @@ struct TaskStateMachine {
     /// streamed, and what follows such trouble streams too, rather than being sent twice again).
     var mayTakeWholeTransfer: Bool { budgets.attempt == 1 && budgets.challengeFailures == 0 }
 
-    /// Whether a transport error now would be the task's outcome (no head has arrived).
+    /// Whether a transport error now would be the task's outcome (no head has arrived); the
+    /// transfer's end asks this itself (``transferEnded(error:choice:readingKnown:now:)``).
     var isAwaitingResponseHead: Bool {
         if case .transferring(let transfer) = state { return transfer.isSending }
-        return false
-    }
-
-    /// Whether the final response head went to the caller as is: no reactor needed it, and it
-    /// was neither a challenge nor rejected. Read as the transfer ends, for the loop guards.
-    var isForwardingResponse: Bool {
-        if case .transferring(let transfer) = state, case .receiving = transfer.phase { return true }
         return false
     }
 
     var isCompleted: Bool {
         if case .completed = state { return true }
         return false
-    }
-
-    /// The reactor collecting the answer's body, if one wants it: the one the transfer's end
-    /// hands the task to (read just before that event, to ask the reactor what it reports).
-    var collectingFor: Int? {
-        if case .transferring(let transfer) = state, case .collecting(let reactor, _, _, _) = transfer.phase { return reactor }
-        return nil
     }
 }
 
