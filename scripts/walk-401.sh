@@ -37,6 +37,9 @@
 # - The walk = (run with 1 walk) - (run with 0 walks): hops, distinct (caller file -> callee file)
 #   pairs among them, files whose functions were called more often (by other than the server),
 #   and those files' folders.
+# - An engine event: one pass through the engine's funnel (`EngineStorage.withLock`, one lock
+#   section); the most crossed file pair is also printed per engine event (its calls divided by
+#   the passes: an average over the walk's events).
 #   A third run with 2 walks checks that the second walk costs what the first did.
 #
 # Deterministic: the counts are of calls, not of time or instructions; run it twice to see the
