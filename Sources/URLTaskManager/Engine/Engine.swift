@@ -447,19 +447,17 @@ struct Engine {
         let reading = asked ?? nil
         if choice != nil { task.observation?.outcomeQueued() }
         guard case .react(let index, let outcome, let body, let reacting, let requeued, let timer) = action else {
+            // Every end but a reaction gives the slot back first; only an answer forwarded as is
+            // tells the loop guards the credential works.
+            var answered = false
+            if case .complete(_, let forwarded) = action { answered = forwarded && traits.countsAsAnswer }
+            admit(admission.transferEnded(id, answered: answered))
             switch action {
-            case .none:
-                admit(admission.transferEnded(id, answered: false))
-                return .none
-            case .complete(let completion, let forwarded):
-                admit(admission.transferEnded(id, answered: forwarded && traits.countsAsAnswer))
-                return .complete(completion)
+            case .none: return .none
+            case .complete(let completion, _): return .complete(completion)
             case .consultChallenge(let response, let failures, let request):
-                admit(admission.transferEnded(id, answered: false))
                 return .consultChallenge(response: response, previousFailures: failures, request: request)
-            case .restart:
-                admit(admission.transferEnded(id, answered: false))
-                return .restart(resend(task, .checkGates))
+            case .restart: return .restart(resend(task, .checkGates))
             case .react: preconditionFailure("handled above")
             }
         }
@@ -637,21 +635,8 @@ struct Engine {
     /// The run of reactor `index` this task waited on (or ran for it alone) ended.
     private mutating func reactionFinished(_ task: Entry, reactor index: Int, outcome: ReactorRunner.Outcome) -> TaskAction {
         let ended = task.machine.reactionEnded(reactor: index, result: reactionResult(index, outcome))
-        var action = ended.action
-        switch action {
-        case .checkGates, .acquireConnection:
-            if var observation = task.observation {
-                // Sent again only once the observers saw every outcome (``OutcomeObservationStateMachine``).
-                switch observation.resendRequested(action) {
-                case .resendNow(let now): action = now
-                case .wait, .drop: action = .none
-                }
-                task.observation = observation
-            }
-        default:
-            break
-        }
-        return .reacted(requeued: ended.requeuedAs, then: passGates(task, action))
+        // Sent again only once the observers saw every outcome, then through the gates.
+        return .reacted(requeued: ended.requeuedAs, then: resend(task, ended.action))
     }
 
     /// A run whose gate held this task ended.

@@ -137,18 +137,17 @@ final class EngineTests: XCTestCase {
     }
 
     /// Work queued by the engine's funnel and the runs' I/O, run only when a test says so.
-    final class QueuedRuntime: PipelineRuntime, @unchecked Sendable {  // `works` is guarded by `lock`.
-        private let lock = NSLock()
-        private var works: [@Sendable () -> Void] = []
+    final class QueuedRuntime: PipelineRuntime, Sendable {
+        private let works = LockedState<[@Sendable () -> Void]>([])
 
-        var queued: [@Sendable () -> Void] { lock.withLock { works } }
+        var queued: [@Sendable () -> Void] { works.withLock { $0 } }
 
         func runQueued() {
-            while let next = lock.withLock({ works.isEmpty ? nil : works.removeFirst() }) { next() }
+            while let next = works.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { next() }
         }
 
         var now: DispatchTime { .now() }
-        func async(_ work: @escaping @Sendable () -> Void) { lock.withLock { works.append(work) } }
+        func async(_ work: @escaping @Sendable () -> Void) { works.withLock { $0.append(work) } }
         func at(_ deadline: DispatchTime, _ work: @escaping @Sendable () -> Void) -> any PipelineTimer { Timer() }
         func react(
             _ reactor: ReactorRunner, to outcome: URLTaskOutcome, body: Data, of task: URLTask,
@@ -160,7 +159,7 @@ final class EngineTests: XCTestCase {
 
     /// One engine with one refresh reactor, and the I/O its tasks reach: transfers are recorded,
     /// never started.
-    final class World: TaskEnvironment, @unchecked Sendable {  // `sentPaths` is guarded by `lock`.
+    final class World: TaskEnvironment, Sendable {
         let queue = QueuedRuntime()
         var runtime: any PipelineRuntime { queue }
         let interceptorComponents: [URLTaskError.Component] = []
@@ -175,9 +174,8 @@ final class EngineTests: XCTestCase {
         let abandonsTransfers = false
         let outcomeObservers: OutcomeObservers? = nil
         let sharing: SharedTransfers? = nil
-        private let lock = NSLock()
-        private var made = 0
-        private var sentPaths: [String] = []
+        /// Tasks made so far, and the paths sent.
+        private let record = LockedState((made: 0, sentPaths: [String]()))
 
         init(slotsPerHost: Int?) {
             reactors = [ReactorRunner(reactor: Refresh(), component: .init(kind: .reactor, index: 0, name: "Refresh"))]
@@ -185,13 +183,13 @@ final class EngineTests: XCTestCase {
         }
 
         /// The paths of the requests sent to the network, in order: task `n` asks for `/n`.
-        var sent: [String] { lock.withLock { sentPaths } }
+        var sent: [String] { record.withLock { $0.sentPaths } }
 
         /// A new task, for `/n` (`n` counting from 0), registered with the engine.
         func task() -> (run: TaskRun, path: String) {
-            let path = lock.withLock {
-                defer { made += 1 }
-                return "/\(made)"
+            let path = record.withLock { record in
+                defer { record.made += 1 }
+                return "/\(record.made)"
             }
             let request = URLRequest(url: URL(string: "http://127.0.0.1:1\(path)")!)
             return (TaskRun(id: .next(), request: request, body: .none, sink: QuietSink(), environment: self), path)
@@ -228,7 +226,7 @@ final class EngineTests: XCTestCase {
             _ request: URLRequest, body: URLTaskBody, callerURL: URL?, events: any TransportEvents, share: TransferShare?,
             delivery: TransferDelivery, started: @escaping @Sendable (Result<any TransferHandle, any Error>) -> Void
         ) {
-            lock.withLock { sentPaths.append(request.url?.path ?? "") }
+            record.withLock { $0.sentPaths.append(request.url?.path ?? "") }
         }
 
         func stopTransfer(_ transfer: any TransferHandle) {}

@@ -50,20 +50,21 @@ extension CorelibsPlatform {
     /// "Single operations on Linux"); field names are ASCII tokens, compared here byte by byte.
     static func headerValue(_ name: HeaderName, in request: URLRequest) -> String? {
         guard let fields = request.allHTTPHeaderFields, !fields.isEmpty else { return nil }
-        if let value = fields[name.stored] { return value }
-        for (existing, value) in fields where name.matches(existing) { return value }
-        return nil
+        return value(of: name, in: fields)
     }
 
     /// ``headerValue(_:in:)`` for two names, over one bridged copy of the fields.
     static func headerValues(_ first: HeaderName, _ second: HeaderName, in request: URLRequest) -> (String?, String?) {
         guard let fields = request.allHTTPHeaderFields, !fields.isEmpty else { return (nil, nil) }
-        func value(_ name: HeaderName) -> String? {
-            if let value = fields[name.stored] { return value }
-            for (existing, value) in fields where name.matches(existing) { return value }
-            return nil
-        }
-        return (value(first), value(second))
+        return (value(of: first, in: fields), value(of: second, in: fields))
+    }
+
+    /// `name`'s value in `fields` under any spelling: the stored spelling first, then a byte
+    /// comparison with every name.
+    private static func value(of name: HeaderName, in fields: [String: String]) -> String? {
+        if let value = fields[name.stored] { return value }
+        for (existing, value) in fields where name.matches(existing) { return value }
+        return nil
     }
 }
 #endif
