@@ -20,6 +20,9 @@ final class EngineStorage: Sendable {
     /// Whether some reactor keeps a credential version of its own
     /// (``ReactorRunner/reportsCredentialVersions``): only then is one read as a transfer ends.
     let reportsCredentialVersions: Bool
+    /// What every task's machine knows of each reactor (``TaskStateMachine/ReactorTraits``): the
+    /// same for every task of the manager, so made once.
+    let taskTraits: [TaskStateMachine.ReactorTraits]
     private let state: LockedState<Engine>
     /// Where decisions reach their tasks, and the reactors' runs run.
     private let runtime: any PipelineRuntime
@@ -31,6 +34,11 @@ final class EngineStorage: Sendable {
         self.slotsPerHost = slotsPerHost
         self.holdsNewTasks = reactors.contains(where: \.holdsNewTasks)
         self.reportsCredentialVersions = reactors.contains(where: \.reportsCredentialVersions)
+        self.taskTraits = reactors.map {
+            TaskStateMachine.ReactorTraits(
+                component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask,
+                delivers: $0.afterwards == .deliverResponse, reportsVersions: $0.reportsCredentialVersions)
+        }
         self.state = LockedState(Engine(reactors: reactors, slotsPerHost: slotsPerHost))
     }
 

@@ -73,24 +73,21 @@ final class TaskRun: PipelineTaskHandle, Sendable {
         self.environment = environment
         self.outcomeObservers = environment.outcomeObservers
         self.recorder = environment.events.isListening ? TaskEventRecorder(id: id, request: request, hub: environment.events) : nil
+        // Reactors and observers are asked about outcomes, a transport error's included.
+        let asksAboutOutcomes = !environment.reactors.isEmpty || outcomeObservers != nil
         let components = environment.interceptorComponents
         let types = environment.interceptorTypes
         let machine = TaskStateMachine(
             task: task,
             interceptorCount: components.count,
             skipping: Set(components.indices.filter { policy?.skips(components[$0], type: types[$0]) == true }),
-            reactors: environment.reactors.map {
-                TaskStateMachine.ReactorTraits(
-                    component: $0.component, maximumReactions: $0.configuration.maximumReactionsPerTask,
-                    delivers: $0.afterwards == .deliverResponse, reportsVersions: $0.reportsCredentialVersions
-                )
-            },
+            reactors: engine.taskTraits,
             validation: policy?.responseValidation ?? environment.options.responseValidation,
             heldBodyLimit: max(0, environment.options.maximumHeldBodySize),
             now: environment.runtime.now,
             readsVersionsBeforeSending: !reporters.isEmpty,
-            snapshotsWhenSent: recorder != nil || environment.sharing != nil || !environment.reactors.isEmpty || outcomeObservers != nil,
-            asksAboutTransportErrors: !environment.reactors.isEmpty || outcomeObservers != nil
+            snapshotsWhenSent: recorder != nil || environment.sharing != nil || asksAboutOutcomes,
+            asksAboutTransportErrors: asksAboutOutcomes
         )
         let traits = Engine.Traits(
             observes: outcomeObservers != nil,
